@@ -1,0 +1,14 @@
+"""onnx-recurrent: the ONNX recurrent operators on NumPy, complete to the specification.
+
+Faces: functions on arrays (:func:`gru`, :func:`rnn`, :func:`lstm`), an
+onnxruntime-style :class:`InferenceSession` for whole ONNX models, and
+:func:`reference_ops` for ``onnx.reference.ReferenceEvaluator(new_ops=...)``.
+"""
+
+from __future__ import annotations
+
+from .errors import RecurrentError, RecurrentTypeError
+from .ops import gru, lstm, rnn
+
+__all__ = ["RecurrentError", "RecurrentTypeError", "gru", "lstm", "rnn"]
+__version__ = "0.1.0"

@@ -1,0 +1,213 @@
+"""One time step per operator: no time axis, no layout, no directions.
+
+A cell turns one direction's ONNX weights into :class:`Weights` (``prepare``) and
+advances its states by one step for the ``n`` active rows (``step``), in place:
+
+- ``xw``: ``[n, gates*hidden]``, the input projection ``Xt W^T`` plus the biases the
+  cell folded into it (computed for a whole block of steps by the scan);
+- ``states``: ``(H,)`` or ``(H, C)``, each ``[n, hidden]``, updated in place.
+
+Gate letters follow the spec: GRU ``z r h``, LSTM ``i o f c``, RNN ``i``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import numpy as np
+
+from .activations import Activation
+from .spec import RecSpec
+
+
+def activate(act: Activation, x: np.ndarray, clip: float | None) -> None:
+    """Clip the gate input to ``[-clip, clip]`` (if set), then apply ``act`` in place."""
+    if clip is not None:
+        np.clip(x, -clip, clip, out=x)
+    act(x)
+
+
+@dataclass
+class Weights:
+    """One direction's weights, arranged for the step.
+
+    ``W``: ``[gates*hidden, input]`` and ``R``: ``[gates*hidden, hidden]`` in the
+    cell's internal gate order; ``bias``: ``[gates*hidden]``, added to ``X W^T``;
+    ``extra``: per-cell vectors (GRU's ``Rbh``, LSTM's peepholes).
+    """
+
+    W: np.ndarray
+    R: np.ndarray
+    bias: np.ndarray
+    extra: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+class Cell:
+    """What one operator adds to the shared skeleton: its numbers and its step."""
+
+    name: ClassVar[str]
+    n_gates: ClassVar[int]
+    n_activations: ClassVar[int]
+    default_activations: ClassVar[tuple[str, ...]]
+    state_names: ClassVar[tuple[str, ...]] = ("initial_h",)
+    n_peepholes: ClassVar[int] = 0
+
+    def prepare(
+        self, spec: RecSpec, W: np.ndarray, R: np.ndarray, B: np.ndarray, P: np.ndarray | None
+    ) -> Weights:
+        """Default: W and R as given, both biases folded into the input projection."""
+        G = self.n_gates * spec.hidden_size
+        return Weights(W, R, B[:G] + B[G:])
+
+    def workspace(self, spec: RecSpec, batch: int, dtype: np.dtype) -> dict[str, np.ndarray]:
+        """Buffers the step reuses, ``[batch, ...]``; the step slices ``[:n]``."""
+        return {"g": np.empty((batch, self.n_gates * spec.hidden_size), dtype)}
+
+    def step(
+        self,
+        spec: RecSpec,
+        w: Weights,
+        acts: tuple[Activation, ...],
+        xw: np.ndarray,
+        states: tuple[np.ndarray, ...],
+        work: dict[str, np.ndarray],
+    ) -> None:
+        raise NotImplementedError
+
+
+class RNNCell(Cell):
+    """``Ht = f(Xt Wi^T + Ht-1 Ri^T + Wbi + Rbi)``."""
+
+    name = "RNN"
+    n_gates = 1
+    n_activations = 1
+    default_activations = ("Tanh",)
+
+    def step(self, spec, w, acts, xw, states, work):
+        (h,) = states
+        a = work["g"][: len(h)]
+        np.matmul(h, w.R.T, out=a)
+        a += xw
+        activate(acts[0], a, spec.clip)
+        h[...] = a
+
+
+class GRUCell(Cell):
+    """``z r h`` gates; ``linear_before_reset`` chooses where ``r`` applies."""
+
+    name = "GRU"
+    n_gates = 3
+    n_activations = 2
+    default_activations = ("Sigmoid", "Tanh")
+
+    def prepare(self, spec, W, R, B, P):
+        H = spec.hidden_size
+        Wb, Rb = B[: 3 * H], B[3 * H :]
+        bias = Wb.copy()
+        bias[: 2 * H] += Rb[: 2 * H]
+        extra = {}
+        if spec.linear_before_reset:
+            extra["Rbh"] = Rb[2 * H :]  # inside r * (Ht-1 Rh^T + Rbh)
+        else:
+            bias[2 * H :] += Rb[2 * H :]
+        return Weights(W, R, bias, extra)
+
+    def workspace(self, spec, batch, dtype):
+        H = spec.hidden_size
+        return {
+            "g": np.empty((batch, 3 * H), dtype),
+            "rh": np.empty((batch, H), dtype),
+        }
+
+    def step(self, spec, w, acts, xw, states, work):
+        (h,) = states
+        n, H = h.shape
+        f, g = acts
+        gates = work["g"][:n]
+        zr, hh = gates[:, : 2 * H], gates[:, 2 * H :]
+        if spec.linear_before_reset:
+            np.matmul(h, w.R.T, out=gates)
+            zr += xw[:, : 2 * H]
+            activate(f, zr, spec.clip)
+            hh += w.extra["Rbh"]
+            hh *= zr[:, H:]
+        else:
+            np.matmul(h, w.R[: 2 * H].T, out=zr)
+            zr += xw[:, : 2 * H]
+            activate(f, zr, spec.clip)
+            rh = work["rh"][:n]
+            np.multiply(zr[:, H:], h, out=rh)
+            np.matmul(rh, w.R[2 * H :].T, out=hh)
+        hh += xw[:, 2 * H :]
+        activate(g, hh, spec.clip)
+        # Ht = (1 - z) h + z Ht-1 = h + z (Ht-1 - h)
+        h -= hh
+        h *= zr[:, :H]
+        h += hh
+
+
+class LSTMCell(Cell):
+    """``i o f c`` gates, peepholes ``P = [Pi, Po, Pf]``, ``input_forget``.
+
+    Internally the gates are reordered ``i f c o`` so that ``i`` and ``f``, which
+    share the activation ``f``, are one contiguous block.
+    """
+
+    name = "LSTM"
+    n_gates = 4
+    n_activations = 3
+    default_activations = ("Sigmoid", "Tanh", "Tanh")
+    state_names = ("initial_h", "initial_c")
+    n_peepholes = 3
+    _ORDER = (0, 2, 3, 1)  # i f c o, as indices into i o f c
+
+    def prepare(self, spec, W, R, B, P):
+        H = spec.hidden_size
+
+        def reorder(a: np.ndarray) -> np.ndarray:
+            blocks = a.reshape(4, H, *a.shape[1:])
+            return blocks[list(self._ORDER)].reshape(a.shape)
+
+        extra = {}
+        if P is not None:
+            extra = {"Pi": P[:H], "Po": P[H : 2 * H], "Pf": P[2 * H :]}
+        return Weights(reorder(W), reorder(R), reorder(B[: 4 * H] + B[4 * H :]), extra)
+
+    def workspace(self, spec, batch, dtype):
+        H = spec.hidden_size
+        return {"g": np.empty((batch, 4 * H), dtype), "t": np.empty((batch, H), dtype)}
+
+    def step(self, spec, w, acts, xw, states, work):
+        h, c = states
+        n, H = h.shape
+        f, g, hact = acts
+        clip = spec.clip
+        gates = work["g"][:n]
+        tmp = work["t"][:n]
+        np.matmul(h, w.R.T, out=gates)
+        gates += xw
+        i, fg, cg, o = (gates[:, k * H : (k + 1) * H] for k in range(4))
+        peep = w.extra
+        if peep:
+            i += np.multiply(peep["Pi"], c, out=tmp)
+            fg += np.multiply(peep["Pf"], c, out=tmp)
+        if spec.input_forget:
+            activate(f, i, clip)
+            np.subtract(1, i, out=fg)
+        else:
+            activate(f, gates[:, : 2 * H], clip)
+        activate(g, cg, clip)
+        c *= fg
+        c += np.multiply(i, cg, out=tmp)
+        if peep:
+            o += np.multiply(peep["Po"], c, out=tmp)
+        activate(f, o, clip)
+        np.copyto(tmp, c)
+        hact(tmp)  # h(Ct): the cell state itself is not clipped
+        np.multiply(o, tmp, out=h)
+
+
+RNN = RNNCell()
+GRU = GRUCell()
+LSTM = LSTMCell()

@@ -1,0 +1,256 @@
+"""The public functions: ``gru``, ``rnn``, ``lstm`` (ONNX) and ``gru_cell`` (OpenVINO)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from . import cells
+from .scan import scan
+from .spec import check_inputs, make_spec
+
+_COMMON_DOC = """
+    X : (seq_length, batch_size, input_size) ndarray
+        The input sequences; ``(batch_size, seq_length, input_size)`` if ``layout=1``.
+        float16, float32, float64 or ``ml_dtypes.bfloat16``; every other float input
+        must have the same dtype. float16 and bfloat16 are computed in float32 and
+        rounded once at the end.
+    sequence_lens : (batch_size,) integer ndarray, optional
+        Valid length of each sequence, in ``[0, seq_length]``; full length if absent.
+        ``Y`` is zero past each length; the final state is the state after the last
+        valid step (zeros for a length of 0).
+    hidden_size : int, optional
+        Must agree with ``R``'s last axis; inferred from it if absent.
+    direction : {"forward", "reverse", "bidirectional"}
+        The reverse direction runs each sequence from its last valid step back to 0.
+    activations : sequence of str, optional
+        Activation names (case-insensitive; Relu, Tanh, Sigmoid, Affine, LeakyRelu,
+        ThresholdedRelu, ScaledTanh, HardSigmoid, Elu, Softsign, Softplus), one list
+        per direction, the forward direction's first.
+    activation_alpha, activation_beta : sequence of float, optional
+        Consumed in order by the activations that take them; ONNX defaults when the
+        lists run out.
+    clip : float, optional
+        Bounds the input of every gate activation to ``[-clip, clip]``; must be > 0.
+    layout : {0, 1}
+        1 swaps the first two axes of X, the initial states, Y and the final states.
+    output_sequence : bool
+        If false, ``Y`` is neither computed nor stored and ``None`` is returned for it.
+"""
+
+_RAISES_DOC = """
+    Raises
+    ------
+    ValueError
+        (``onnx_recurrent.RecurrentError``) a shape that disagrees with the others
+        (the message gives expected and actual), an unknown direction, layout or
+        activation, an activation list of the wrong length, ``clip <= 0``,
+        ``sequence_lens`` outside ``[0, seq_length]``.
+    TypeError
+        (``onnx_recurrent.RecurrentTypeError``) a non-float X, or an input whose dtype
+        differs from X's.
+"""
+
+
+def _with_doc(doc: str):
+    def decorate(fn):
+        fn.__doc__ = doc.replace("{common}", _COMMON_DOC).replace("{raises}", _RAISES_DOC)
+        return fn
+
+    return decorate
+
+
+@_with_doc(
+    """Compute an ONNX GRU (operator GRU, versions 1 to 22, latest semantics).
+
+    ``zt = f(Xt Wz^T + Ht-1 Rz^T + Wbz + Rbz)``, ``rt`` likewise,
+    ``ht = g(Xt Wh^T + (rt . Ht-1) Rh^T + Rbh + Wbh)`` or, with
+    ``linear_before_reset``, ``ht = g(Xt Wh^T + rt . (Ht-1 Rh^T + Rbh) + Wbh)``,
+    ``Ht = (1 - zt) . ht + zt . Ht-1``. Default activations ``f=Sigmoid, g=Tanh``.
+
+    Parameters
+    ----------{common}
+    W : (num_directions, 3*hidden_size, input_size) ndarray
+        ``W[zrh]``, then the backward direction's.
+    R : (num_directions, 3*hidden_size, hidden_size) ndarray
+        ``R[zrh]``, then the backward direction's.
+    B : (num_directions, 6*hidden_size) ndarray, optional
+        ``[Wb[zrh], Rb[zrh]]``; zeros if absent.
+    initial_h : (num_directions, batch_size, hidden_size) ndarray, optional
+        ``(batch_size, num_directions, hidden_size)`` if ``layout=1``; zeros if absent.
+    linear_before_reset : int
+        Non-zero: apply the reset gate after the linear transformation (PyTorch's GRU).
+
+    Returns
+    -------
+    Y : (seq_length, num_directions, batch_size, hidden_size) ndarray or None
+        Every hidden state; ``(batch_size, seq_length, num_directions, hidden_size)``
+        if ``layout=1``. X's dtype.
+    Y_h : (num_directions, batch_size, hidden_size) ndarray
+        The last hidden state; ``(batch_size, num_directions, hidden_size)`` if
+        ``layout=1``.
+{raises}"""
+)
+def gru(
+    X: np.ndarray,
+    W: np.ndarray,
+    R: np.ndarray,
+    B: np.ndarray | None = None,
+    sequence_lens: np.ndarray | None = None,
+    initial_h: np.ndarray | None = None,
+    *,
+    hidden_size: int | None = None,
+    direction: str = "forward",
+    activations: Sequence[str] | None = None,
+    activation_alpha: Sequence[float] | None = None,
+    activation_beta: Sequence[float] | None = None,
+    clip: float | None = None,
+    layout: int = 0,
+    linear_before_reset: int = 0,
+    output_sequence: bool = True,
+) -> tuple[np.ndarray | None, np.ndarray]:
+    spec = make_spec(
+        cells.GRU,
+        np.asarray(R),
+        hidden_size=hidden_size,
+        direction=direction,
+        activations=activations,
+        activation_alpha=activation_alpha,
+        activation_beta=activation_beta,
+        clip=clip,
+        layout=layout,
+        linear_before_reset=linear_before_reset,
+    )
+    x = check_inputs(spec, X, W, R, B, sequence_lens, [("initial_h", initial_h)])
+    Y, Y_h = scan(spec, x, output_sequence=output_sequence)
+    return Y, Y_h
+
+
+@_with_doc(
+    """Compute an ONNX RNN (operator RNN, versions 1 to 22, latest semantics).
+
+    ``Ht = f(Xt Wi^T + Ht-1 Ri^T + Wbi + Rbi)``, default ``f=Tanh``.
+
+    Parameters
+    ----------{common}
+    W : (num_directions, hidden_size, input_size) ndarray
+    R : (num_directions, hidden_size, hidden_size) ndarray
+    B : (num_directions, 2*hidden_size) ndarray, optional
+        ``[Wbi, Rbi]``; zeros if absent.
+    initial_h : (num_directions, batch_size, hidden_size) ndarray, optional
+        ``(batch_size, num_directions, hidden_size)`` if ``layout=1``; zeros if absent.
+
+    Returns
+    -------
+    Y : (seq_length, num_directions, batch_size, hidden_size) ndarray or None
+        ``(batch_size, seq_length, num_directions, hidden_size)`` if ``layout=1``.
+        X's dtype.
+    Y_h : (num_directions, batch_size, hidden_size) ndarray
+        ``(batch_size, num_directions, hidden_size)`` if ``layout=1``.
+{raises}"""
+)
+def rnn(
+    X: np.ndarray,
+    W: np.ndarray,
+    R: np.ndarray,
+    B: np.ndarray | None = None,
+    sequence_lens: np.ndarray | None = None,
+    initial_h: np.ndarray | None = None,
+    *,
+    hidden_size: int | None = None,
+    direction: str = "forward",
+    activations: Sequence[str] | None = None,
+    activation_alpha: Sequence[float] | None = None,
+    activation_beta: Sequence[float] | None = None,
+    clip: float | None = None,
+    layout: int = 0,
+    output_sequence: bool = True,
+) -> tuple[np.ndarray | None, np.ndarray]:
+    spec = make_spec(
+        cells.RNN,
+        np.asarray(R),
+        hidden_size=hidden_size,
+        direction=direction,
+        activations=activations,
+        activation_alpha=activation_alpha,
+        activation_beta=activation_beta,
+        clip=clip,
+        layout=layout,
+    )
+    x = check_inputs(spec, X, W, R, B, sequence_lens, [("initial_h", initial_h)])
+    Y, Y_h = scan(spec, x, output_sequence=output_sequence)
+    return Y, Y_h
+
+
+@_with_doc(
+    """Compute an ONNX LSTM (operator LSTM, versions 1 to 22, latest semantics).
+
+    ``it = f(Xt Wi^T + Ht-1 Ri^T + Pi . Ct-1 + Wbi + Rbi)``,
+    ``ft = f(Xt Wf^T + Ht-1 Rf^T + Pf . Ct-1 + Wbf + Rbf)`` (``1 - it`` with
+    ``input_forget``), ``ct = g(Xt Wc^T + Ht-1 Rc^T + Wbc + Rbc)``,
+    ``Ct = ft . Ct-1 + it . ct``, ``ot = f(Xt Wo^T + Ht-1 Ro^T + Po . Ct + Wbo + Rbo)``,
+    ``Ht = ot . h(Ct)``. Default activations ``f=Sigmoid, g=Tanh, h=Tanh``. ``clip``
+    bounds the gate inputs, not the cell state that goes into ``h(Ct)``.
+
+    Parameters
+    ----------{common}
+    W : (num_directions, 4*hidden_size, input_size) ndarray
+        ``W[iofc]``, then the backward direction's.
+    R : (num_directions, 4*hidden_size, hidden_size) ndarray
+        ``R[iofc]``, then the backward direction's.
+    B : (num_directions, 8*hidden_size) ndarray, optional
+        ``[Wb[iofc], Rb[iofc]]``; zeros if absent.
+    initial_h, initial_c : (num_directions, batch_size, hidden_size) ndarray, optional
+        ``(batch_size, num_directions, hidden_size)`` if ``layout=1``; zeros if absent.
+    P : (num_directions, 3*hidden_size) ndarray, optional
+        Peepholes ``[Pi, Po, Pf]``; zeros if absent.
+    input_forget : int
+        Non-zero couples the input and forget gates: ``ft = 1 - it``.
+
+    Returns
+    -------
+    Y : (seq_length, num_directions, batch_size, hidden_size) ndarray or None
+        ``(batch_size, seq_length, num_directions, hidden_size)`` if ``layout=1``.
+        X's dtype.
+    Y_h, Y_c : (num_directions, batch_size, hidden_size) ndarray
+        Last hidden and cell state; ``(batch_size, num_directions, hidden_size)`` if
+        ``layout=1``.
+{raises}"""
+)
+def lstm(
+    X: np.ndarray,
+    W: np.ndarray,
+    R: np.ndarray,
+    B: np.ndarray | None = None,
+    sequence_lens: np.ndarray | None = None,
+    initial_h: np.ndarray | None = None,
+    initial_c: np.ndarray | None = None,
+    P: np.ndarray | None = None,
+    *,
+    hidden_size: int | None = None,
+    direction: str = "forward",
+    activations: Sequence[str] | None = None,
+    activation_alpha: Sequence[float] | None = None,
+    activation_beta: Sequence[float] | None = None,
+    clip: float | None = None,
+    input_forget: int = 0,
+    layout: int = 0,
+    output_sequence: bool = True,
+) -> tuple[np.ndarray | None, np.ndarray, np.ndarray]:
+    spec = make_spec(
+        cells.LSTM,
+        np.asarray(R),
+        hidden_size=hidden_size,
+        direction=direction,
+        activations=activations,
+        activation_alpha=activation_alpha,
+        activation_beta=activation_beta,
+        clip=clip,
+        layout=layout,
+        input_forget=input_forget,
+    )
+    states = [("initial_h", initial_h), ("initial_c", initial_c)]
+    x = check_inputs(spec, X, W, R, B, sequence_lens, states, P)
+    Y, Y_h, Y_c = scan(spec, x, output_sequence=output_sequence)
+    return Y, Y_h, Y_c

@@ -1,0 +1,258 @@
+"""One call, described once: attributes parsed and checked, inputs normalised.
+
+Everything here is shared by every operator; what differs between GRU, RNN and LSTM is
+the :class:`~onnx_recurrent.cells.Cell` (gate count, activation count, states).
+After :func:`check_inputs` the kernels never branch on layout, absent inputs or
+missing ``sequence_lens`` again.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import ml_dtypes
+import numpy as np
+
+from .activations import Activation, resolve
+from .errors import RecurrentError, RecurrentTypeError
+
+if TYPE_CHECKING:
+    from .cells import Cell
+
+DIRECTIONS = ("forward", "reverse", "bidirectional")
+#: element types of T, and the type each is computed in (SEMANTICS.md, "Types")
+COMPUTE_DTYPE = {
+    np.dtype(np.float16): np.dtype(np.float32),
+    np.dtype(ml_dtypes.bfloat16): np.dtype(np.float32),
+    np.dtype(np.float32): np.dtype(np.float32),
+    np.dtype(np.float64): np.dtype(np.float64),
+}
+
+
+@dataclass(frozen=True)
+class RecSpec:
+    """The attributes of one recurrent call, validated."""
+
+    cell: Cell
+    hidden_size: int
+    direction: str
+    layout: int
+    clip: float | None
+    activations: tuple[tuple[Activation, ...], ...]  # one tuple per direction
+    linear_before_reset: bool = False
+    input_forget: bool = False
+
+    @property
+    def num_directions(self) -> int:
+        return 2 if self.direction == "bidirectional" else 1
+
+
+def _flag(name: str, value: Any) -> bool:
+    if isinstance(value, bool | np.bool_):
+        return bool(value)
+    if isinstance(value, int | np.integer):
+        return value != 0
+    raise RecurrentError(f"{name} must be an integer (0 or 1), got {value!r}")
+
+
+def make_spec(
+    cell: Cell,
+    R: np.ndarray,
+    *,
+    hidden_size: int | None,
+    direction: str,
+    activations: Sequence[str] | None,
+    activation_alpha: Sequence[float] | None,
+    activation_beta: Sequence[float] | None,
+    clip: float | None,
+    layout: int,
+    linear_before_reset: Any = 0,
+    input_forget: Any = 0,
+) -> RecSpec:
+    """Parse and check the attributes of one call (R gives the hidden size)."""
+    if isinstance(direction, bytes):
+        direction = direction.decode()
+    if not isinstance(direction, str) or direction.lower() not in DIRECTIONS:
+        raise RecurrentError(f"direction must be one of {list(DIRECTIONS)}, got {direction!r}")
+    direction = direction.lower()
+    if layout not in (0, 1) or isinstance(layout, bool):
+        raise RecurrentError(f"layout must be 0 or 1, got {layout!r}")
+    if R.ndim != 3:
+        raise RecurrentError(
+            f"R must be 3-D [num_directions, {cell.n_gates}*hidden_size, hidden_size], "
+            f"got shape {R.shape}"
+        )
+    inferred = R.shape[2]
+    if hidden_size is None:
+        hidden_size = inferred
+    elif not isinstance(hidden_size, int | np.integer) or hidden_size != inferred:
+        raise RecurrentError(
+            f"hidden_size={hidden_size!r} disagrees with R of shape {R.shape} "
+            f"(its last axis is hidden_size={inferred})"
+        )
+    if hidden_size < 1:
+        raise RecurrentError(f"hidden_size must be positive, got R of shape {R.shape}")
+    if clip is not None:
+        clip = float(clip)
+        if math.isnan(clip) or clip <= 0:
+            raise RecurrentError(f"clip must be a positive number, got {clip!r}")
+        if math.isinf(clip):
+            clip = None
+    num_directions = 2 if direction == "bidirectional" else 1
+    if activations is None:
+        names = list(cell.default_activations) * num_directions
+    else:
+        names = [a.decode() if isinstance(a, bytes) else a for a in activations]
+        expected = cell.n_activations * num_directions
+        if len(names) != expected:
+            raise RecurrentError(
+                f"activations must list {expected} functions for {cell.name} with "
+                f"direction={direction!r} ({cell.n_activations} per direction), "
+                f"got {len(names)}: {names}"
+            )
+    bound = resolve(names, activation_alpha, activation_beta)
+    n = cell.n_activations
+    per_direction = tuple(bound[d * n : (d + 1) * n] for d in range(num_directions))
+    return RecSpec(
+        cell=cell,
+        hidden_size=int(hidden_size),
+        direction=direction,
+        layout=int(layout),
+        clip=clip,
+        activations=per_direction,
+        linear_before_reset=_flag("linear_before_reset", linear_before_reset),
+        input_forget=_flag("input_forget", input_forget),
+    )
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """The inputs of one call, time-major, absent ones filled in.
+
+    ``X`` is a (possibly strided) view of the caller's array; the weights are in the
+    compute dtype. Nothing here aliases an array that the kernels write to.
+    """
+
+    X: np.ndarray  # [seq_length, batch_size, input_size], X's own dtype
+    W: np.ndarray  # [num_directions, gates*hidden, input_size], compute dtype
+    R: np.ndarray  # [num_directions, gates*hidden, hidden]
+    B: np.ndarray  # [num_directions, 2*gates*hidden]
+    sequence_lens: np.ndarray  # [batch_size] int64
+    initial_states: tuple[np.ndarray, ...]  # each [num_directions, batch_size, hidden]
+    P: np.ndarray | None  # [num_directions, peepholes*hidden] or None
+    dtype: np.dtype  # of X and of the outputs
+    compute_dtype: np.dtype
+
+
+def as_float_array(name: str, value: Any) -> np.ndarray:
+    """``value`` as an array of one of the T types, or a clear TypeError."""
+    array = np.asarray(value)
+    if array.dtype not in COMPUTE_DTYPE:
+        allowed = ", ".join(str(t) for t in COMPUTE_DTYPE)
+        raise RecurrentTypeError(f"{name} must have a float dtype ({allowed}), got {array.dtype}")
+    return array
+
+
+def _check_shape(name: str, array: np.ndarray, expected: tuple[int, ...], meaning: str) -> None:
+    if array.shape != expected:
+        raise RecurrentError(
+            f"{name} must have shape {list(expected)} {meaning}, got {list(array.shape)}"
+        )
+
+
+def check_inputs(
+    spec: RecSpec,
+    X: Any,
+    W: Any,
+    R: Any,
+    B: Any = None,
+    sequence_lens: Any = None,
+    initial_states: Sequence[tuple[str, Any]] = (),
+    P: Any = None,
+) -> Inputs:
+    """Check every input against the spec and normalise it (time-major, filled in).
+
+    ``initial_states`` pairs each state's input name with its value (or None).
+    """
+    cell = spec.cell
+    X = as_float_array("X", X)
+    dtype = X.dtype
+    ct = COMPUTE_DTYPE[dtype]
+    D, H, G = spec.num_directions, spec.hidden_size, cell.n_gates
+    if X.ndim != 3:
+        dims = (
+            "[batch_size, seq_length, input_size]"
+            if spec.layout
+            else "[seq_length, batch_size, input_size]"
+        )
+        raise RecurrentError(
+            f"X must be 3-D {dims} (layout={spec.layout}), got shape {list(X.shape)}"
+        )
+    X_tm = X.transpose(1, 0, 2) if spec.layout else X
+    T, N, I = X_tm.shape
+
+    def same_type(name: str, value: Any) -> np.ndarray:
+        array = as_float_array(name, value)
+        if array.dtype != dtype:
+            raise RecurrentTypeError(f"{name} must have X's dtype {dtype}, got {array.dtype}")
+        return array
+
+    W = same_type("W", W)
+    R = same_type("R", R)
+    _check_shape("W", W, (D, G * H, I), f"[num_directions, {G}*hidden_size, input_size]")
+    _check_shape("R", R, (D, G * H, H), f"[num_directions, {G}*hidden_size, hidden_size]")
+    if B is None:
+        B = np.zeros((D, 2 * G * H), ct)
+    else:
+        B = same_type("B", B)
+        _check_shape("B", B, (D, 2 * G * H), f"[num_directions, {2 * G}*hidden_size]")
+
+    if sequence_lens is None:
+        lens = np.full(N, T, np.int64)
+    else:
+        lens = np.asarray(sequence_lens)
+        if not np.issubdtype(lens.dtype, np.integer):
+            raise RecurrentTypeError(f"sequence_lens must be int32, got {lens.dtype}")
+        _check_shape("sequence_lens", lens, (N,), "[batch_size]")
+        bad = (lens < 0) | (lens > T)
+        if bad.any():
+            b = int(np.argmax(bad))
+            raise RecurrentError(
+                f"sequence_lens must lie in [0, seq_length={T}], got sequence_lens[{b}]={lens[b]}"
+            )
+        lens = lens.astype(np.int64)
+
+    states = []
+    state_dims = (
+        "[batch_size, num_directions, hidden_size]"
+        if spec.layout
+        else "[num_directions, batch_size, hidden_size]"
+    )
+    state_shape = (N, D, H) if spec.layout else (D, N, H)
+    for name, value in initial_states:
+        if value is None:
+            states.append(np.zeros((D, N, H), ct))
+            continue
+        value = same_type(name, value)
+        _check_shape(name, value, state_shape, state_dims)
+        states.append(value.transpose(1, 0, 2) if spec.layout else value)
+
+    if P is not None:
+        npeep = cell.n_peepholes
+        P = same_type("P", P)
+        _check_shape("P", P, (D, npeep * H), f"[num_directions, {npeep}*hidden_size]")
+        P = P.astype(ct)
+    return Inputs(
+        X=X_tm,
+        W=W.astype(ct, copy=False),
+        R=R.astype(ct, copy=False),
+        B=B.astype(ct, copy=False),
+        sequence_lens=lens,
+        initial_states=tuple(states),
+        P=P,
+        dtype=dtype,
+        compute_dtype=ct,
+    )
