@@ -9,6 +9,16 @@ from __future__ import annotations
 
 from .errors import RecurrentError, RecurrentTypeError
 from .ops import gru, lstm, rnn
+from .runtime import InferenceSession, NodeArg, reference_ops
 
-__all__ = ["RecurrentError", "RecurrentTypeError", "gru", "lstm", "rnn"]
+__all__ = [
+    "InferenceSession",
+    "NodeArg",
+    "RecurrentError",
+    "RecurrentTypeError",
+    "gru",
+    "lstm",
+    "reference_ops",
+    "rnn",
+]
 __version__ = "0.1.0"

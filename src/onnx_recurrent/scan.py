@@ -110,7 +110,7 @@ def scan(
                     Y_tm[T - 1 - k if reverse else k, d] = states[0]
                 else:
                     Y_tm[t_idx[k - k0, :n], d, s.order[:n]] = states[0][:n]
-        for final, state in zip(finals_tm, states):
+        for final, state in zip(finals_tm, states, strict=True):
             final[d, rows] = state
     empty = x.sequence_lens == 0
     if empty.any():  # no step ran: zeros, not initial_h (SEMANTICS.md, "Sequences")

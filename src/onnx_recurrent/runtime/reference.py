@@ -1,0 +1,115 @@
+"""``onnx.reference`` operators backed by onnx-recurrent, one class per operator version.
+
+``ReferenceEvaluator`` looks new operators up by class name, so the classes it is
+given are named exactly ``GRU``, ``RNN`` and ``LSTM``; each picks the versioned class
+for the model's opset (``GRU.versions``) when a node is loaded. Version differences are
+handled here and nowhere else: ``output_sequence`` (1, 3: Y is produced whenever the
+node names it), GRU-1's ``'foward'`` default, ``layout`` (14+) and bfloat16 (22+).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+import ml_dtypes
+import numpy as np
+import onnx
+from onnx.reference.op_run import OpRun
+
+from .. import ops
+from ..errors import RecurrentTypeError
+
+#: attributes each function takes besides the common ones
+_ATTRIBUTES = {
+    "GRU": ("linear_before_reset",),
+    "RNN": (),
+    "LSTM": ("input_forget",),
+}
+_COMMON = (
+    "hidden_size",
+    "direction",
+    "activations",
+    "activation_alpha",
+    "activation_beta",
+    "clip",
+    "layout",
+)
+
+
+class RecurrentOp(OpRun):
+    """Base of the adapters: calls the public function with the node's attributes."""
+
+    op_domain = ""
+    function: ClassVar[Callable[..., tuple]]
+    since_version: ClassVar[int]
+    versions: ClassVar[dict[int, type[RecurrentOp]]]
+
+    def __new__(cls, onnx_node: onnx.NodeProto, run_params: dict[str, Any], schema: Any = None):
+        if "since_version" not in cls.__dict__:  # the operator's class: pick the version
+            opset = run_params.get("opsets", {}).get("", max(cls.versions))
+            known = [v for v in cls.versions if v <= opset]
+            if not known:
+                raise NotImplementedError(f"{cls.__name__} has no version <= opset {opset}")
+            cls = cls.versions[max(known)]
+        return super().__new__(cls)
+
+    def _check_and_fix_outputs(self, res: tuple[Any, ...]) -> tuple[Any, ...]:
+        # Outputs the node names '' are None, so the evaluator's optional-input
+        # placeholder results[''] stays None for the nodes that follow.
+        return res
+
+    def _run(self, X, W, R, *optional, **attributes):
+        given = {a.name for a in self.onnx_node.attribute}
+        name = self.onnx_node.op_type
+        kwargs = {
+            k: v
+            for k, v in attributes.items()
+            if k in given and k in _COMMON + _ATTRIBUTES[name] and v is not None
+        }
+        if kwargs.get("direction") in ("foward", b"foward"):  # GRU-1's spelling
+            kwargs["direction"] = "forward"
+        if np.asarray(X).dtype == ml_dtypes.bfloat16 and self.since_version < 22:
+            raise RecurrentTypeError(
+                f"X: bfloat16 needs {name} version 22, this node is version {self.since_version}"
+            )
+        outputs = self.onnx_node.output
+        want_Y = len(outputs) > 0 and outputs[0] != ""
+        results = type(self).function(X, W, R, *optional, output_sequence=want_Y, **kwargs)
+        return tuple(
+            r if i < len(outputs) and outputs[i] else None for i, r in enumerate(results)
+        )[: max(len(outputs), 1)]
+
+
+def _family(name: str, function: Callable[..., tuple], versions: tuple[int, ...]) -> type:
+    base = type(name, (RecurrentOp,), {"function": staticmethod(function), "versions": {}})
+    for v in versions:
+        cls = type(
+            f"{name}_{v}",
+            (base,),
+            {"since_version": v, "op_schema": onnx.defs.get_schema(name, v)},
+        )
+        base.versions[v] = cls
+    return base
+
+
+GRU = _family("GRU", ops.gru, (1, 3, 7, 14, 22))
+RNN = _family("RNN", ops.rnn, (1, 7, 14, 22))
+LSTM = _family("LSTM", ops.lstm, (1, 7, 14, 22))
+
+
+def reference_ops() -> list[type[OpRun]]:
+    """The recurrent operators as ``onnx.reference`` operator classes.
+
+    Pass them as ``onnx.reference.ReferenceEvaluator(model, new_ops=reference_ops())``:
+    onnx.reference then runs the other operators and onnx-recurrent the recurrent
+    ones. The classes are named ``GRU``, ``RNN`` and ``LSTM`` (the evaluator matches
+    by name); each dispatches on the model's opset to its versioned class, GRU 1, 3,
+    7, 14, 22, RNN and LSTM 1, 7, 14, 22 (``GRU.versions[7]`` is ``GRU_7``).
+
+    Returns
+    -------
+    list of type
+        Subclasses of ``onnx.reference.op_run.OpRun``, domain ``""``.
+    """
+    return [GRU, RNN, LSTM]
