@@ -25,7 +25,7 @@ Examples
 >>> samples, rate = vad.read_wav("speech_16k.wav")  # doctest: +SKIP
 >>> probs = vad.speech_probabilities(session, samples, rate)  # doctest: +SKIP
 >>> vad.speech_segments(probs, rate, num_samples=samples.size)  # doctest: +SKIP
-[(0.718, 2.046), (3.038, 4.194)]
+[(0.738, 2.206), (3.074, 4.222)]
 """
 
 from __future__ import annotations
@@ -352,7 +352,7 @@ def _speech_sample_ranges(
         if triggered and (cur_sample - current_speech["start"] > max_speech_samples):
             if use_max_poss_sil_at_max_speech and possible_ends:
                 # The longest candidate silence in the current segment.
-                prev_end, dur = possible_ends[-1]
+                prev_end, dur = max(possible_ends, key=lambda x: x[1])
                 current_speech["end"] = prev_end
                 speeches.append(current_speech)
                 current_speech = {}

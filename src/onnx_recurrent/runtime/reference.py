@@ -18,7 +18,7 @@ import onnx
 from onnx.reference.op_run import OpRun
 
 from .. import ops
-from ..errors import RecurrentTypeError
+from ..errors import RecurrentError, RecurrentTypeError
 
 #: attributes each function takes besides the common ones
 _ATTRIBUTES = {
@@ -53,6 +53,17 @@ class RecurrentOp(OpRun):
                 raise NotImplementedError(f"{cls.__name__} has no version <= opset {opset}")
             cls = cls.versions[max(known)]
         return super().__new__(cls)
+
+    def run(self, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+        # OpRun.run rewraps a TypeError into a generic one: surface ours, naming the node.
+        try:
+            return super().run(*args, **kwargs)
+        except (RecurrentError, TypeError) as e:
+            cause = e if isinstance(e, RecurrentError) else e.__cause__
+            if not isinstance(cause, RecurrentError | RecurrentTypeError):
+                raise
+            node = self.onnx_node
+            raise type(cause)(f"{node.op_type} node {node.name!r}: {cause}") from None
 
     def _check_and_fix_outputs(self, res: tuple[Any, ...]) -> tuple[Any, ...]:
         # Outputs the node names '' are None, so the evaluator's optional-input

@@ -1,0 +1,130 @@
+"""Bad input: a clear ValueError/TypeError naming the input, never a NumPy traceback."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import onnx_recurrent as orc
+
+from models import random_inputs
+
+FUNCTIONS = {"GRU": orc.gru, "RNN": orc.rnn, "LSTM": orc.lstm}
+
+
+def _shape_cases(op):
+    f = random_inputs(op)
+    yield "X 2-D", {**f, "X": f["X"][0]}, ValueError, r"X must be 3-D"
+    yield "W shape", {**f, "W": f["W"][:, :-1]}, ValueError, r"W must have shape \[1, \d+, 4\]"
+    yield "R not 3-D", {**f, "R": f["R"][0]}, ValueError, r"R must be 3-D"
+    yield "B shape", {**f, "B": f["B"][:, :-1]}, ValueError, r"B must have shape"
+    yield (
+        "initial_h shape",
+        {**f, "initial_h": f["initial_h"][:, :2]},
+        ValueError,
+        (r"initial_h must have shape \[1, 3, 3\]"),
+    )
+    yield (
+        "sequence_lens shape",
+        {**f, "sequence_lens": f["sequence_lens"][:2]},
+        ValueError,
+        (r"sequence_lens must have shape \[3\]"),
+    )
+    yield (
+        "sequence_lens > T",
+        {**f, "sequence_lens": np.array([5, 6, 1], np.int32)},
+        (ValueError),
+        r"sequence_lens\[1\]=6",
+    )
+    yield (
+        "sequence_lens < 0",
+        {**f, "sequence_lens": np.array([5, -1, 1], np.int32)},
+        (ValueError),
+        r"sequence_lens\[1\]=-1",
+    )
+    yield (
+        "sequence_lens float",
+        {**f, "sequence_lens": np.ones(3, np.float32)},
+        TypeError,
+        (r"sequence_lens must be int32"),
+    )
+    yield "integer X", {**f, "X": np.ones((5, 3, 4), np.int64)}, TypeError, r"X must have a float"
+    yield "mixed dtype", {**f, "W": f["W"].astype(np.float64)}, TypeError, r"W must have X's dtype"
+    if op == "LSTM":
+        yield "P shape", {**f, "P": f["P"][:, :-1]}, ValueError, r"P must have shape \[1, 9\]"
+        yield (
+            "initial_c shape",
+            {**f, "initial_c": f["initial_c"][:, :, :2]},
+            ValueError,
+            (r"initial_c must have shape \[1, 3, 3\]"),
+        )
+
+
+SHAPE_CASES = [(op, *case) for op in FUNCTIONS for case in _shape_cases(op)]
+
+
+@pytest.mark.parametrize(
+    ("op", "what", "feeds", "error", "match"),
+    SHAPE_CASES,
+    ids=[f"{c[0]}-{c[1]}" for c in SHAPE_CASES],
+)
+def test_bad_inputs(op, what, feeds, error, match):
+    with pytest.raises(error, match=match):
+        FUNCTIONS[op](*feeds.values())
+
+
+ATTRIBUTE_CASES = [
+    ({"hidden_size": 4}, r"hidden_size=4 disagrees with R"),
+    ({"direction": "sideways"}, r"direction must be one of"),
+    ({"direction": "bidirectional"}, r"W must have shape \[2,"),
+    ({"layout": 2}, r"layout must be 0 or 1"),
+    ({"activations": "one too many"}, r"activations must list"),
+    ({"activations": "Swish"}, r"unknown activation 'Swish'"),
+    ({"activation_alpha": [0.1, 0.2]}, r"activation_alpha has 2 values"),
+    ({"clip": 0.0}, r"clip must be a positive number"),
+    ({"clip": float("nan")}, r"clip must be a positive number"),
+    ({"clip": -1.0}, r"clip must be a positive number"),
+]
+
+
+@pytest.mark.parametrize("op", FUNCTIONS)
+@pytest.mark.parametrize(("attributes", "match"), ATTRIBUTE_CASES)
+def test_bad_attributes(op, attributes, match):
+    n = {"GRU": 2, "RNN": 1, "LSTM": 3}[op]
+    if attributes.get("activations") == "one too many":
+        attributes = {"activations": ["Tanh"] * (n + 1)}
+    elif attributes.get("activations") == "Swish":
+        attributes = {"activations": ["Swish"] * n}
+    with pytest.raises(ValueError, match=match):
+        FUNCTIONS[op](*random_inputs(op).values(), **attributes)
+
+
+def test_activation_list_length_message_gives_the_count():
+    f = random_inputs("GRU")
+    with pytest.raises(ValueError, match=r"must list 4 functions .* got 2"):
+        orc.gru(*f.values(), direction="bidirectional", activations=["Sigmoid", "Tanh"])
+
+
+def test_non_contiguous_and_read_only_inputs_just_work():
+    f = random_inputs("LSTM")
+    expected = orc.lstm(*f.values())
+    strided = {k: np.repeat(v, 2, axis=-1)[..., ::2] for k, v in f.items()}
+    for v in strided.values():
+        v.flags.writeable = False
+    assert not strided["X"].flags.c_contiguous
+    for got, e in zip(orc.lstm(*strided.values()), expected, strict=True):
+        np.testing.assert_array_equal(got, e)
+
+
+def test_caller_arrays_are_not_modified():
+    for op, fn in FUNCTIONS.items():
+        f = random_inputs(op)
+        copies = {k: v.copy() for k, v in f.items()}
+        fn(*f.values(), direction="forward", clip=0.5)
+        for k in f:
+            np.testing.assert_array_equal(f[k], copies[k], err_msg=f"{op} modified {k}")
+
+
+def test_errors_subclass_builtins():
+    assert issubclass(orc.RecurrentError, ValueError)
+    assert issubclass(orc.RecurrentTypeError, TypeError)

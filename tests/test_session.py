@@ -1,0 +1,103 @@
+"""InferenceSession: onnxruntime's shape, checked feeds, concurrent runs."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+import onnx_recurrent as orc
+
+from models import node_model, random_inputs
+
+
+@pytest.fixture(scope="module")
+def model_and_feeds():
+    feeds = random_inputs("LSTM", T=30, N=4, I=8, H=16, D=2)
+    model = node_model("LSTM", feeds, {"direction": "bidirectional", "clip": 2.0})
+    return model, feeds
+
+
+def test_model_from_path_bytes_and_proto(tmp_path, model_and_feeds):
+    model, feeds = model_and_feeds
+    path = tmp_path / "m.onnx"
+    path.write_bytes(model.SerializeToString())
+    results = [
+        orc.InferenceSession(m).run(None, feeds)
+        for m in (model, model.SerializeToString(), str(path), path)
+    ]
+    for r in results[1:]:
+        for a, b in zip(results[0], r, strict=True):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_inputs_and_outputs_describe_the_graph(model_and_feeds):
+    model, feeds = model_and_feeds
+    session = orc.InferenceSession(model)
+    inputs = session.get_inputs()
+    assert [i.name for i in inputs] == list(feeds)
+    assert inputs[0].shape == [30, 4, 8] and inputs[0].type == "tensor(float)"
+    assert inputs[4].type == "tensor(int32)"
+    assert [o.name for o in session.get_outputs()] == ["Y", "Y_h", "Y_c"]
+
+
+def test_output_names_select_and_order(model_and_feeds):
+    model, feeds = model_and_feeds
+    session = orc.InferenceSession(model)
+    _Y, Y_h, Y_c = session.run(None, feeds)
+    Y_c2, Y_h2 = session.run(["Y_c", "Y_h"], feeds)
+    np.testing.assert_array_equal(Y_c, Y_c2)
+    np.testing.assert_array_equal(Y_h, Y_h2)
+
+
+def test_concurrent_runs_equal_serial_runs(model_and_feeds):
+    model, feeds = model_and_feeds
+    session = orc.InferenceSession(model)
+    rng = np.random.default_rng(7)
+    variants = [
+        {**feeds, "X": rng.standard_normal(feeds["X"].shape).astype(np.float32)} for _ in range(12)
+    ]
+    serial = [session.run(None, f) for f in variants]
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        parallel = list(pool.map(lambda f: session.run(None, f), variants * 2))
+    for i, result in enumerate(parallel):
+        for a, b in zip(serial[i % len(variants)], result, strict=True):
+            np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize(
+    ("change", "error", "match"),
+    [
+        (lambda f: f.pop("X"), ValueError, r"missing input\(s\) \['X'\]"),
+        (lambda f: f.update(x=f["X"]), ValueError, r"unknown input name\(s\) \['x'\]"),
+        (
+            lambda f: f.update(X=f["X"].astype(np.float64)),
+            TypeError,
+            r"'X': expected element type tensor\(float\)",
+        ),
+        (lambda f: f.update(X=f["X"][0]), ValueError, r"'X': expected rank 3"),
+        (lambda f: f.update(X=f["X"][:, :2]), ValueError, r"'X': expected shape \[30, 4, 8\]"),
+        (
+            lambda f: f.update(sequence_lens=f["sequence_lens"] + 40),
+            ValueError,
+            r"LSTM node .*sequence_lens must lie in \[0, seq_length=30\]",
+        ),
+    ],
+)
+def test_bad_feeds(model_and_feeds, change, error, match):
+    model, feeds = model_and_feeds
+    feeds = dict(feeds)
+    change(feeds)
+    with pytest.raises(error, match=match):
+        orc.InferenceSession(model).run(None, feeds)
+
+
+def test_unknown_output_and_bad_model():
+    model = node_model("RNN", random_inputs("RNN", full=False), {})
+    with pytest.raises(ValueError, match=r"unknown output name\(s\) \['Z'\]"):
+        orc.InferenceSession(model).run(["Z"], random_inputs("RNN", full=False))
+    with pytest.raises(FileNotFoundError, match="no such file"):
+        orc.InferenceSession("/nonexistent/model.onnx")
+    with pytest.raises(TypeError, match=r"model must be a path, bytes or onnx\.ModelProto"):
+        orc.InferenceSession(42)
