@@ -1,6 +1,6 @@
 """onnx-recurrent: the ONNX recurrent operators on NumPy, complete to the specification.
 
-Faces: functions on arrays (:func:`gru`, :func:`rnn`, :func:`lstm`), an
+Faces: functions on arrays (:func:`gru`, :func:`rnn`, :func:`lstm`, :func:`gru_cell`), an
 onnxruntime-style :class:`InferenceSession` for whole ONNX models, and
 :func:`reference_ops` for ``onnx.reference.ReferenceEvaluator(new_ops=...)``.
 """
@@ -8,7 +8,7 @@ onnxruntime-style :class:`InferenceSession` for whole ONNX models, and
 from __future__ import annotations
 
 from .errors import RecurrentError, RecurrentTypeError
-from .ops import gru, lstm, rnn
+from .ops import gru, gru_cell, lstm, rnn
 from .runtime import InferenceSession, NodeArg, reference_ops
 
 __all__ = [
@@ -17,6 +17,7 @@ __all__ = [
     "RecurrentError",
     "RecurrentTypeError",
     "gru",
+    "gru_cell",
     "lstm",
     "reference_ops",
     "rnn",

@@ -1,4 +1,4 @@
-"""The public functions: ``gru``, ``rnn``, ``lstm`` (ONNX) and ``gru_cell`` (OpenVINO)."""
+"""The public functions: ``gru``, ``rnn``, ``lstm`` (ONNX), ``gru_cell`` (OpenVINO GRUCell-3)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from . import cells
+from .errors import RecurrentError
 from .scan import scan
-from .spec import check_inputs, make_spec
+from .spec import as_float_array, check_inputs, make_spec
 
 _COMMON_DOC = """
     X : (seq_length, batch_size, input_size) ndarray
@@ -254,3 +255,110 @@ def lstm(
     x = check_inputs(spec, X, W, R, B, sequence_lens, states, P)
     Y, Y_h, Y_c = scan(spec, x, output_sequence=output_sequence)
     return Y, Y_h, Y_c
+
+
+def gru_cell(
+    X: np.ndarray,
+    initial_hidden_state: np.ndarray,
+    W: np.ndarray,
+    R: np.ndarray,
+    B: np.ndarray | None = None,
+    *,
+    hidden_size: int,
+    activations: Sequence[str] = ("sigmoid", "tanh"),
+    activations_alpha: Sequence[float] | None = None,
+    activations_beta: Sequence[float] | None = None,
+    clip: float | None = None,
+    linear_before_reset: bool = False,
+) -> np.ndarray:
+    """Compute one GRU step with OpenVINO GRUCell-3's interface.
+
+    The equations are those of :func:`gru` (gates ``z r h``); this is one time step of
+    it, forward, with OpenVINO's input shapes and bias layout.
+
+    Parameters
+    ----------
+    X : (batch_size, input_size) ndarray
+        float16, float32, float64 or bfloat16; the other inputs share its dtype.
+    initial_hidden_state : (batch_size, hidden_size) ndarray
+    W : (3*hidden_size, input_size) ndarray
+    R : (3*hidden_size, hidden_size) ndarray
+    B : (3*hidden_size,) or (4*hidden_size,) ndarray, optional
+        The sums ``Wb + Rb`` of each gate; with ``linear_before_reset``
+        ``[Wbz+Rbz, Wbr+Rbr, Wbh, Rbh]``. Zeros if absent.
+    hidden_size : int
+        Must agree with R's last axis.
+    activations : sequence of str
+        ``f`` and ``g``; any of the eleven ONNX activations (OpenVINO: relu,
+        sigmoid, tanh).
+    activations_alpha, activations_beta : sequence of float, optional
+        Consumed in order, as the ONNX operators' ``activation_alpha/beta``.
+    clip : float, optional
+        Bounds each activation's input to ``[-clip, clip]``; None, 0 (OpenVINO's
+        serialised default) or infinity means no clipping.
+    linear_before_reset : bool
+
+    Returns
+    -------
+    Ho : (batch_size, hidden_size) ndarray
+        The next hidden state, in X's dtype.
+
+    Raises
+    ------
+    ValueError
+        A shape that disagrees (expected and actual in the message), a bias whose
+        length is neither ``3*hidden_size`` nor, with ``linear_before_reset``,
+        ``4*hidden_size``, an unknown activation, ``clip < 0``.
+    TypeError
+        A non-float X or an input whose dtype differs from X's.
+    """
+    X = as_float_array("X", X)
+    R = np.asarray(R)
+    H = hidden_size
+    if X.ndim != 2:
+        raise RecurrentError(f"X must be 2-D [batch_size, input_size], got shape {list(X.shape)}")
+    N, I = X.shape
+    expected = {
+        "initial_hidden_state": ((N, H), "[batch_size, hidden_size]"),
+        "W": ((3 * H, I), "[3*hidden_size, input_size]"),
+        "R": ((3 * H, H), "[3*hidden_size, hidden_size]"),
+    }
+    given = {"initial_hidden_state": np.asarray(initial_hidden_state), "W": np.asarray(W), "R": R}
+    for name, (shape, dims) in expected.items():
+        if given[name].shape != shape:
+            raise RecurrentError(
+                f"{name} must have shape {list(shape)} {dims} (hidden_size={H}), "
+                f"got {list(given[name].shape)}"
+            )
+    Wb = np.zeros(3 * H, X.dtype)
+    Rb = np.zeros(3 * H, X.dtype)
+    if B is not None:
+        B = np.asarray(B)
+        lengths = (3 * H, 4 * H) if linear_before_reset else (3 * H,)
+        if B.shape not in [(n,) for n in lengths]:
+            allowed = " or ".join(f"[{n}]" for n in lengths)
+            raise RecurrentError(
+                f"B must have shape {allowed} (linear_before_reset={bool(linear_before_reset)}, "
+                f"hidden_size={H}), got {list(B.shape)}"
+            )
+        Wb = B[: 3 * H]
+        if len(B) == 4 * H:
+            Rb = np.concatenate([np.zeros(2 * H, B.dtype), B[3 * H :]])
+    if clip == 0:
+        clip = None
+    _, Y_h = gru(
+        X[None],
+        given["W"][None],
+        R[None],
+        np.concatenate([Wb, Rb])[None],
+        None,
+        given["initial_hidden_state"][None],
+        hidden_size=H,
+        activations=list(activations),
+        activation_alpha=activations_alpha,
+        activation_beta=activations_beta,
+        clip=clip,
+        linear_before_reset=int(bool(linear_before_reset)),
+        output_sequence=False,
+    )
+    return Y_h[0]
