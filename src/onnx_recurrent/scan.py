@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import backends
 from .spec import Inputs, RecSpec
 
 #: bytes of input projection computed at once (at least MIN_BLOCK steps)
@@ -58,6 +59,21 @@ def _block_inputs(
     return X[s.time_index(k0, k1, n, reverse, T), s.order[None, :n]]
 
 
+def _store(
+    Y_tm: np.ndarray, d: int, Yb: np.ndarray, s: Schedule, k0: int, k1: int, reverse: bool
+) -> None:
+    """Scatter a block's hidden states (schedule order) into ``Y[t, d, b]``."""
+    T = Y_tm.shape[0]
+    if s.order is None:
+        Y_tm[T - k1 : T - k0, d] = Yb[::-1] if reverse else Yb
+        return
+    n0 = Yb.shape[1]
+    valid = np.arange(k0, k1)[:, None] < s.lens[None, :n0]
+    t = s.time_index(k0, k1, n0, reverse, T)
+    rows = np.broadcast_to(s.order[None, :n0], t.shape)
+    Y_tm[t[valid], d, rows[valid]] = Yb[valid]
+
+
 def scan(
     spec: RecSpec, x: Inputs, *, output_sequence: bool = True
 ) -> tuple[np.ndarray | None, ...]:
@@ -84,12 +100,11 @@ def scan(
 
     per_step = N * cell.n_gates * H * ct.itemsize
     block = max(MIN_BLOCK, BLOCK_BYTES // max(per_step, 1))
+    backend = backends.select(spec, ct)
     for d in range(D):
         reverse = spec.direction == "reverse" or d == 1
         P = x.P[d] if x.P is not None else None
         w = cell.prepare(spec, x.W[d], x.R[d], x.B[d], P)
-        acts = spec.activations[d]
-        work = cell.workspace(spec, N, ct)
         rows = slice(None) if s.order is None else s.order
         states = tuple(np.array(init[d][rows], dtype=ct) for init in x.initial_states)
         WT = w.W.T
@@ -100,16 +115,10 @@ def scan(
             xw = np.matmul(xb.reshape(-1, xb.shape[-1]).astype(ct, copy=False), WT)
             xw += w.bias
             xw = xw.reshape(k1 - k0, n0, -1)
-            t_idx = s.time_index(k0, k1, n0, reverse, T) if ragged and Y is not None else None
-            for k in range(k0, k1):
-                n = int(s.active[k])
-                cell.step(spec, w, acts, xw[k - k0, :n], tuple(st[:n] for st in states), work)
-                if Y_tm is None:
-                    continue
-                if not ragged:
-                    Y_tm[T - 1 - k if reverse else k, d] = states[0]
-                else:
-                    Y_tm[t_idx[k - k0, :n], d, s.order[:n]] = states[0][:n]
+            Yb = None if Y_tm is None else np.empty((k1 - k0, n0, H), ct)
+            backend.run_block(spec, w, spec.activations[d], xw, states, s.active[k0:k1], Yb)
+            if Yb is not None:
+                _store(Y_tm, d, Yb, s, k0, k1, reverse)
         for final, state in zip(finals_tm, states, strict=True):
             final[d, rows] = state
     empty = x.sequence_lens == 0

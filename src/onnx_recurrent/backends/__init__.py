@@ -1,0 +1,92 @@
+"""Step loops behind the skeleton: ``numpy`` (always there) and ``numba`` (compiled).
+
+A backend runs one block of time steps of one direction (:meth:`Backend.run_block`);
+the skeleton (:mod:`onnx_recurrent.scan`) does everything else. ``supports`` returns
+the reason a backend cannot run a call, or None. The automatic choice (numba where
+it is installed and supports the call, else numpy) can be overridden with
+:func:`use` or the environment variable ``ONNX_RECURRENT_BACKEND``; a backend asked for
+by name that cannot run the call raises.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import importlib
+import os
+from collections.abc import Iterator
+from typing import Protocol
+
+import numpy as np
+
+from ..cells import Weights
+from ..errors import RecurrentError
+from ..spec import RecSpec
+
+NAMES = ("numpy", "numba")
+_chosen: contextvars.ContextVar[str | None] = contextvars.ContextVar("backend", default=None)
+
+
+class Backend(Protocol):
+    name: str
+
+    def supports(self, spec: RecSpec, dtype: np.dtype) -> str | None: ...
+
+    def run_block(
+        self,
+        spec: RecSpec,
+        w: Weights,
+        acts: tuple,
+        xw: np.ndarray,
+        states: tuple[np.ndarray, ...],
+        active: np.ndarray,
+        Yb: np.ndarray | None,
+    ) -> None:
+        """Advance ``states`` over the steps of ``xw`` ``[steps, rows, gates*hidden]``.
+
+        Step ``k`` updates the first ``active[k]`` rows; ``Yb[k, :active[k]]`` (if
+        given) receives the hidden state after step ``k``.
+        """
+        ...
+
+
+def _load(name: str) -> Backend | str:
+    """The backend, or why it cannot be loaded."""
+    try:
+        module = importlib.import_module(f".{name}_backend", __name__)
+    except ImportError as e:
+        return f"{name} is not installed ({e}); pip install onnx-recurrent[fast]"
+    return module.BACKEND
+
+
+@contextlib.contextmanager
+def use(name: str) -> Iterator[None]:
+    """Run the calls in this context on backend ``name`` ("numpy", "numba" or "auto")."""
+    if name not in (*NAMES, "auto"):
+        raise RecurrentError(f"backend must be one of {[*NAMES, 'auto']}, got {name!r}")
+    token = _chosen.set(None if name == "auto" else name)
+    try:
+        yield
+    finally:
+        _chosen.reset(token)
+
+
+def select(spec: RecSpec, dtype: np.dtype) -> Backend:
+    """The backend for one call."""
+    name = _chosen.get() or os.environ.get("ONNX_RECURRENT_BACKEND", "auto")
+    if name == "auto":
+        numba = _load("numba")
+        if not isinstance(numba, str) and numba.supports(spec, dtype) is None:
+            return numba
+        return _load("numpy")  # type: ignore[return-value]
+    if name not in NAMES:
+        raise RecurrentError(
+            f"ONNX_RECURRENT_BACKEND must be one of {[*NAMES, 'auto']}, got {name!r}"
+        )
+    backend = _load(name)
+    if isinstance(backend, str):
+        raise RecurrentError(f"backend {name!r} was asked for, but {backend}")
+    reason = backend.supports(spec, dtype)
+    if reason is not None:
+        raise RecurrentError(f"backend {name!r} cannot run this call: {reason}")
+    return backend

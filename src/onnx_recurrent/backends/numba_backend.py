@@ -1,0 +1,317 @@
+"""The numba backend: each cell's step compiled and fused, one pass per gate element.
+
+Two loops share the same per-row cell code:
+
+- small problems (``batch * gates * hidden * hidden`` under ``FUSED_MACS``): the whole
+  block of steps runs in one compiled call, the ``R`` product included, so there is no
+  Python work per step (latency: one sequence, small hidden sizes);
+- larger ones: ``Ht-1 R^T`` is one BLAS product per step (NumPy), and the gate
+  arithmetic one compiled call.
+
+Activations are passed as codes (:data:`CODES`) with their alpha and beta.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+
+from ..activations import TABLE
+
+CODES = {name: i for i, name in enumerate(TABLE)}
+FUSED_MACS = 1 << 18
+_jit = numba.njit(cache=True, fastmath={"reassoc", "contract", "nsz"}, nogil=True)
+
+
+@_jit
+def _tanh32(x):
+    """float32 tanh as a rational function (Eigen's and MLAS's constants): no libm call,
+    so loops over it vectorize; error within a few float32 ulps."""
+    x = min(max(x, -7.90531110763549805), 7.90531110763549805)
+    x2 = x * x
+    p = x2 * -2.76076847742355e-16 + 2.00018790482477e-13
+    p = x2 * p + -8.60467152213735e-11
+    p = x2 * p + 5.12229709037114e-08
+    p = x2 * p + 1.48572235717979e-05
+    p = x2 * p + 6.37261928875436e-04
+    p = x2 * p + 4.89352455891786e-03
+    q = x2 * 1.19825839466702e-06 + 1.18534705686654e-04
+    q = x2 * q + 2.26843463243900e-03
+    q = x2 * q + 4.89352518554385e-03
+    return x * p / q
+
+
+@_jit
+def _apply(code, v, alpha, beta, fast):
+    """Activation ``code`` on ``v`` in place; one simple loop per code, so each vectorizes."""
+    n = v.shape[0]
+    if code == 1 or code == 2 or code == 6:  # tanh, sigmoid, scaledtanh
+        pre = 0.5 if code == 2 else (beta if code == 6 else 1.0)
+        for j in range(n):
+            v[j] = v[j] * pre
+        if fast:
+            for j in range(n):
+                v[j] = _tanh32(v[j])
+        else:
+            for j in range(n):
+                v[j] = math.tanh(v[j])
+        if code == 2:
+            for j in range(n):
+                v[j] = 0.5 + 0.5 * v[j]
+        elif code == 6:
+            for j in range(n):
+                v[j] = alpha * v[j]
+    elif code == 0:  # relu
+        for j in range(n):
+            v[j] = max(v[j], 0)
+    elif code == 3:  # affine
+        for j in range(n):
+            v[j] = alpha * v[j] + beta
+    elif code == 4:  # leakyrelu
+        for j in range(n):
+            v[j] = v[j] if v[j] >= 0 else alpha * v[j]
+    elif code == 5:  # thresholdedrelu
+        for j in range(n):
+            v[j] = v[j] if v[j] >= alpha else 0
+    elif code == 7:  # hardsigmoid
+        for j in range(n):
+            v[j] = min(max(alpha * v[j] + beta, 0), 1)
+    elif code == 8:  # elu
+        for j in range(n):
+            v[j] = v[j] if v[j] >= 0 else alpha * math.expm1(v[j])
+    elif code == 9:  # softsign
+        for j in range(n):
+            v[j] = v[j] / (1 + abs(v[j]))
+    else:  # softplus, without overflow
+        for j in range(n):
+            v[j] = max(v[j], 0) + math.log1p(math.exp(-abs(v[j])))
+
+
+@_jit
+def _gate(a, i, v, fast):
+    """Activation ``i`` of the table ``a`` = (codes, alphas, betas) on ``v`` in place."""
+    _apply(a[0][i], v, a[1][i], a[2][i], fast)
+
+
+@_jit
+def _pre(dst, x, hr, clip):
+    """``dst = clip(x + hr)``."""
+    for j in range(dst.shape[0]):
+        dst[j] = min(max(x[j] + hr[j], -clip), clip)
+
+
+@_jit
+def _matvec(R, r0, r1, v, out, zero):
+    """``out[j - r0] = R[j] . v`` for rows r0..r1-1 (``zero``: 0 of the dtype)."""
+    H = v.shape[0]
+    for j in range(r0, r1):
+        acc = zero
+        for q in range(H):
+            acc += R[j, q] * v[q]
+        out[j - r0] = acc
+
+
+# --- per-row cell updates; hr: the row's recurrent product; g: scratch [gates*hidden] ---
+
+
+@_jit
+def _rnn_row(x, hr, h, g, a, clip, fast):
+    _pre(h, x, hr, clip)
+    _gate(a, 0, h, fast)
+
+
+@_jit
+def _gru_zr_row(x, hr, h, g, rh, a, clip, fast):
+    """z, r into g[:2H]; r . Ht-1 into rh (linear_before_reset = 0)."""
+    H = h.shape[0]
+    _pre(g[: 2 * H], x, hr, clip)
+    _gate(a, 0, g[: 2 * H], fast)
+    for j in range(H):
+        rh[j] = g[H + j] * h[j]
+
+
+@_jit
+def _gru_h_row(x, hh, h, g, a, clip, fast):
+    """ht from hh = (r . Ht-1) Rh^T, then Ht (linear_before_reset = 0)."""
+    H = h.shape[0]
+    n = g[2 * H :]
+    _pre(n, x[2 * H :], hh, clip)
+    _gate(a, 1, n, fast)
+    for j in range(H):
+        h[j] = n[j] + g[j] * (h[j] - n[j])
+
+
+@_jit
+def _gru_lbr_row(x, hr, rbh, h, g, a, clip, fast):
+    H = h.shape[0]
+    _pre(g[: 2 * H], x, hr, clip)
+    _gate(a, 0, g[: 2 * H], fast)
+    n = g[2 * H :]
+    for j in range(H):
+        n[j] = min(max(x[2 * H + j] + g[H + j] * (hr[2 * H + j] + rbh[j]), -clip), clip)
+    _gate(a, 1, n, fast)
+    for j in range(H):
+        h[j] = n[j] + g[j] * (h[j] - n[j])
+
+
+@_jit
+def _lstm_row(x, hr, h, c, P, input_forget, g, a, clip, fast):
+    """Gates in internal order i f c o; P rows Pi, Po, Pf (zeros when absent)."""
+    H = h.shape[0]
+    for j in range(H):
+        g[j] = min(max(x[j] + hr[j] + P[0, j] * c[j], -clip), clip)
+        g[H + j] = min(max(x[H + j] + hr[H + j] + P[2, j] * c[j], -clip), clip)
+    if input_forget:
+        _gate(a, 0, g[:H], fast)
+        for j in range(H):
+            g[H + j] = 1 - g[j]
+    else:
+        _gate(a, 0, g[: 2 * H], fast)
+    cc = g[2 * H : 3 * H]
+    _pre(cc, x[2 * H : 3 * H], hr[2 * H : 3 * H], clip)
+    _gate(a, 1, cc, fast)
+    for j in range(H):
+        c[j] = g[H + j] * c[j] + g[j] * cc[j]
+    o = g[3 * H :]
+    for j in range(H):
+        o[j] = min(max(x[3 * H + j] + hr[3 * H + j] + P[1, j] * c[j], -clip), clip)
+    _gate(a, 0, o, fast)
+    for j in range(H):
+        cc[j] = c[j]  # h(Ct): the cell state itself is not clipped
+    _gate(a, 2, cc, fast)
+    for j in range(H):
+        h[j] = o[j] * cc[j]
+
+
+@_jit
+def _row(kind, x, hr, rbh, P, input_forget, h, c, g, a, clip, fast):
+    if kind == 0:
+        _rnn_row(x, hr, h, g, a, clip, fast)
+    elif kind == 1:
+        _gru_lbr_row(x, hr, rbh, h, g, a, clip, fast)
+    else:
+        _lstm_row(x, hr, h, c, P, input_forget, g, a, clip, fast)
+
+
+# --- whole blocks, R product inside (small problems) ---
+
+
+@_jit
+def _fused_block(kind, xw, R, rbh, P, input_forget, h, c, active, Y, write_Y, a, clip, fast, zero):
+    H = h.shape[1]
+    G = R.shape[0]
+    hr = np.empty(G, h.dtype)
+    g = np.empty(G, h.dtype)
+    rh = np.empty(H, h.dtype)
+    for k in range(xw.shape[0]):
+        for b in range(active[k]):
+            x, hb = xw[k, b], h[b]
+            if kind == 1 and rbh.shape[0] == 0:  # GRU, reset before the product
+                _matvec(R, 0, 2 * H, hb, hr, zero)
+                _gru_zr_row(x, hr, hb, g, rh, a, clip, fast)
+                _matvec(R, 2 * H, 3 * H, rh, hr, zero)
+                _gru_h_row(x, hr, hb, g, a, clip, fast)
+            else:
+                _matvec(R, 0, G, hb, hr, zero)
+                _row(kind, x, hr, rbh, P, input_forget, hb, c[b], g, a, clip, fast)
+            if write_Y:
+                Y[k, b] = hb
+
+
+# --- one step, R product given (larger problems) ---
+
+
+@_jit
+def _rows(kind, x, hr, rbh, P, input_forget, h, c, g, n, a, clip, fast):
+    for b in range(n):
+        _row(kind, x[b], hr[b], rbh, P, input_forget, h[b], c[b], g[b], a, clip, fast)
+
+
+@_jit
+def _gru_zr_rows(x, hr, h, g, rh, n, a, clip, fast):
+    for b in range(n):
+        _gru_zr_row(x[b], hr[b], h[b], g[b], rh[b], a, clip, fast)
+
+
+@_jit
+def _gru_h_rows(x, hh, h, g, n, a, clip, fast):
+    for b in range(n):
+        _gru_h_row(x[b], hh[b], h[b], g[b], a, clip, fast)
+
+
+_KIND = {"RNN": 0, "GRU": 1, "LSTM": 2}
+
+
+class NumbaBackend:
+    name = "numba"
+
+    def supports(self, spec, dtype) -> str | None:
+        if spec.cell.name not in _KIND:
+            return f"no numba kernel for {spec.cell.name}"
+        return None
+
+    def run_block(self, spec, w, acts, xw, states, active, Yb) -> None:
+        kind = _KIND[spec.cell.name]
+        dt = xw.dtype
+        H = spec.hidden_size
+        pad = 3 - len(acts)
+        a = (
+            np.array([CODES[act.name.lower()] for act in acts] + [0] * pad, np.int64),
+            np.array([act.alpha for act in acts] + [0.0] * pad, dt),
+            np.array([act.beta for act in acts] + [0.0] * pad, dt),
+        )
+        clip = dt.type(np.inf if spec.clip is None else spec.clip)
+        fast = dt == np.float32
+        h = states[0]
+        c = states[1] if len(states) > 1 else h
+        lbr = spec.cell.name == "GRU" and spec.linear_before_reset
+        rbh = np.ascontiguousarray(w.extra["Rbh"], dt) if lbr else np.zeros(0, dt)
+        P = np.zeros((3, H), dt)
+        if "Pi" in w.extra:
+            P[0], P[1], P[2] = w.extra["Pi"], w.extra["Po"], w.extra["Pf"]
+        R = np.ascontiguousarray(w.R, dt)
+        G = R.shape[0]
+        Y = Yb if Yb is not None else np.empty((0, 0, H), dt)
+        rows = xw.shape[1]
+        args = (a, clip, fast)
+        if rows * G * H <= FUSED_MACS:
+            _fused_block(
+                kind,
+                xw,
+                R,
+                rbh,
+                P,
+                spec.input_forget,
+                h,
+                c,
+                active,
+                Y,
+                Yb is not None,
+                *args,
+                dt.type(0),
+            )
+            return
+        hr = np.empty((rows, G), dt)
+        g = np.empty((rows, G), dt)
+        gru_split = kind == 1 and not lbr
+        if gru_split:
+            rh = np.empty((rows, H), dt)
+            RzrT, RhT = R[: 2 * H].T, R[2 * H :].T
+        else:
+            RT = R.T
+        for k, n in enumerate(active.tolist()):
+            if gru_split:
+                np.matmul(h[:n], RzrT, out=hr[:n, : 2 * H])
+                _gru_zr_rows(xw[k], hr, h, g, rh, n, *args)
+                np.matmul(rh[:n], RhT, out=hr[:n, :H])
+                _gru_h_rows(xw[k], hr, h, g, n, *args)
+            else:
+                np.matmul(h[:n], RT, out=hr[:n])
+                _rows(kind, xw[k], hr, rbh, P, spec.input_forget, h, c, g, n, *args)
+            if Yb is not None:
+                Yb[k, :n] = h[:n]
+
+
+BACKEND = NumbaBackend()

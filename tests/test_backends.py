@@ -1,0 +1,94 @@
+"""Every backend (and both numba loops) equals the NumPy backend over a grid of attributes."""
+
+from __future__ import annotations
+
+import itertools
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import onnx_recurrent as orc
+from onnx_recurrent import backends
+from onnx_recurrent.activations import TABLE
+
+from models import random_inputs
+
+numba_backend = pytest.importorskip("onnx_recurrent.backends.numba_backend")
+
+FUNCTIONS = {"GRU": orc.gru, "RNN": orc.rnn, "LSTM": orc.lstm}
+ACTIVATION_SETS = [
+    None,
+    ["HardSigmoid", "Elu", "Softplus"],
+    ["Affine", "ScaledTanh", "LeakyRelu"],
+    ["ThresholdedRelu", "Softsign", "Relu"],
+]
+CASES = list(
+    itertools.product(
+        FUNCTIONS,
+        ["forward", "reverse", "bidirectional"],
+        range(len(ACTIVATION_SETS)),
+        [None, 0.7],
+        [False, True],  # linear_before_reset (GRU) / input_forget (LSTM)
+    )
+)
+
+
+def _call(op, direction, acts, clip, flag, feeds):
+    n = {"GRU": 2, "RNN": 1, "LSTM": 3}[op]
+    kwargs = {"direction": direction, "clip": clip}
+    if ACTIVATION_SETS[acts] is not None:
+        names = ACTIVATION_SETS[acts][:n] * (2 if direction == "bidirectional" else 1)
+        kinds = [TABLE[name.lower()] for name in names]
+        kwargs |= {
+            "activations": names,
+            "activation_alpha": [
+                0.3 + 0.2 * i for i, k in enumerate(kinds) if k.alpha is not None
+            ],
+            "activation_beta": [0.2 + 0.1 * i for i, k in enumerate(kinds) if k.beta is not None],
+        }
+    if op == "GRU":
+        kwargs["linear_before_reset"] = int(flag)
+    if op == "LSTM":
+        kwargs["input_forget"] = int(flag)
+    return FUNCTIONS[op](**feeds, **kwargs)
+
+
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "blas"])
+@pytest.mark.parametrize(("op", "direction", "acts", "clip", "flag"), CASES)
+def test_numba_equals_numpy(monkeypatch, fused, op, direction, acts, clip, flag):
+    D = 2 if direction == "bidirectional" else 1
+    feeds = random_inputs(op, T=7, N=5, I=4, H=6, D=D, seed=len(op) + acts)
+    feeds["sequence_lens"] = np.array([7, 3, 0, 7, 1], np.int32)
+    monkeypatch.setattr(numba_backend, "FUSED_MACS", 1 << 30 if fused else 0)
+    with backends.use("numpy"):
+        expected = _call(op, direction, acts, clip, flag, feeds)
+    with backends.use("numba"):
+        got = _call(op, direction, acts, clip, flag, feeds)
+    for g, e in zip(got, expected, strict=True):
+        np.testing.assert_allclose(g, e, rtol=2e-5, atol=2e-6)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float64, ml_dtypes.bfloat16])
+@pytest.mark.parametrize("op", FUNCTIONS)
+def test_numba_dtypes(op, dtype):
+    feeds = random_inputs(op, dtype=dtype, D=2)
+    with backends.use("numpy"):
+        expected = FUNCTIONS[op](**feeds, direction="bidirectional")
+    with backends.use("numba"):
+        got = FUNCTIONS[op](**feeds, direction="bidirectional")
+    for g, e in zip(got, expected, strict=True):
+        assert g.dtype == dtype
+        tol = 1e-12 if dtype == np.float64 else 1e-2
+        np.testing.assert_allclose(g.astype(np.float64), e.astype(np.float64), atol=tol)
+
+
+def test_backend_choice():
+    feeds = random_inputs("RNN")
+    with pytest.raises(ValueError, match="backend must be one of"):
+        with backends.use("cuda"):
+            pass
+    with backends.use("numpy"):
+        a = orc.rnn(**feeds)
+    b = orc.rnn(**feeds)
+    np.testing.assert_allclose(a[1], b[1], rtol=1e-5, atol=1e-6)
