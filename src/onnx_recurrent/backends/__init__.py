@@ -55,7 +55,7 @@ def _load(name: str) -> Backend | str:
     try:
         module = importlib.import_module(f".{name}_backend", __name__)
     except ImportError as e:
-        return f"{name} is not installed ({e}); pip install onnx-recurrent[fast]"
+        return f"{name} cannot be imported ({e})"
     return module.BACKEND
 
 
