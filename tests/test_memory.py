@@ -13,8 +13,8 @@ from onnx_recurrent import scan
 MiB = 1 << 20
 
 
-@pytest.mark.parametrize("op", ["GRU", "LSTM"])
-def test_long_sequence_peak_memory_and_blocking(monkeypatch, op):
+@pytest.mark.parametrize(("op", "ragged"), [("GRU", False), ("LSTM", True)])
+def test_long_sequence_peak_memory_and_blocking(monkeypatch, op, ragged):
     T, N, I, H = 20000, 8, 128, 128
     G = {"GRU": 3, "LSTM": 4}[op]
     fn = {"GRU": orc.gru, "LSTM": orc.lstm}[op]
@@ -22,7 +22,7 @@ def test_long_sequence_peak_memory_and_blocking(monkeypatch, op):
     X = rng.standard_normal((T, N, I), dtype=np.float32)
     W = rng.standard_normal((1, G * H, I), dtype=np.float32) * 0.1
     R = rng.standard_normal((1, G * H, H), dtype=np.float32) * 0.1
-    lens = rng.integers(T // 2, T + 1, N).astype(np.int32)
+    lens = rng.integers(T // 2, T + 1, N).astype(np.int32) if ragged else np.full(N, T, np.int32)
     fn(X[:2], W, R, sequence_lens=np.minimum(lens, 2))  # compiled kernels are not working memory
     tracemalloc.start()
     try:

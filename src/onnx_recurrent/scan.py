@@ -65,7 +65,10 @@ def _store(
     """Scatter a block's hidden states (schedule order) into ``Y[t, d, b]``."""
     T = Y_tm.shape[0]
     if s.order is None:
-        Y_tm[T - k1 : T - k0, d] = Yb[::-1] if reverse else Yb
+        if reverse:
+            Y_tm[T - k1 : T - k0, d] = Yb[::-1]
+        else:
+            Y_tm[k0:k1, d] = Yb
         return
     n0 = Yb.shape[1]
     valid = np.arange(k0, k1)[:, None] < s.lens[None, :n0]
