@@ -3,6 +3,8 @@
 Faces: functions on arrays (:func:`gru`, :func:`rnn`, :func:`lstm`, :func:`gru_cell`), an
 onnxruntime-style :class:`InferenceSession` for whole ONNX models, and
 :func:`reference_ops` for ``onnx.reference.ReferenceEvaluator(new_ops=...)``.
+:class:`StreamingSession` runs any recurrent model chunk by chunk with its states
+carried; :mod:`onnx_recurrent.convert` moves weights between PyTorch, Keras and ONNX.
 """
 
 from __future__ import annotations
@@ -10,12 +12,15 @@ from __future__ import annotations
 from .errors import RecurrentError, RecurrentTypeError
 from .ops import gru, gru_cell, lstm, rnn
 from .runtime import InferenceSession, NodeArg, reference_ops
+from .runtime.streaming import StreamingSession, expose_states
 
 __all__ = [
     "InferenceSession",
     "NodeArg",
     "RecurrentError",
     "RecurrentTypeError",
+    "StreamingSession",
+    "expose_states",
     "gru",
     "gru_cell",
     "lstm",

@@ -29,6 +29,31 @@ def activate(act: Activation, x: np.ndarray, clip: float | None) -> None:
 
 
 @dataclass
+class Probe:
+    """Watches one step: each gate's input and output, by gate letter.
+
+    ``overrides`` replaces a gate's ``(activation, clip)`` (``"h(C)"``: LSTM's output
+    activation), to ask what a runtime that computes that gate differently would get.
+    """
+
+    overrides: dict[str, tuple[Activation, float | None]] = field(default_factory=dict)
+    gates: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+
+
+def gate(
+    letter: str, act: Activation, x: np.ndarray, clip: float | None, probe: Probe | None
+) -> None:
+    """:func:`activate` one gate, seen by ``probe`` when there is one."""
+    if probe is None:
+        activate(act, x, clip)
+        return
+    act, clip = probe.overrides.get(letter, (act, clip))
+    pre = x.copy()
+    activate(act, x, clip)
+    probe.gates[letter] = (pre, x.copy())
+
+
+@dataclass
 class Weights:
     """One direction's weights, arranged for the step.
 
@@ -72,6 +97,7 @@ class Cell:
         xw: np.ndarray,
         states: tuple[np.ndarray, ...],
         work: dict[str, np.ndarray],
+        probe: Probe | None = None,
     ) -> None:
         raise NotImplementedError
 
@@ -84,12 +110,12 @@ class RNNCell(Cell):
     n_activations = 1
     default_activations = ("Tanh",)
 
-    def step(self, spec, w, acts, xw, states, work):
+    def step(self, spec, w, acts, xw, states, work, probe=None):
         (h,) = states
         a = work["g"][: len(h)]
         np.matmul(h, w.R.T, out=a)
         a += xw
-        activate(acts[0], a, spec.clip)
+        gate("i", acts[0], a, spec.clip, probe)
         h[...] = a
 
 
@@ -113,6 +139,15 @@ class GRUCell(Cell):
             bias[2 * H :] += Rb[2 * H :]
         return Weights(W, R, bias, extra)
 
+    @staticmethod
+    def _zr(f: Activation, zr: np.ndarray, clip: float | None, probe: Probe | None) -> None:
+        if probe is None:  # z and r share f: one pass
+            activate(f, zr, clip)
+            return
+        H = zr.shape[1] // 2
+        gate("z", f, zr[:, :H], clip, probe)
+        gate("r", f, zr[:, H:], clip, probe)
+
     def workspace(self, spec, batch, dtype):
         H = spec.hidden_size
         return {
@@ -120,7 +155,7 @@ class GRUCell(Cell):
             "rh": np.empty((batch, H), dtype),
         }
 
-    def step(self, spec, w, acts, xw, states, work):
+    def step(self, spec, w, acts, xw, states, work, probe=None):
         (h,) = states
         n, H = h.shape
         f, g = acts
@@ -129,18 +164,18 @@ class GRUCell(Cell):
         if spec.linear_before_reset:
             np.matmul(h, w.R.T, out=gates)
             zr += xw[:, : 2 * H]
-            activate(f, zr, spec.clip)
+            self._zr(f, zr, spec.clip, probe)
             hh += w.extra["Rbh"]
             hh *= zr[:, H:]
         else:
             np.matmul(h, w.R[: 2 * H].T, out=zr)
             zr += xw[:, : 2 * H]
-            activate(f, zr, spec.clip)
+            self._zr(f, zr, spec.clip, probe)
             rh = work["rh"][:n]
             np.multiply(zr[:, H:], h, out=rh)
             np.matmul(rh, w.R[2 * H :].T, out=hh)
         hh += xw[:, 2 * H :]
-        activate(g, hh, spec.clip)
+        gate("h", g, hh, spec.clip, probe)
         # Ht = (1 - z) h + z Ht-1 = h + z (Ht-1 - h)
         h -= hh
         h *= zr[:, :H]
@@ -178,7 +213,7 @@ class LSTMCell(Cell):
         H = spec.hidden_size
         return {"g": np.empty((batch, 4 * H), dtype), "t": np.empty((batch, H), dtype)}
 
-    def step(self, spec, w, acts, xw, states, work):
+    def step(self, spec, w, acts, xw, states, work, probe=None):
         h, c = states
         n, H = h.shape
         f, g, hact = acts
@@ -193,18 +228,24 @@ class LSTMCell(Cell):
             i += np.multiply(peep["Pi"], c, out=tmp)
             fg += np.multiply(peep["Pf"], c, out=tmp)
         if spec.input_forget:
-            activate(f, i, clip)
+            pre_f = fg.copy() if probe else None
+            gate("i", f, i, clip, probe)
             np.subtract(1, i, out=fg)
-        else:
+            if probe:
+                probe.gates["f"] = (pre_f, fg.copy())
+        elif probe is None:  # i and f share f: one pass
             activate(f, gates[:, : 2 * H], clip)
-        activate(g, cg, clip)
+        else:
+            gate("i", f, i, clip, probe)
+            gate("f", f, fg, clip, probe)
+        gate("c", g, cg, clip, probe)
         c *= fg
         c += np.multiply(i, cg, out=tmp)
         if peep:
             o += np.multiply(peep["Po"], c, out=tmp)
-        activate(f, o, clip)
+        gate("o", f, o, clip, probe)
         np.copyto(tmp, c)
-        hact(tmp)  # h(Ct): the cell state itself is not clipped
+        gate("h(C)", hact, tmp, None, probe)  # the cell state itself is not clipped
         np.multiply(o, tmp, out=h)
 
 

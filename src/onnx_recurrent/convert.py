@@ -1,0 +1,672 @@
+"""Weights between PyTorch or Keras recurrent layers and the ONNX operators.
+
+A framework's recurrent layer becomes one :class:`Layer` per layer of its stack: the
+ONNX ``W``, ``R``, ``B`` and node attributes that :func:`~onnx_recurrent.gru`,
+:func:`~onnx_recurrent.lstm` or :func:`~onnx_recurrent.rnn` take. What differs between
+the frameworks is data: the order of the gates and where the biases live.
+
+======  ===============  ============  ==============
+ONNX    gates            PyTorch       Keras
+======  ===============  ============  ==============
+GRU     ``z r h``        ``r z n``     ``z r h``
+LSTM    ``i o f c``      ``i f g o``   ``i f c o``
+RNN     one              one           one
+======  ===============  ============  ==============
+
+PyTorch's GRU computes ``linear_before_reset=1``; Keras' GRU computes it when
+``reset_after=True`` (its default). PyTorch keeps ``weight_ih`` ``(gates*hidden, input)``
+like ONNX; Keras keeps the transposes, ``kernel`` ``(input, gates*hidden)``.
+
+torch is an optional dependency, imported only by :func:`from_torch` and
+:func:`to_torch` (``pip install 'onnx-recurrent[torch]'``). :func:`from_keras` and
+:func:`to_keras` work on the plain NumPy arrays of ``keras_layer.get_weights()`` and
+need no Keras.
+
+Examples
+--------
+>>> import torch  # doctest: +SKIP
+>>> from onnx_recurrent.convert import from_torch, run_layers
+>>> gru = torch.nn.GRU(16, 32, num_layers=2, bidirectional=True)  # doctest: +SKIP
+>>> layers = from_torch(gru)  # doctest: +SKIP
+>>> Y, h_n = run_layers(layers, x.numpy())  # == gru(x), as NumPy  # doctest: +SKIP
+>>> Y, Y_h = layers[0].run(x.numpy())  # one ONNX GRU node  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from . import ops
+from .errors import RecurrentError, RecurrentTypeError
+from .spec import as_float_array
+
+__all__ = ["Layer", "from_keras", "from_torch", "run_layers", "to_keras", "to_torch"]
+
+
+@dataclass(frozen=True)
+class _Kind:
+    """What one ONNX operator is made of: its gates in each framework's order."""
+
+    gates: int
+    torch: tuple[int, ...]  # ONNX gate g is PyTorch's gate torch[g]
+    keras: tuple[int, ...]  # ... and Keras' gate keras[g]
+    activations: tuple[str, ...]  # the ONNX defaults of one direction
+    attribute: str | None  # the op's own attribute, beyond the common ones
+
+
+_COMMON_ATTRIBUTES = frozenset(
+    {"hidden_size", "direction", "activations", "activation_alpha", "activation_beta"}
+    | {"clip", "layout"}
+)
+_KINDS = {
+    "GRU": _Kind(3, (1, 0, 2), (0, 1, 2), ("sigmoid", "tanh"), "linear_before_reset"),
+    "LSTM": _Kind(4, (0, 3, 1, 2), (0, 3, 1, 2), ("sigmoid", "tanh", "tanh"), "input_forget"),
+    "RNN": _Kind(1, (0,), (0,), ("tanh",), None),
+}
+_RUN = {"GRU": ops.gru, "LSTM": ops.lstm, "RNN": ops.rnn}
+#: ``torch.nn.RNNBase.mode`` -> (ONNX op, activation of every direction or None for default)
+_TORCH_MODES = {
+    "GRU": ("GRU", None),
+    "LSTM": ("LSTM", None),
+    "RNN_TANH": ("RNN", None),
+    "RNN_RELU": ("RNN", "Relu"),
+}
+_DIRECTIONS = {1: "forward", 2: "bidirectional"}
+
+
+@dataclass(frozen=True, eq=False)
+class Layer:
+    """One ONNX recurrent node: the weights and attributes of one layer of a stack.
+
+    Parameters
+    ----------
+    op : {"GRU", "LSTM", "RNN"}
+        The ONNX operator.
+    W : (num_directions, gates*hidden_size, input_size) ndarray
+        Input weights, gates in ONNX order (GRU ``z r h``, LSTM ``i o f c``).
+    R : (num_directions, gates*hidden_size, hidden_size) ndarray
+        Recurrent weights, same gate order.
+    B : (num_directions, 2*gates*hidden_size) ndarray or None
+        ``[Wb, Rb]``; None for a layer without bias.
+    attributes : mapping
+        The node's attributes, named as the keywords of :func:`~onnx_recurrent.gru`,
+        :func:`~onnx_recurrent.lstm`, :func:`~onnx_recurrent.rnn` (``hidden_size``,
+        ``direction``, ``layout``, ``linear_before_reset``, ``activations``, ...).
+
+    Raises
+    ------
+    ValueError
+        An unknown ``op``, an attribute that ``op`` does not have, W or R not 3-D.
+    TypeError
+        W, R or B without a float dtype.
+    """
+
+    op: str
+    W: np.ndarray
+    R: np.ndarray
+    B: np.ndarray | None = None
+    attributes: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        kind = _KINDS.get(self.op)
+        if kind is None:
+            raise RecurrentError(f"Layer.op must be one of {sorted(_KINDS)}, got {self.op!r}")
+        allowed = _COMMON_ATTRIBUTES | {kind.attribute} - {None}
+        unknown = set(self.attributes) - allowed
+        if unknown:
+            raise RecurrentError(
+                f"{self.op} has no attribute(s) {sorted(unknown)}; "
+                f"its attributes: {sorted(allowed)}"
+            )
+        for name in ("W", "R", "B"):
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, as_float_array(name, value))
+        for name in ("W", "R"):
+            if getattr(self, name).ndim != 3:
+                raise RecurrentError(
+                    f"{name} must be 3-D [num_directions, gates*hidden_size, ...], "
+                    f"got shape {list(getattr(self, name).shape)}"
+                )
+        object.__setattr__(self, "attributes", dict(self.attributes))
+
+    def __repr__(self) -> str:
+        B = None if self.B is None else list(self.B.shape)
+        return (
+            f"Layer({self.op!r}, W={list(self.W.shape)}, R={list(self.R.shape)}, B={B}, "
+            f"dtype={self.W.dtype}, attributes={self.attributes!r})"
+        )
+
+    @property
+    def num_directions(self) -> int:
+        """``W.shape[0]``: 1, or 2 for a bidirectional layer."""
+        return self.W.shape[0]
+
+    @property
+    def hidden_size(self) -> int:
+        """``R.shape[-1]``."""
+        return self.R.shape[-1]
+
+    @property
+    def input_size(self) -> int:
+        """``W.shape[-1]``."""
+        return self.W.shape[-1]
+
+    @property
+    def layout(self) -> int:
+        """The ``layout`` attribute: 1 for batch-first inputs and outputs, else 0."""
+        return int(self.attributes.get("layout", 0))
+
+    def run(
+        self,
+        X: np.ndarray,
+        sequence_lens: np.ndarray | None = None,
+        initial_h: np.ndarray | None = None,
+        initial_c: np.ndarray | None = None,
+        **keywords: Any,
+    ) -> tuple[np.ndarray | None, ...]:
+        """Compute the node: ``gru``, ``lstm`` or ``rnn`` with its weights and attributes.
+
+        Parameters
+        ----------
+        X : (seq_length, batch_size, input_size) ndarray
+            ``(batch_size, seq_length, input_size)`` if ``layout=1``; W's dtype.
+        sequence_lens : (batch_size,) int32 ndarray, optional
+        initial_h, initial_c : (num_directions, batch_size, hidden_size) ndarray, optional
+            ``(batch_size, num_directions, hidden_size)`` if ``layout=1``;
+            ``initial_c`` for LSTM only.
+        **keywords
+            Override attributes or pass ``output_sequence``.
+
+        Returns
+        -------
+        tuple
+            ``(Y, Y_h)``, or ``(Y, Y_h, Y_c)`` for LSTM, as the operator's function
+            returns them.
+
+        Raises
+        ------
+        ValueError, TypeError
+            As the operator's function; ``initial_c`` given to a GRU or RNN.
+        """
+        states = [initial_h]
+        if self.op == "LSTM":
+            states.append(initial_c)
+        elif initial_c is not None:
+            raise RecurrentError(f"initial_c is for LSTM only, this layer is a {self.op}")
+        run = _RUN[self.op]
+        return run(
+            X, self.W, self.R, self.B, sequence_lens, *states, **{**self.attributes, **keywords}
+        )
+
+
+def run_layers(
+    layers: Iterable[Layer],
+    X: np.ndarray,
+    initial_h: np.ndarray | None = None,
+    initial_c: np.ndarray | None = None,
+    *,
+    sequence_lens: np.ndarray | None = None,
+    output_sequence: bool = True,
+) -> tuple[np.ndarray | None, ...]:
+    """Run a stack of layers the way ``torch.nn.GRU/LSTM/RNN`` does (without dropout).
+
+    Each layer's input is the previous layer's ``Y`` with its directions concatenated
+    on the feature axis; the states use PyTorch's shapes, whatever the layout.
+
+    Parameters
+    ----------
+    layers : iterable of Layer
+        One op and one ``layout`` for the whole stack (the layout of ``X`` and of the
+        returned sequence; every layer consumes its input in it).
+    X : (seq_length, batch_size, input_size) ndarray
+        ``(batch_size, seq_length, input_size)`` if ``layout=1`` (``batch_first``).
+    initial_h, initial_c : (num_layers*num_directions, batch_size, hidden_size) ndarray, optional
+        PyTorch's ``h_0`` and ``c_0`` (never batch-first); zeros if absent.
+        ``initial_c`` for LSTM only.
+    sequence_lens : (batch_size,) int32 ndarray, optional
+        Valid lengths, as with a packed sequence: outputs past a length are zero and
+        the final states are those at the last valid step.
+    output_sequence : bool
+        If false, the last layer does not compute its sequence and ``Y`` is None.
+
+    Returns
+    -------
+    Y : (seq_length, batch_size, num_directions*hidden_size) ndarray or None
+        ``(batch_size, seq_length, num_directions*hidden_size)`` if ``layout=1``:
+        PyTorch's ``output``.
+    Y_h : (num_layers*num_directions, batch_size, hidden_size) ndarray
+        PyTorch's ``h_n``.
+    Y_c : (num_layers*num_directions, batch_size, hidden_size) ndarray
+        PyTorch's ``c_n``; LSTM only.
+
+    Raises
+    ------
+    ValueError
+        No layers, layers of different ops or layouts, a state whose first axis is not
+        the total number of directions, ``initial_c`` for a GRU or RNN; the layers' own
+        errors.
+    """
+    layers = list(layers)
+    if not layers:
+        raise RecurrentError("run_layers needs at least one layer")
+    op, layout = layers[0].op, layers[0].layout
+    for k, layer in enumerate(layers):
+        if (layer.op, layer.layout) != (op, layout):
+            raise RecurrentError(
+                f"layers[{k}] is a {layer.op} with layout={layer.layout}, layers[0] a {op} "
+                f"with layout={layout}: a stack has one op and one layout"
+            )
+    ends = np.cumsum([0] + [layer.num_directions for layer in layers])
+    initial = {"initial_h": initial_h}
+    if op == "LSTM":
+        initial["initial_c"] = initial_c
+    elif initial_c is not None:
+        raise RecurrentError(f"initial_c is for LSTM only, these layers are {op}")
+    for name, state in initial.items():
+        if state is not None and (np.ndim(state) != 3 or np.shape(state)[0] != ends[-1]):
+            raise RecurrentError(
+                f"{name} must have shape [{ends[-1]}, batch_size, hidden_size] "
+                f"[num_layers*num_directions, ...], got {list(np.shape(state))}"
+            )
+    finals = []
+    Y = X
+    for k, layer in enumerate(layers):
+        states = {
+            name: np.swapaxes(state[ends[k] : ends[k + 1]], 0, layout)
+            for name, state in initial.items()
+            if state is not None
+        }
+        last = k == len(layers) - 1
+        Y, *final = layer.run(
+            Y, sequence_lens, **states, output_sequence=output_sequence or not last
+        )
+        if Y is not None:  # [T, D, N, H] -> [T, N, D*H], or [N, T, D, H] -> [N, T, D*H]
+            Y = Y if layout else Y.transpose(0, 2, 1, 3)
+            Y = Y.reshape(*Y.shape[:2], -1)
+        finals.append([np.swapaxes(state, 0, layout) for state in final])
+    return (Y, *(np.concatenate(states) for states in zip(*finals, strict=True)))
+
+
+def _reorder(array: np.ndarray, order: Iterable[int]) -> np.ndarray:
+    """The gate blocks of ``array``'s first axis, taken in ``order``."""
+    order = list(order)
+    blocks = np.split(array, len(order))
+    return np.concatenate([blocks[g] for g in order])
+
+
+def _inverse(order: tuple[int, ...]) -> list[int]:
+    return list(np.argsort(order))
+
+
+def _import(name: str, caller: str, extra: str) -> Any:
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        raise ImportError(
+            f"{caller} needs {name}, which is not installed: pip install 'onnx-recurrent[{extra}]'"
+        ) from None
+
+
+def _torch_kind(torch: Any, module: Any) -> tuple[str, str | None]:
+    mode = getattr(module, "mode", None)
+    if not isinstance(module, torch.nn.RNNBase) or mode not in _TORCH_MODES:
+        cls = type(module)
+        raise RecurrentTypeError(
+            f"expected a torch.nn.GRU, LSTM or RNN, got {cls.__module__}.{cls.__qualname__}"
+        )
+    if getattr(module, "proj_size", 0):
+        raise RecurrentError(
+            f"torch.nn.LSTM with proj_size={module.proj_size} is not supported: "
+            "the ONNX LSTM has no projection"
+        )
+    return _TORCH_MODES[mode]
+
+
+def _check_layer(layer: Layer, where: str, op: str, D: int, H: int, I: int | None) -> None:
+    """``layer`` is an ``op`` with ``D`` directions, hidden size H and input size I."""
+    if not isinstance(layer, Layer):
+        raise RecurrentTypeError(f"{where} must be a Layer, got {type(layer).__name__}")
+    if layer.op != op:
+        raise RecurrentError(f"{where} is a {layer.op}, expected a {op}")
+    direction = layer.attributes.get("direction", "forward")
+    if direction != _DIRECTIONS[D]:
+        raise RecurrentError(f"{where} has direction={direction!r}, expected {_DIRECTIONS[D]!r}")
+    if layer.attributes.get("hidden_size", H) != H:
+        raise RecurrentError(
+            f"{where} has hidden_size={layer.attributes['hidden_size']}, expected {H}"
+        )
+    G = _KINDS[op].gates
+    I = layer.input_size if I is None else I
+    expected = {"W": (D, G * H, I), "R": (D, G * H, H), "B": (D, 2 * G * H)}
+    for name, shape in expected.items():
+        array = getattr(layer, name)
+        if array is not None and array.shape != shape:
+            raise RecurrentError(
+                f"{where}.{name} must have shape {list(shape)} (num_directions={D}, "
+                f"hidden_size={H}, input_size={I}), got {list(array.shape)}"
+            )
+
+
+def _check_computable(layer: Layer, where: str, target: str, activations: list | None) -> None:
+    """Reject the attributes that ``target`` cannot compute; ``activations=None``: any."""
+    a = layer.attributes
+    problems = []
+    if a.get("clip") not in (None, float("inf")):
+        problems.append(f"clip={a['clip']}")
+    if a.get("input_forget", 0):
+        problems.append(f"input_forget={a['input_forget']}")
+    if activations is not None:
+        given = a.get("activations")
+        default = list(_KINDS[layer.op].activations) * layer.num_directions
+        if [s.lower() for s in (given or default)] != [s.lower() for s in activations]:
+            problems.append(f"activations={list(given or default)} (needs {activations})")
+        if a.get("activation_alpha") or a.get("activation_beta"):
+            problems.append("activation_alpha/activation_beta")
+    if problems:
+        raise RecurrentError(f"{where} cannot be computed by {target}: {', '.join(problems)}")
+
+
+def _to_numpy(torch: Any, tensor: Any) -> np.ndarray:
+    tensor = tensor.detach().cpu()
+    if tensor.dtype == torch.bfloat16:
+        import ml_dtypes
+
+        return tensor.float().numpy().astype(ml_dtypes.bfloat16)
+    return tensor.numpy()
+
+
+def from_torch(module: Any) -> list[Layer]:
+    """Convert a ``torch.nn.GRU``, ``LSTM`` or ``RNN`` to one :class:`Layer` per layer.
+
+    Every ``num_layers``, ``bidirectional``, ``batch_first``, ``bias`` and RNN
+    ``nonlinearity`` is supported. :func:`run_layers` then computes ``module(x)``
+    (in eval mode: dropout between layers is not applied).
+
+    Parameters
+    ----------
+    module : torch.nn.GRU, torch.nn.LSTM or torch.nn.RNN
+        On any device; its parameters are copied.
+
+    Returns
+    -------
+    list of Layer
+        Layer ``k`` has ``W (D, G*H, I_k)``, ``R (D, G*H, H)`` and ``B (D, 2*G*H)``
+        (None if ``bias=False``) in the module's dtype (float16, float32, float64,
+        bfloat16 as ``ml_dtypes.bfloat16``), with ``D`` 1 or 2 directions, ``G`` gates,
+        ``I_0 = input_size`` and ``I_k = D*H`` after. Attributes: ``hidden_size``,
+        ``direction`` (``forward`` or ``bidirectional``), ``layout`` (1 if
+        ``batch_first``: every layer of the stack then takes batch-first input),
+        ``linear_before_reset=1`` (GRU), ``activations=["Relu"]*D`` (RNN relu).
+
+    Raises
+    ------
+    ImportError
+        torch is not installed.
+    TypeError
+        ``module`` is not a GRU, LSTM or RNN.
+    ValueError
+        An LSTM with ``proj_size > 0``.
+    """
+    torch = _import("torch", "from_torch", "torch")
+    op, activation = _torch_kind(torch, module)
+    kind = _KINDS[op]
+    D = 2 if module.bidirectional else 1
+    attributes = {
+        "hidden_size": module.hidden_size,
+        "direction": _DIRECTIONS[D],
+        "layout": int(module.batch_first),
+    }
+    if op == "GRU":
+        attributes["linear_before_reset"] = 1
+
+    def stacked(k: int, *names: str) -> np.ndarray:  # [D, ...]: the names' gates, concatenated
+        def onnx(name: str, d: int) -> np.ndarray:
+            return _reorder(
+                _to_numpy(torch, getattr(module, f"{name}_l{k}{'_reverse' * d}")), kind.torch
+            )
+
+        return np.stack([np.concatenate([onnx(name, d) for name in names]) for d in range(D)])
+
+    return [
+        Layer(
+            op,
+            stacked(k, "weight_ih"),
+            stacked(k, "weight_hh"),
+            stacked(k, "bias_ih", "bias_hh") if module.bias else None,
+            {**attributes, **({"activations": [activation] * D} if activation else {})},
+        )
+        for k in range(module.num_layers)
+    ]
+
+
+def to_torch(layers: Iterable[Layer], module: Any) -> Any:
+    """Load ONNX weights into a ``torch.nn.GRU``, ``LSTM`` or ``RNN``, in place.
+
+    Every layer is checked before any parameter is written. The ``layout`` attribute
+    describes the data, not the weights: it is not compared with ``batch_first``.
+
+    Parameters
+    ----------
+    layers : iterable of Layer
+        One per layer of ``module``, as :func:`from_torch` returns them: the same op,
+        ``W (D, G*H, I_k)``, ``R (D, G*H, H)``, ``B (D, 2*G*H)`` or None (zeros).
+    module : torch.nn.GRU, torch.nn.LSTM or torch.nn.RNN
+        Its parameters are overwritten (cast to their dtype, on their device).
+
+    Returns
+    -------
+    module
+        The same module.
+
+    Raises
+    ------
+    ImportError
+        torch is not installed.
+    TypeError
+        ``module`` is not a GRU, LSTM or RNN; an entry of ``layers`` is not a Layer.
+    ValueError
+        An LSTM with ``proj_size > 0``; a number of layers, op, direction or shape that
+        disagrees with the module (the message names the layer and expected shape); a
+        layer PyTorch cannot compute: a GRU with ``linear_before_reset=0``, activations
+        other than the module's, ``clip``, ``input_forget``, or a non-zero ``B`` for a
+        module without bias.
+    """
+    torch = _import("torch", "to_torch", "torch")
+    op, activation = _torch_kind(torch, module)
+    kind = _KINDS[op]
+    layers = list(layers)
+    if len(layers) != module.num_layers:
+        raise RecurrentError(
+            f"expected {module.num_layers} layers (num_layers), got {len(layers)}"
+        )
+    D, H, G = 1 + module.bidirectional, module.hidden_size, kind.gates
+    activations = [activation] * D if activation else list(kind.activations) * D
+    inverse = _inverse(kind.torch)
+    parameters = {}
+    for k, layer in enumerate(layers):
+        where = f"layers[{k}]"
+        _check_layer(layer, where, op, D, H, module.input_size if k == 0 else D * H)
+        _check_computable(layer, where, f"torch.nn.{type(module).__name__}", activations)
+        if op == "GRU" and not layer.attributes.get("linear_before_reset", 0):
+            raise RecurrentError(
+                f"{where} has linear_before_reset=0; torch.nn.GRU computes only "
+                "linear_before_reset=1"
+            )
+        if not module.bias and layer.B is not None and np.any(layer.B.astype(np.float32)):
+            raise RecurrentError(f"{where} has a non-zero B; the module has bias=False")
+        B = np.zeros((D, 2 * G * H), layer.W.dtype) if layer.B is None else layer.B
+        for d in range(D):
+            suffix = f"_l{k}{'_reverse' * d}"
+            parameters["weight_ih" + suffix] = _reorder(layer.W[d], inverse)
+            parameters["weight_hh" + suffix] = _reorder(layer.R[d], inverse)
+            if module.bias:
+                parameters["bias_ih" + suffix] = _reorder(B[d, : G * H], inverse)
+                parameters["bias_hh" + suffix] = _reorder(B[d, G * H :], inverse)
+    with torch.no_grad():
+        for name, value in parameters.items():
+            if value.dtype.kind != "f":  # bfloat16: torch.from_numpy does not know it
+                value = value.astype(np.float32)
+            getattr(module, name).copy_(torch.from_numpy(np.ascontiguousarray(value)))
+    return module
+
+
+def _keras_op(kind: str) -> str:
+    op = str(kind).upper()
+    if op not in _KINDS:
+        raise RecurrentError(f"kind must be one of 'gru', 'lstm', 'rnn', got {kind!r}")
+    return op
+
+
+def _reset_after(op: str, reset_after: bool | None) -> bool:
+    if op == "GRU":
+        return True if reset_after is None else bool(reset_after)
+    if reset_after is not None:
+        raise RecurrentError(f"reset_after is for kind='gru' only, got it for {op.lower()!r}")
+    return False
+
+
+def from_keras(
+    kernel: np.ndarray,
+    recurrent_kernel: np.ndarray,
+    bias: np.ndarray | None = None,
+    *,
+    kind: str,
+    reset_after: bool | None = None,
+) -> Layer:
+    """Convert the weights of a Keras ``GRU``, ``LSTM`` or ``SimpleRNN`` to a :class:`Layer`.
+
+    The arrays are those of ``keras_layer.get_weights()``:
+    ``from_keras(*keras_layer.get_weights(), kind="gru")``.
+
+    Parameters
+    ----------
+    kernel : (input_size, gates*hidden_size) ndarray
+        Gates in Keras' order: GRU ``z r h``, LSTM ``i f c o``.
+    recurrent_kernel : (hidden_size, gates*hidden_size) ndarray
+    bias : ndarray, optional
+        ``(2, 3*hidden_size)`` (input and recurrent biases) for a GRU with
+        ``reset_after``, else ``(gates*hidden_size,)``; None for ``use_bias=False``.
+    kind : {"gru", "lstm", "rnn"}
+        Case-insensitive; ``"rnn"`` is ``SimpleRNN``.
+    reset_after : bool, optional
+        GRU only; True (Keras' default) if absent. Becomes ``linear_before_reset``.
+
+    Returns
+    -------
+    Layer
+        ``W (1, G*H, input_size)``, ``R (1, G*H, H)``, ``B (1, 2*G*H)`` (Keras' bias as
+        ``Wb``, zeros as ``Rb``, except a ``reset_after`` GRU's own two rows) or None,
+        in the arrays' dtype. Attributes ``hidden_size``, ``direction="forward"``,
+        ``layout=1`` (Keras is batch-first), ``linear_before_reset`` (GRU). The
+        activations are ONNX's defaults, which are Keras' (``recurrent_activation``
+        sigmoid, ``activation`` tanh); for others, ``dataclasses.replace`` the
+        attributes.
+
+    Raises
+    ------
+    ValueError
+        An unknown ``kind``, ``reset_after`` for an LSTM or RNN, arrays whose shapes
+        disagree (the message gives the expected shape).
+    TypeError
+        A non-float array, or arrays of different dtypes.
+    """
+    op = _keras_op(kind)
+    reset_after = _reset_after(op, reset_after)
+    G, order = _KINDS[op].gates, _KINDS[op].keras
+    kernel = as_float_array("kernel", kernel)
+    recurrent_kernel = as_float_array("recurrent_kernel", recurrent_kernel)
+    H = recurrent_kernel.shape[0] if recurrent_kernel.ndim == 2 else -1
+    for name, array, rows in (("recurrent_kernel", recurrent_kernel, H), ("kernel", kernel, None)):
+        if array.ndim != 2 or array.shape[1] != G * H or rows not in (None, array.shape[0]):
+            dims = "hidden_size" if rows is not None else "input_size"
+            raise RecurrentError(
+                f"{name} must have shape [{dims}, {G}*hidden_size] for kind={kind!r}"
+                + (f" (hidden_size={H} from recurrent_kernel)" if rows is None else "")
+                + f", got {list(array.shape)}"
+            )
+    arrays = {"kernel": kernel, "recurrent_kernel": recurrent_kernel}
+    if bias is not None:
+        arrays["bias"] = bias = as_float_array("bias", bias)
+    if len({a.dtype for a in arrays.values()}) > 1:
+        dtypes = ", ".join(f"{name} {a.dtype}" for name, a in arrays.items())
+        raise RecurrentTypeError(f"the arrays must have one dtype, got {dtypes}")
+    B = None
+    if bias is not None:
+        shape = (2, G * H) if reset_after else (G * H,)
+        if bias.shape != shape:
+            raise RecurrentError(
+                f"bias must have shape {list(shape)} for kind={kind!r}"
+                + (f", reset_after={reset_after}" if op == "GRU" else "")
+                + f" (hidden_size={H}), got {list(bias.shape)}"
+            )
+        Wb, Rb = bias if reset_after else (bias, np.zeros_like(bias))
+        B = np.concatenate([_reorder(Wb, order), _reorder(Rb, order)])[None]
+    attributes = {"hidden_size": H, "direction": "forward", "layout": 1}
+    if op == "GRU":
+        attributes["linear_before_reset"] = int(reset_after)
+    W = _reorder(kernel.T, order)[None]
+    return Layer(op, W, _reorder(recurrent_kernel.T, order)[None], B, attributes)
+
+
+def to_keras(
+    layer: Layer, *, kind: str | None = None, reset_after: bool | None = None
+) -> list[np.ndarray]:
+    """Convert a forward :class:`Layer` to the weights of a Keras layer.
+
+    The result goes to ``keras_layer.set_weights(...)``. The arrays carry weights only:
+    a layer with other than the default activations needs them set on the Keras layer.
+
+    Parameters
+    ----------
+    layer : Layer
+        One direction (``direction="forward"``), ``W (1, G*H, I)``, ``R (1, G*H, H)``.
+    kind : {"gru", "lstm", "rnn"}, optional
+        If given, must be ``layer.op``.
+    reset_after : bool, optional
+        GRU only; must be ``layer``'s ``linear_before_reset``, which it follows if
+        absent.
+
+    Returns
+    -------
+    list of ndarray
+        ``[kernel (I, G*H), recurrent_kernel (H, G*H), bias]`` in Keras' gate order and
+        ``layer``'s dtype; bias is ``(2, 3*H)`` for a ``reset_after`` GRU, else
+        ``(G*H,)`` (``Wb + Rb``: exact, as these biases are only ever added). Without
+        bias when ``layer.B`` is None (``use_bias=False``).
+
+    Raises
+    ------
+    ValueError
+        ``kind`` not ``layer.op``; ``reset_after`` for an LSTM or RNN or not matching
+        ``linear_before_reset``; two directions or ``direction="reverse"`` (Keras'
+        ``go_backwards`` returns a reversed sequence); ``clip`` or ``input_forget``;
+        shapes that disagree.
+    TypeError
+        ``layer`` is not a Layer.
+    """
+    if not isinstance(layer, Layer):
+        raise RecurrentTypeError(f"layer must be a Layer, got {type(layer).__name__}")
+    op = layer.op if kind is None else _keras_op(kind)
+    _check_layer(layer, "layer", op, 1, layer.hidden_size, None)
+    _check_computable(layer, "layer", "Keras", None)
+    lbr = bool(layer.attributes.get("linear_before_reset", 0))
+    if reset_after is None and op == "GRU":
+        reset_after = lbr
+    reset_after = _reset_after(op, reset_after)
+    if reset_after != lbr:
+        raise RecurrentError(
+            f"reset_after={reset_after} computes linear_before_reset={int(reset_after)}; "
+            f"the layer has linear_before_reset={int(lbr)}"
+        )
+    inverse = _inverse(_KINDS[op].keras)
+    weights = [np.ascontiguousarray(_reorder(a[0], inverse).T) for a in (layer.W, layer.R)]
+    if layer.B is not None:
+        Wb, Rb = (_reorder(b, inverse) for b in np.split(layer.B[0], 2))
+        weights.append(np.stack([Wb, Rb]) if reset_after else Wb + Rb)
+    return weights

@@ -1,0 +1,331 @@
+"""``onnx-recurrent check``: lint, the comparison table, --trace and the exit status."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import onnx_recurrent as orc
+from onnx_recurrent import cells
+from onnx_recurrent.check import add_parser, cell_step, check, installed_peers, lint
+from onnx_recurrent.spec import make_spec
+
+from models import node_model, random_inputs
+
+DATA = Path(__file__).parent / "data"
+
+
+def _main(*argv: str) -> int:
+    parser = argparse.ArgumentParser(prog="onnx-recurrent")
+    add_parser(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["check", *argv])
+    return args.handler(args)
+
+
+def _save(tmp_path, model, feeds=None) -> list[str]:
+    """Save the model (and feeds as .npy); the argv that names them."""
+    onnx.save(model, tmp_path / "m.onnx")
+    argv = [str(tmp_path / "m.onnx")]
+    for name, value in (feeds or {}).items():
+        np.save(tmp_path / f"{name}.npy", value)
+        argv += ["-i", f"{name}={tmp_path / f'{name}.npy'}"]
+    return argv
+
+
+def _row(out: str, output: str, peer: str) -> str:
+    rows = [
+        line
+        for line in out.splitlines()
+        if line.split()[:2] == [output, peer] and ("ok" in line or "DIFF" in line)
+    ]
+    assert len(rows) == 1, out
+    return rows[0]
+
+
+def _clip_rnn(onset: int = 3):
+    """An RNN with clip=1 whose gate input exceeds the clip from step ``onset`` on."""
+    feeds = random_inputs("RNN", T=6, N=2, full=False, seed=5)
+    feeds["R"] *= 0.2  # |R h| <= 0.3
+    feeds["X"][:onset] *= 0.1  # |W x| <= 0.2
+    feeds["X"][onset:] *= 4
+    return node_model("RNN", feeds, {"hidden_size": 3, "clip": 1.0}), feeds
+
+
+def test_rnn_clip_onnx_reference_is_wrong(tmp_path, capsys):
+    model, feeds = _clip_rnn()
+    assert _main(*_save(tmp_path, model, feeds)) == 1
+    out = capsys.readouterr().out
+    assert "RNN-22 'RNN_0': onnx.reference: ignores clip=1" in out
+    row = _row(out, "Y", "onnx.reference")
+    assert row.endswith("DIFFERS") and float(row.split()[2]) > 0.1
+    if "onnxruntime" in installed_peers():
+        assert _row(out, "Y", "onnxruntime").endswith("ok")
+    assert "result: onnx.reference beyond the tolerance" in out
+
+
+def test_rnn_sequence_lens_onnx_reference_is_wrong(tmp_path, capsys):
+    feeds = random_inputs("RNN", T=6, N=3, seed=2)
+    feeds["sequence_lens"] = np.array([6, 2, 4], np.int32)
+    del feeds["initial_h"]
+    model = node_model("RNN", feeds, {"hidden_size": 3})
+    argv = _save(tmp_path, model, {"sequence_lens": feeds["sequence_lens"]})
+    assert _main(*argv, "--trace") == 1
+    out = capsys.readouterr().out
+    assert "onnx.reference: ignores sequence_lens" in out
+    assert _row(out, "Y", "onnx.reference").endswith("DIFFERS")
+    assert "Y first differs at step t=2 (direction 0 forward, batch 1)" in out
+    assert "t=2 is past sequence_lens[1]=2" in out
+
+
+def test_clean_float32_gru_agrees_with_onnxruntime(tmp_path, capsys):
+    pytest.importorskip("onnxruntime")
+    feeds = random_inputs("GRU", T=7, N=2, D=2, seed=1)
+    del feeds["sequence_lens"]
+    attrs = {"direction": "bidirectional", "linear_before_reset": 1, "hidden_size": 3}
+    model = node_model("GRU", feeds, attrs)
+    assert _main(*_save(tmp_path, model), "--peer", "onnxruntime") == 0
+    out = capsys.readouterr().out
+    assert "lint: nothing known to go wrong" in out
+    for output in ("Y", "Y_h"):
+        assert _row(out, output, "onnxruntime").endswith("ok")
+    assert "result: every peer that ran agrees" in out
+
+
+def test_pytorch_exported_models_agree_with_every_peer(capsys):
+    for name in ("gru", "lstm"):
+        assert _main(str(DATA / f"streaming_{name}.onnx"), "--dim", "seq=20") == 0
+        out = capsys.readouterr().out
+        assert "input x: [20, 1, 4] float32" in out or "input x: [1, 20, 4] float32" in out
+        assert "warning" not in out
+
+
+@pytest.mark.parametrize(
+    ("producer", "lbr", "warned"),
+    [("pytorch", 0, True), ("pytorch", 1, False), ("tf2onnx", 0, False)],
+)
+def test_pytorch_gru_with_linear_before_reset_0_is_warned(tmp_path, capsys, producer, lbr, warned):
+    feeds = random_inputs("GRU", full=False)
+    model = node_model("GRU", feeds, {"linear_before_reset": lbr, "hidden_size": 3})
+    model.producer_name = producer
+    findings = [str(f) for f in lint(model)]
+    assert any("warning: linear_before_reset=0" in f for f in findings) == warned
+    assert _main(*_save(tmp_path, model), "--peer", "onnx.reference") == 0
+    out = capsys.readouterr().out
+    assert ("a known exporter mistake" in out) == warned
+
+
+def test_trace_names_the_step_and_the_gate(tmp_path, capsys):
+    model, feeds = _clip_rnn(onset=3)
+    argv = _save(tmp_path, model, feeds)
+    assert _main(*argv, "--trace", "--peer", "onnx.reference") == 1
+    out = capsys.readouterr().out
+    trace = out.split("\ntrace:\n")[1]
+    assert "RNN 'RNN_0' vs onnx.reference: Y first differs at step t=3 (direction 0" in trace
+    assert "gate differing most: i" in trace
+    assert "with gate i computed without clip" in trace
+
+
+def test_trace_gru_activations_and_lstm_clip(tmp_path, capsys):
+    feeds = random_inputs("GRU", T=5, N=2, full=False, seed=1)
+    attrs = {"hidden_size": 3, "activations": ["HardSigmoid", "Softsign"]}
+    argv = _save(tmp_path, node_model("GRU", feeds, attrs))
+    assert _main(*argv, "--trace", "--peer", "onnx.reference") == 1
+    out = capsys.readouterr().out
+    assert "onnx.reference: ignores activations ['HardSigmoid', 'Softsign']" in out
+    assert "Y first differs at step t=0" in out
+    assert "every gate computed with the default activations ['Sigmoid', 'Tanh']" in out
+
+    feeds = random_inputs("LSTM", T=5, N=2, full=False, seed=1)
+    argv = _save(tmp_path, node_model("LSTM", feeds, {"hidden_size": 3, "clip": 0.5}))
+    assert _main(*argv, "--trace", "--peer", "onnx.reference") == 1
+    out = capsys.readouterr().out
+    assert "every gate computed without clip" in out
+    assert "gate differing most: " in out
+
+
+def test_onnxruntime_affine_default_is_linted_and_traced(tmp_path, capsys):
+    pytest.importorskip("onnxruntime")
+    feeds = random_inputs("RNN", T=4, N=2, full=False, seed=3)
+    attrs = {"hidden_size": 3, "activations": ["Affine"], "activation_beta": [0.25]}
+    argv = _save(tmp_path, node_model("RNN", feeds, attrs))
+    assert _main(*argv, "--trace", "--peer", "onnxruntime") == 1
+    out = capsys.readouterr().out
+    assert "onnxruntime: uses 0 for Affine's alpha when not given (the ONNX default is 1)" in out
+    assert "with gate i computed with 0 for the unset alpha/beta" in out
+
+
+def test_an_int_input_must_be_given(tmp_path, capsys):
+    feeds = random_inputs("GRU", T=4, N=2, seed=0)
+    del feeds["initial_h"]
+    argv = _save(tmp_path, node_model("GRU", feeds, {"hidden_size": 3}))
+    assert _main(*argv) == 2
+    err = capsys.readouterr().err
+    assert "'sequence_lens' is tensor(int32)" in err
+    assert "-i sequence_lens=FILE.npy" in err
+    np.save(tmp_path / "lens.npy", feeds["sequence_lens"])
+    assert _main(
+        *argv, "-i", f"sequence_lens={tmp_path / 'lens.npy'}", "--peer", "onnxruntime"
+    ) in (
+        0,
+        1,
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["/nonexistent.onnx"], "no such file"),
+        (["{model}", "-i", "X"], "-i expects NAME=VALUE"),
+        (["{model}", "-i", "X=/nonexistent.npy"], "cannot read"),
+        (["{model}", "-i", "nope={npy}"], "unknown input name"),
+        (["{model}", "--dim", "seq=x"], "--dim"),
+        (["{model}", "--atol", "-1"], "atol and rtol must be >= 0"),
+    ],
+)
+def test_usage_errors_exit_2(tmp_path, capsys, argv, message):
+    feeds = random_inputs("RNN", full=False)
+    onnx.save(node_model("RNN", feeds, {}), tmp_path / "m.onnx")
+    np.save(tmp_path / "x.npy", feeds["X"])
+    argv = [a.format(model=tmp_path / "m.onnx", npy=tmp_path / "x.npy") for a in argv]
+    assert _main(*argv) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_a_peer_that_cannot_run_the_model_is_reported(tmp_path, capsys):
+    pytest.importorskip("onnxruntime")
+    feeds = random_inputs("LSTM", full=False)
+    feeds["X"] = np.ascontiguousarray(feeds["X"].swapaxes(0, 1))
+    argv = _save(tmp_path, node_model("LSTM", feeds, {"layout": 1, "hidden_size": 3}))
+    assert _main(*argv, "--peer", "onnxruntime") == 0
+    out = capsys.readouterr().out
+    assert "onnxruntime: does not implement layout=1" in out
+    assert "(all)   onnxruntime  error: " in out and "layout == 1" in out
+    assert "(onnxruntime could not run it)" in out
+
+
+def test_openvino_layout_1_gives_wrong_shapes(tmp_path, capsys):
+    pytest.importorskip("openvino")
+    feeds = random_inputs("GRU", T=5, N=3, full=False)
+    feeds["X"] = np.ascontiguousarray(feeds["X"].swapaxes(0, 1))
+    argv = _save(tmp_path, node_model("GRU", feeds, {"layout": 1, "hidden_size": 3}))
+    assert _main(*argv, "--peer", "openvino") == 1
+    out = capsys.readouterr().out
+    assert "openvino: ignores layout=1" in out
+    assert "openvino  DIFFERS: shape [3, 1, 5, 3], ours [3, 5, 1, 3]" in out
+
+
+def test_lint_findings():
+    def findings(op, attrs, *, opset=22, dtype=np.float32, D=1, **kw):
+        feeds = random_inputs(op, full=False, dtype=dtype, D=D, **kw)
+        return [str(f) for f in lint(node_model(op, feeds, attrs, opset=opset))]
+
+    bidi = {"direction": "bidirectional", "hidden_size": 3}
+    got = findings("RNN", {**bidi, "activations": ["Tanh", "Relu"]}, D=2)
+    assert (
+        "RNN-22 'RNN_0': onnx.reference: knows only Tanh and Affine for RNN: fails on ['Relu']"
+        in got
+    )
+    assert any("openvino: does not honour per-direction activations" in f for f in got)
+    got = findings("RNN", {**bidi, "activations": ["ScaledTanh", "ScaledTanh"]}, D=2)
+    assert sum("uses 0 for ScaledTanh's alpha" in f for f in got) == 1  # once, not per direction
+    got = findings("GRU", {"hidden_size": 3}, opset=3)
+    assert "GRU-3 'GRU_0': onnxruntime: has no GRU before version 7 (this node is GRU-3)" in got
+    got = findings("LSTM", {"hidden_size": 3, "input_forget": 1}, dtype=np.float64)
+    assert "LSTM-22 'LSTM_0': onnxruntime: has no double kernel" in got
+    assert "LSTM-22 'LSTM_0': onnx.reference: ignores input_forget=1" in got
+    got = findings("GRU", {"activations": ["Sigmoid", "Elu"]})
+    assert "GRU-22 'GRU_0': openvino: fails without the hidden_size attribute" in got
+    assert "GRU-22 'GRU_0': onnxruntime: fails without the hidden_size attribute" in got
+    assert any(
+        "openvino: supports only Sigmoid/Tanh/Relu activations, not ['Elu']" in f for f in got
+    )
+    assert findings("GRU", {"hidden_size": 3}) == []
+
+
+def test_lint_walks_subgraphs():
+    feeds = random_inputs("RNN", full=False)
+    rnn = helper.make_node("RNN", ["X", "W", "R"], ["Y"], name="inner", hidden_size=3, clip=2.0)
+    branch = helper.make_graph(
+        [rnn], "b", [], [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)]
+    )
+    node = helper.make_node(
+        "If", ["c"], ["out"], name="cond", then_branch=branch, else_branch=branch
+    )
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("c", TensorProto.BOOL, [])]
+        + [
+            helper.make_tensor_value_info(k, TensorProto.FLOAT, list(v.shape))
+            for k, v in feeds.items()
+        ],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)],
+    )
+    got = [str(f) for f in lint(helper.make_model(graph))]
+    assert "RNN-22 'inner' in cond: onnx.reference: ignores clip=2" in got
+
+
+@pytest.mark.parametrize(
+    ("op", "attrs"),
+    [
+        ("GRU", {"linear_before_reset": 0, "clip": 1.5}),
+        ("GRU", {"linear_before_reset": 1, "activations": ["HardSigmoid", "Elu"]}),
+        ("RNN", {"activations": ["Affine"], "activation_alpha": [0.7], "activation_beta": [0.2]}),
+        ("LSTM", {"clip": 0.8}),
+        ("LSTM", {"input_forget": 1, "activations": ["Sigmoid", "Softsign", "Relu"]}),
+    ],
+)
+def test_cell_step_is_the_operator(op, attrs):
+    """cell_step, looped over time, gives what the library computes."""
+    feeds = random_inputs(op, T=5, N=2, seed=9)
+    del feeds["sequence_lens"]
+    expected = getattr(orc, op.lower())(**feeds, **attrs)
+    spec = make_spec(
+        {"GRU": cells.GRU, "RNN": cells.RNN, "LSTM": cells.LSTM}[op],
+        feeds["R"],
+        hidden_size=None,
+        direction="forward",
+        layout=0,
+        activations=attrs.get("activations"),
+        activation_alpha=attrs.get("activation_alpha"),
+        activation_beta=attrs.get("activation_beta"),
+        clip=attrs.get("clip"),
+        linear_before_reset=attrs.get("linear_before_reset", 0),
+        input_forget=attrs.get("input_forget", 0),
+    )
+    P = feeds.get("P")
+    for b in range(2):
+        h = feeds["initial_h"][0, b]
+        c = feeds["initial_c"][0, b] if op == "LSTM" else None
+        for t in range(5):
+            gates, h, c = cell_step(
+                spec,
+                0,
+                feeds["X"][t, b],
+                h,
+                c,
+                feeds["W"][0],
+                feeds["R"][0],
+                feeds["B"][0],
+                None if P is None else P[0],
+            )
+            np.testing.assert_allclose(h, expected[0][t, 0, b], rtol=1e-5, atol=1e-6)
+        assert set(gates) == {"GRU": {*"zrh"}, "RNN": {"i"}, "LSTM": {*"iofc", "h(C)"}}[op]
+        if op == "LSTM":
+            np.testing.assert_allclose(c, expected[2][0, b], rtol=1e-5, atol=1e-6)
+
+
+def test_check_as_a_function():
+    model, feeds = _clip_rnn()
+    report = check(model, feeds, peers=["onnx.reference"], trace_nodes=True)
+    assert report.exceeds
+    assert [c.output for c in report.comparisons] == ["Y", "Y_h"]
+    (div,) = report.divergences
+    assert (div.step, div.direction, div.batch, div.gate) == (3, 0, div.batch, "i")
+    with pytest.raises(ValueError, match="unknown peer"):
+        check(model, feeds, peers=["tensorflow"])

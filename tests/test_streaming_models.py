@@ -1,0 +1,326 @@
+"""Stateful streaming of whole models: expose_states and StreamingSession.
+
+The PyTorch models in ``tests/data`` (written by ``scripts/export_streaming_models.py``)
+keep their state inside: a 2-layer GRU (torch.export exporter, zeros from ``Expand``)
+and a 2-layer LSTM (TorchScript exporter, zeros from ``ConstantOfShape``). Fed chunk by
+chunk through a StreamingSession they must give what one call over the whole sequence
+gives, and what PyTorch gave. No torch needed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import onnx_recurrent as orc
+from onnx_recurrent.runtime.streaming import StreamingSession, expose_states
+
+from models import node_model, random_inputs
+
+DATA = Path(__file__).parent / "data"
+TOLERANCE = 1e-5
+#: name -> (output names, time axis of x, batch axis of x)
+MODELS = {"gru": (("y", "h_n"), 1, 0), "lstm": (("y", "h_n", "c_n"), 0, 1)}
+STEPS = 50
+
+
+@pytest.fixture(scope="module")
+def expected() -> dict[str, np.ndarray]:
+    with np.load(DATA / "streaming_expected.npz", allow_pickle=False) as f:
+        return dict(f)
+
+
+def _model(name: str) -> onnx.ModelProto:
+    return onnx.load(DATA / f"streaming_{name}.onnx")
+
+
+def _stream(session: StreamingSession, x: np.ndarray, chunk: int, axis: int) -> list:
+    """Per-step outputs concatenated along time; final states from the last chunk."""
+    parts = []
+    for start in range(0, x.shape[axis], chunk):
+        index = range(start, min(start + chunk, x.shape[axis]))
+        parts.append(session.step({"x": np.take(x, index, axis=axis)}))
+    return [np.concatenate([p[0] for p in parts], axis=axis), *parts[-1][1:]]
+
+
+@pytest.mark.parametrize("name", MODELS)
+@pytest.mark.parametrize("chunk", [1, 7, 50])
+def test_chunks_give_the_full_call(name, chunk, expected):
+    outputs, time_axis, _ = MODELS[name]
+    x = expected[f"{name}.x"]
+    full = orc.InferenceSession(_model(name)).run(None, {"x": x})
+    got = _stream(StreamingSession(_model(name)), x, chunk, time_axis)
+    assert len(got) == len(outputs)
+    for out, g, f in zip(outputs, got, full, strict=True):
+        assert g.shape == f.shape, out
+        np.testing.assert_allclose(g, f, rtol=0, atol=TOLERANCE, err_msg=out)
+        np.testing.assert_allclose(g, expected[f"{name}.{out}"], rtol=0, atol=TOLERANCE)
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_expose_states_declares_inputs_and_outputs(name):
+    model = _model(name)
+    before = model.SerializeToString()
+    exposed = expose_states(model)
+    assert model.SerializeToString() == before, "the caller's model was modified"
+    onnx.checker.check_model(exposed, full_check=True)
+    recurrent = [n for n in exposed.graph.node if n.op_type in ("GRU", "LSTM")]
+    states = ("initial_h", "initial_c") if name == "lstm" else ("initial_h",)
+    finals = ("Y_h", "Y_c") if name == "lstm" else ("Y_h",)
+    want_inputs = ["x"] + [f"{n.name}.{s}" for n in recurrent for s in states]
+    want_outputs = list(MODELS[name][0]) + [f"{n.name}.{s}" for n in recurrent for s in finals]
+    assert [i.name for i in exposed.graph.input] == want_inputs
+    assert [o.name for o in exposed.graph.output] == want_outputs
+    session = orc.InferenceSession(exposed)
+    for arg in session.get_inputs()[1:] + session.get_outputs()[len(MODELS[name][0]) :]:
+        assert arg.shape == [1, "batch", 8], arg
+        assert arg.type == "tensor(float)"
+    # the zeros PyTorch built for h0 are gone
+    zeros = {"gru": "Expand", "lstm": "ConstantOfShape"}[name]
+    assert zeros in {n.op_type for n in model.graph.node}
+    assert zeros not in {n.op_type for n in exposed.graph.node}
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_exposed_model_streams_on_onnxruntime(name, expected):
+    ort = pytest.importorskip("onnxruntime")
+    outputs, time_axis, batch_axis = MODELS[name]
+    exposed = expose_states(_model(name))
+    sess = ort.InferenceSession(exposed.SerializeToString(), providers=["CPUExecutionProvider"])
+    x = expected[f"{name}.x"]
+    states = {
+        i.name: np.zeros((1, x.shape[batch_axis], 8), np.float32)
+        for i in sess.get_inputs()
+        if i.name != "x"
+    }
+    ys = []
+    for start in range(0, STEPS, 7):
+        chunk = np.take(x, range(start, min(start + 7, STEPS)), axis=time_axis)
+        result = sess.run(None, {"x": chunk, **states})
+        states = dict(zip(states, result[len(outputs) :], strict=True))
+        ys.append(result[0])
+    np.testing.assert_allclose(
+        np.concatenate(ys, axis=time_axis), expected[f"{name}.y"], rtol=0, atol=TOLERANCE
+    )
+
+
+def test_states_reset_and_restore(expected):
+    x = expected["lstm.x"]  # [seq, batch 2, 4]
+    session = StreamingSession(_model("lstm"))
+    assert len(session.states) == 4
+    assert all(v is None for v in session.states.values())
+    first = session.step({"x": x[:10]})
+    saved = session.states
+    assert all(v.shape == (1, 2, 8) and v.dtype == np.float32 for v in saved.values())
+    second = session.step({"x": x[10:20]})
+    session.reset()
+    assert all(v is None for v in session.states.values())
+    again = session.step({"x": x[:10]})
+    for a, b in zip(first, again, strict=True):
+        np.testing.assert_array_equal(a, b)
+    session.states = saved
+    resumed = session.step({"x": x[10:20]})
+    for a, b in zip(second, resumed, strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert [a.name for a in session.get_inputs()] == ["x"]
+    assert [a.name for a in session.get_outputs()] == ["y", "h_n", "c_n"]
+
+
+def test_batch_size_comes_from_the_first_feed():
+    session = StreamingSession(_model("gru"))
+    session.step({"x": np.ones((3, 2, 4), np.float32)})
+    assert {v.shape for v in session.states.values()} == {(1, 3, 8)}
+    with pytest.raises(ValueError, match="initial_h"):
+        session.step({"x": np.ones((2, 2, 4), np.float32)})
+    session.reset()
+    session.step({"x": np.ones((2, 2, 4), np.float32)})  # a new stream may change it
+
+
+def test_bad_feeds():
+    session = StreamingSession(_model("gru"))
+    state = next(iter(session.states))
+    x = np.ones((1, 2, 4), np.float32)
+    with pytest.raises(ValueError, match="states are fed by the session"):
+        session.step({"x": x, state: np.zeros((1, 1, 8), np.float32)})
+    with pytest.raises(ValueError, match="missing input"):
+        session.step({})
+    with pytest.raises(TypeError, match="float"):
+        session.step({"x": x.astype(np.float64)})
+    with pytest.raises(ValueError, match="unknown state"):
+        session.states = {"nope": None}
+
+
+def test_no_recurrent_node_is_an_error():
+    node = helper.make_node("Relu", ["x"], ["y"])
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+    )
+    with pytest.raises(ValueError, match="no GRU, RNN or LSTM node"):
+        expose_states(helper.make_model(graph))
+    with pytest.raises(ValueError, match="no GRU, RNN or LSTM node"):
+        StreamingSession(helper.make_model(graph))
+    with pytest.raises(TypeError, match="ModelProto"):
+        expose_states(b"not a model")
+
+
+def test_a_node_in_a_loop_body_is_not_exposed():
+    feeds = random_inputs("RNN", full=False)
+    body = helper.make_graph(
+        [
+            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+            helper.make_node("RNN", ["X", "W", "R"], ["Y"], hidden_size=3),
+        ],
+        "body",
+        [
+            helper.make_tensor_value_info("i", TensorProto.INT64, []),
+            helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+        ],
+        [
+            helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("Y", TensorProto.FLOAT, None),
+        ],
+    )
+    loop = helper.make_node("Loop", ["n", ""], ["Ys"], body=body)
+    graph = helper.make_graph(
+        [loop],
+        "g",
+        [
+            helper.make_tensor_value_info("n", TensorProto.INT64, []),
+            *(
+                helper.make_tensor_value_info(k, TensorProto.FLOAT, list(v.shape))
+                for k, v in feeds.items()
+            ),
+        ],
+        [helper.make_tensor_value_info("Ys", TensorProto.FLOAT, None)],
+    )
+    with pytest.raises(ValueError, match="only inside Loop node"):
+        expose_states(helper.make_model(graph))
+
+
+def _chunks(x: np.ndarray, size: int, axis: int):
+    return [
+        np.take(x, range(s, min(s + size, x.shape[axis])), axis=axis)
+        for s in range(0, x.shape[axis], size)
+    ]
+
+
+@pytest.mark.parametrize("op", ["GRU", "RNN", "LSTM"])
+def test_unnamed_outputs_and_batch_first_layout(op):
+    """A node with only Y, no initial state and layout=1: the states get names and shapes."""
+    feeds = random_inputs(op, T=12, N=2, full=False, seed=3)
+    feeds["X"] = np.ascontiguousarray(feeds["X"].swapaxes(0, 1))  # [N, T, I]
+    model = node_model(op, feeds, {"layout": 1, "hidden_size": 3}, outputs=("Y",))
+    model.graph.node[0].name = "rec"
+    model.graph.input[0].type.tensor_type.shape.dim[1].dim_param = "seq"
+    exposed = expose_states(model)
+    names = ["initial_h", "initial_c"] if op == "LSTM" else ["initial_h"]
+    inputs = {i.name: i for i in orc.InferenceSession(exposed).get_inputs()}
+    for n in names:
+        assert inputs[f"rec.{n}"].shape == ["batch", 1, 3]
+    assert [o.name for o in exposed.graph.output][1:] == [
+        f"rec.{n}" for n in (["Y_h", "Y_c"] if op == "LSTM" else ["Y_h"])
+    ]
+    session = StreamingSession(model)
+    ys = [session.step({**feeds, "X": c})[0] for c in _chunks(feeds["X"], 5, axis=1)]
+    full = orc.InferenceSession(model).run(None, feeds)[0]
+    np.testing.assert_allclose(np.concatenate(ys, axis=1), full, rtol=1e-6, atol=1e-6)
+
+
+def test_initial_state_from_a_graph_input_is_replaced():
+    feeds = random_inputs("GRU", full=False)
+    feeds["h0"] = np.zeros((1, 3, 3), np.float32)
+    node = helper.make_node("GRU", ["X", "W", "R", "", "", "h0"], ["Y"], name="g")
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [
+            helper.make_tensor_value_info(k, TensorProto.FLOAT, list(v.shape))
+            for k, v in feeds.items()
+        ],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)],
+    )
+    exposed = expose_states(helper.make_model(graph))
+    assert [i.name for i in exposed.graph.input] == ["X", "W", "R", "g.initial_h"]
+
+
+def _if_model():
+    """``If(cond)``: a GRU in the then branch, an RNN in the else branch, x from outside."""
+    rng = np.random.default_rng(7)
+    W1 = rng.uniform(-0.5, 0.5, (1, 9, 4)).astype(np.float32)
+    R1 = rng.uniform(-0.5, 0.5, (1, 9, 3)).astype(np.float32)
+    W2 = rng.uniform(-0.5, 0.5, (1, 3, 4)).astype(np.float32)
+    R2 = rng.uniform(-0.5, 0.5, (1, 3, 3)).astype(np.float32)
+
+    def branch(op, W, R, name):
+        return helper.make_graph(
+            [helper.make_node(op, ["x", W, R], [f"{name}_y"], name=name, hidden_size=3)],
+            name,
+            [],
+            [
+                helper.make_tensor_value_info(
+                    f"{name}_y", TensorProto.FLOAT, ["seq", 1, "batch", 3]
+                )
+            ],
+        )
+
+    node = helper.make_node(
+        "If",
+        ["cond"],
+        ["y"],
+        name="if",
+        then_branch=branch("GRU", "W1", "R1", "gru"),
+        else_branch=branch("RNN", "W2", "R2", "rnn"),
+    )
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [
+            helper.make_tensor_value_info("cond", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, ["seq", "batch", 4]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["seq", 1, "batch", 3])],
+        initializer=[
+            numpy_helper.from_array(a, n)
+            for a, n in ((W1, "W1"), (R1, "R1"), (W2, "W2"), (R2, "R2"))
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 22)])
+    return model, (W1, R1, W2, R2)
+
+
+def test_nodes_inside_if_branches():
+    model, (W1, R1, W2, R2) = _if_model()
+    exposed = expose_states(model)
+    onnx.checker.check_model(exposed, full_check=True)
+    assert [i.name for i in exposed.graph.input] == ["cond", "x", "gru.initial_h", "rnn.initial_h"]
+    assert [o.name for o in exposed.graph.output] == ["y", "gru.Y_h", "rnn.Y_h"]
+
+    x = np.random.default_rng(8).standard_normal((9, 2, 4)).astype(np.float32)
+    session = StreamingSession(model)
+    # then, else, then: each node's state carries over the chunks of its own branch
+    order = [(True, x[:3]), (False, x[3:6]), (True, x[6:])]
+    got = [session.step({"cond": np.array(c), "x": chunk})[0] for c, chunk in order]
+    _, h = orc.gru(x[:3], W1, R1)
+    np.testing.assert_allclose(got[0], orc.gru(x[:3], W1, R1)[0], atol=1e-6)
+    np.testing.assert_allclose(got[1], orc.rnn(x[3:6], W2, R2)[0], atol=1e-6)
+    np.testing.assert_allclose(got[2], orc.gru(x[6:], W1, R1, initial_h=h)[0], atol=1e-6)
+    states = session.states
+    assert states["gru.initial_h"].shape == (1, 2, 3)
+    np.testing.assert_allclose(states["rnn.initial_h"], orc.rnn(x[3:6], W2, R2)[1], atol=1e-6)
+
+
+def test_a_bidirectional_model_is_warned_about():
+    example = Path(orc.__file__).parent / "data" / "example_gru.onnx"
+    with pytest.warns(UserWarning, match="also run backwards in time"):
+        session = StreamingSession(example)
+    assert len(session.states) == 2  # both layers, both directions in each state
+    logits, h_n = session.step({"x": np.ones((1, 3, 16), np.float32)})
+    assert logits.shape == (1, 3, 4) and h_n.shape == (4, 1, 32)
+    assert {v.shape for v in session.states.values()} == {(2, 1, 32)}
