@@ -183,11 +183,7 @@ class GRUCell(Cell):
 
 
 class LSTMCell(Cell):
-    """``i o f c`` gates, peepholes ``P = [Pi, Po, Pf]``, ``input_forget``.
-
-    Internally the gates are reordered ``i f c o`` so that ``i`` and ``f``, which
-    share the activation ``f``, are one contiguous block.
-    """
+    """``i o f c`` gates, peepholes ``P = [Pi, Po, Pf]``, ``input_forget``."""
 
     name = "LSTM"
     n_gates = 4
@@ -195,19 +191,13 @@ class LSTMCell(Cell):
     default_activations = ("Sigmoid", "Tanh", "Tanh")
     state_names = ("initial_h", "initial_c")
     n_peepholes = 3
-    _ORDER = (0, 2, 3, 1)  # i f c o, as indices into i o f c
 
     def prepare(self, spec, W, R, B, P):
-        H = spec.hidden_size
-
-        def reorder(a: np.ndarray) -> np.ndarray:
-            blocks = a.reshape(4, H, *a.shape[1:])
-            return blocks[list(self._ORDER)].reshape(a.shape)
-
-        extra = {}
+        w = super().prepare(spec, W, R, B, P)
         if P is not None:
-            extra = {"Pi": P[:H], "Po": P[H : 2 * H], "Pf": P[2 * H :]}
-        return Weights(reorder(W), reorder(R), reorder(B[: 4 * H] + B[4 * H :]), extra)
+            H = spec.hidden_size
+            w.extra = {"Pi": P[:H], "Po": P[H : 2 * H], "Pf": P[2 * H :]}
+        return w
 
     def workspace(self, spec, batch, dtype):
         H = spec.hidden_size
@@ -222,21 +212,18 @@ class LSTMCell(Cell):
         tmp = work["t"][:n]
         np.matmul(h, w.R.T, out=gates)
         gates += xw
-        i, fg, cg, o = (gates[:, k * H : (k + 1) * H] for k in range(4))
+        i, o, fg, cg = (gates[:, k * H : (k + 1) * H] for k in range(4))
         peep = w.extra
         if peep:
             i += np.multiply(peep["Pi"], c, out=tmp)
             fg += np.multiply(peep["Pf"], c, out=tmp)
+        gate("i", f, i, clip, probe)
         if spec.input_forget:
             pre_f = fg.copy() if probe else None
-            gate("i", f, i, clip, probe)
             np.subtract(1, i, out=fg)
             if probe:
                 probe.gates["f"] = (pre_f, fg.copy())
-        elif probe is None:  # i and f share f: one pass
-            activate(f, gates[:, : 2 * H], clip)
         else:
-            gate("i", f, i, clip, probe)
             gate("f", f, fg, clip, probe)
         gate("c", g, cg, clip, probe)
         c *= fg

@@ -8,6 +8,7 @@ missing ``sequence_lens`` again.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -113,7 +114,11 @@ def make_spec(
                 f"direction={direction!r} ({cell.n_activations} per direction), "
                 f"got {len(names)}: {names}"
             )
-    bound = resolve(names, activation_alpha, activation_beta)
+    bound = _resolve(
+        tuple(names),
+        None if activation_alpha is None else tuple(float(a) for a in activation_alpha),
+        None if activation_beta is None else tuple(float(b) for b in activation_beta),
+    )
     n = cell.n_activations
     per_direction = tuple(bound[d * n : (d + 1) * n] for d in range(num_directions))
     return RecSpec(
@@ -126,6 +131,11 @@ def make_spec(
         linear_before_reset=_flag("linear_before_reset", linear_before_reset),
         input_forget=_flag("input_forget", input_forget),
     )
+
+
+@functools.lru_cache(maxsize=256)
+def _resolve(names: tuple, alpha: tuple | None, beta: tuple | None) -> tuple[Activation, ...]:
+    return resolve(names, alpha, beta)
 
 
 @dataclass(frozen=True)

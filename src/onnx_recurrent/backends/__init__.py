@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import importlib
 import os
 from collections.abc import Iterator
@@ -50,6 +51,7 @@ class Backend(Protocol):
         ...
 
 
+@functools.cache
 def _load(name: str) -> Backend | str:
     """The backend, or why it cannot be loaded."""
     try:

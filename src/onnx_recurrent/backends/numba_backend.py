@@ -22,24 +22,27 @@ from ..activations import TABLE
 
 CODES = {name: i for i, name in enumerate(TABLE)}
 FUSED_MACS = 1 << 18
-_jit = numba.njit(cache=True, fastmath={"reassoc", "contract", "nsz"}, nogil=True)
+_f32 = np.float32
+_jit = numba.njit(
+    cache=True, fastmath={"reassoc", "contract", "nsz"}, nogil=True, error_model="numpy"
+)
 
 
 @_jit
 def _tanh32(x):
     """float32 tanh as a rational function (Eigen's and MLAS's constants): no libm call,
     so loops over it vectorize; error within a few float32 ulps."""
-    x = min(max(x, -7.90531110763549805), 7.90531110763549805)
+    x = min(max(x, _f32(-7.90531110763549805)), _f32(7.90531110763549805))
     x2 = x * x
-    p = x2 * -2.76076847742355e-16 + 2.00018790482477e-13
-    p = x2 * p + -8.60467152213735e-11
-    p = x2 * p + 5.12229709037114e-08
-    p = x2 * p + 1.48572235717979e-05
-    p = x2 * p + 6.37261928875436e-04
-    p = x2 * p + 4.89352455891786e-03
-    q = x2 * 1.19825839466702e-06 + 1.18534705686654e-04
-    q = x2 * q + 2.26843463243900e-03
-    q = x2 * q + 4.89352518554385e-03
+    p = x2 * _f32(-2.76076847742355e-16) + _f32(2.00018790482477e-13)
+    p = x2 * p + _f32(-8.60467152213735e-11)
+    p = x2 * p + _f32(5.12229709037114e-08)
+    p = x2 * p + _f32(1.48572235717979e-05)
+    p = x2 * p + _f32(6.37261928875436e-04)
+    p = x2 * p + _f32(4.89352455891786e-03)
+    q = x2 * _f32(1.19825839466702e-06) + _f32(1.18534705686654e-04)
+    q = x2 * q + _f32(2.26843463243900e-03)
+    q = x2 * q + _f32(4.89352518554385e-03)
     return x * p / q
 
 
@@ -48,9 +51,11 @@ def _apply(code, v, alpha, beta, fast):
     """Activation ``code`` on ``v`` in place; one simple loop per code, so each vectorizes."""
     n = v.shape[0]
     if code == 1 or code == 2 or code == 6:  # tanh, sigmoid, scaledtanh
-        pre = 0.5 if code == 2 else (beta if code == 6 else 1.0)
-        for j in range(n):
-            v[j] = v[j] * pre
+        half = _f32(0.5)  # float32 constants keep float32 math float32
+        if code != 1:
+            pre = half if code == 2 else beta
+            for j in range(n):
+                v[j] = v[j] * pre
         if fast:
             for j in range(n):
                 v[j] = _tanh32(v[j])
@@ -59,34 +64,34 @@ def _apply(code, v, alpha, beta, fast):
                 v[j] = math.tanh(v[j])
         if code == 2:
             for j in range(n):
-                v[j] = 0.5 + 0.5 * v[j]
+                v[j] = half + half * v[j]
         elif code == 6:
             for j in range(n):
                 v[j] = alpha * v[j]
     elif code == 0:  # relu
         for j in range(n):
-            v[j] = max(v[j], 0)
+            v[j] = max(v[j], _f32(0))
     elif code == 3:  # affine
         for j in range(n):
             v[j] = alpha * v[j] + beta
     elif code == 4:  # leakyrelu
         for j in range(n):
-            v[j] = v[j] if v[j] >= 0 else alpha * v[j]
+            v[j] = v[j] if v[j] >= _f32(0) else alpha * v[j]
     elif code == 5:  # thresholdedrelu
         for j in range(n):
-            v[j] = v[j] if v[j] >= alpha else 0
+            v[j] = v[j] if v[j] >= alpha else _f32(0)
     elif code == 7:  # hardsigmoid
         for j in range(n):
-            v[j] = min(max(alpha * v[j] + beta, 0), 1)
+            v[j] = min(max(alpha * v[j] + beta, _f32(0)), _f32(1))
     elif code == 8:  # elu
         for j in range(n):
-            v[j] = v[j] if v[j] >= 0 else alpha * math.expm1(v[j])
+            v[j] = v[j] if v[j] >= _f32(0) else alpha * math.expm1(v[j])
     elif code == 9:  # softsign
         for j in range(n):
-            v[j] = v[j] / (1 + abs(v[j]))
+            v[j] = v[j] / (_f32(1) + abs(v[j]))
     else:  # softplus, without overflow
         for j in range(n):
-            v[j] = max(v[j], 0) + math.log1p(math.exp(-abs(v[j])))
+            v[j] = max(v[j], _f32(0)) + math.log1p(math.exp(-abs(v[j])))
 
 
 @_jit
@@ -158,25 +163,25 @@ def _gru_lbr_row(x, hr, rbh, h, g, a, clip, fast):
 
 @_jit
 def _lstm_row(x, hr, h, c, P, input_forget, g, a, clip, fast):
-    """Gates in internal order i f c o; P rows Pi, Po, Pf (zeros when absent)."""
+    """Gates i o f c; P rows Pi, Po, Pf (zeros when absent)."""
     H = h.shape[0]
+    i, o, f, cc = g[:H], g[H : 2 * H], g[2 * H : 3 * H], g[3 * H :]
     for j in range(H):
-        g[j] = min(max(x[j] + hr[j] + P[0, j] * c[j], -clip), clip)
-        g[H + j] = min(max(x[H + j] + hr[H + j] + P[2, j] * c[j], -clip), clip)
+        i[j] = min(max(x[j] + hr[j] + P[0, j] * c[j], -clip), clip)
+    _gate(a, 0, i, fast)
     if input_forget:
-        _gate(a, 0, g[:H], fast)
         for j in range(H):
-            g[H + j] = 1 - g[j]
+            f[j] = _f32(1) - i[j]
     else:
-        _gate(a, 0, g[: 2 * H], fast)
-    cc = g[2 * H : 3 * H]
-    _pre(cc, x[2 * H : 3 * H], hr[2 * H : 3 * H], clip)
+        for j in range(H):
+            f[j] = min(max(x[2 * H + j] + hr[2 * H + j] + P[2, j] * c[j], -clip), clip)
+        _gate(a, 0, f, fast)
+    _pre(cc, x[3 * H :], hr[3 * H :], clip)
     _gate(a, 1, cc, fast)
     for j in range(H):
-        c[j] = g[H + j] * c[j] + g[j] * cc[j]
-    o = g[3 * H :]
+        c[j] = f[j] * c[j] + i[j] * cc[j]
     for j in range(H):
-        o[j] = min(max(x[3 * H + j] + hr[3 * H + j] + P[1, j] * c[j], -clip), clip)
+        o[j] = min(max(x[H + j] + hr[H + j] + P[1, j] * c[j], -clip), clip)
     _gate(a, 0, o, fast)
     for j in range(H):
         cc[j] = c[j]  # h(Ct): the cell state itself is not clipped
