@@ -92,3 +92,54 @@ def test_backend_choice():
         a = orc.rnn(**feeds)
     b = orc.rnn(**feeds)
     np.testing.assert_allclose(a[1], b[1], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("threads", ["2", "3"])
+@pytest.mark.parametrize("op", FUNCTIONS)
+@pytest.mark.parametrize("layout", [0, 1])
+def test_threads_split_directions_and_rows(monkeypatch, threads, op, layout):
+    from onnx_recurrent import scan
+
+    feeds = random_inputs(op, T=6, N=7, I=3, H=4, D=2, seed=int(threads))
+    feeds["sequence_lens"] = np.array([6, 0, 2, 6, 5, 1, 3], np.int32)
+    if layout:
+        for k in ("X", "initial_h", "initial_c"):
+            if k in feeds:
+                feeds[k] = np.ascontiguousarray(np.swapaxes(feeds[k], 0, 1))
+    serial = FUNCTIONS[op](**feeds, direction="bidirectional", layout=layout)
+    monkeypatch.setattr(scan, "PARALLEL_MACS", 0)
+    monkeypatch.setenv("ONNX_RECURRENT_NUM_THREADS", threads)
+    units = scan._units(*_spec_and_inputs(op, feeds, layout), int(threads))
+    assert len(units) == {"2": 2, "3": 4}[threads]
+    parallel = FUNCTIONS[op](**feeds, direction="bidirectional", layout=layout)
+    for a, b in zip(serial, parallel, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def _spec_and_inputs(op, feeds, layout):
+    from onnx_recurrent import cells
+    from onnx_recurrent.spec import check_inputs, make_spec
+
+    cell = {"GRU": cells.GRU, "RNN": cells.RNN, "LSTM": cells.LSTM}[op]
+    spec = make_spec(
+        cell,
+        feeds["R"],
+        hidden_size=None,
+        direction="bidirectional",
+        activations=None,
+        activation_alpha=None,
+        activation_beta=None,
+        clip=None,
+        layout=layout,
+    )
+    states = [(k, feeds.get(k)) for k in cell.state_names]
+    return spec, check_inputs(
+        spec,
+        feeds["X"],
+        feeds["W"],
+        feeds["R"],
+        feeds["B"],
+        feeds["sequence_lens"],
+        states,
+        feeds.get("P"),
+    )

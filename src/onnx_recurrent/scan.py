@@ -1,16 +1,21 @@
 """The one recurrence skeleton: directions, per-sequence reverse, lengths, layout, dtype.
 
-For each direction the batch is kept sorted by length (longest first), so the rows
-still running at step ``k`` are a prefix ``[:active[k]]`` and finished sequences cost
-nothing. A reverse direction reads each sequence from its own last valid step back to
-0 (not ``np.flip``, which is right only for full-length sequences). The input
-projection ``X W^T + b`` is one matrix product per block of time steps, so working
-memory grows with the block, not with ``seq_length``.
+The work of a call is split into units, one per direction and slice of the batch
+(rows are independent in every recurrence), which run on threads when there is
+enough of it. In a unit the rows are sorted by length, longest first, so the rows
+still running at step ``k`` are a prefix ``[:active[k]]`` and finished sequences
+cost nothing. A reverse direction reads each sequence from its own last valid step
+back to 0 (not ``np.flip``, which is right only for full-length sequences). The
+input projection ``X W^T + b`` is one matrix product per block of time steps, so
+working memory grows with the block, not with ``seq_length``.
 """
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import cache
 
 import numpy as np
 
@@ -20,61 +25,83 @@ from .spec import Inputs, RecSpec
 #: bytes of input projection computed at once (at least MIN_BLOCK steps)
 BLOCK_BYTES = 8 << 20
 MIN_BLOCK = 16
+#: multiply-adds of a call above which its units run on threads
+PARALLEL_MACS = 1 << 23
+
+
+def num_threads() -> int:
+    """Threads for one call: ``ONNX_RECURRENT_NUM_THREADS``, else the CPU count."""
+    value = os.environ.get("ONNX_RECURRENT_NUM_THREADS")
+    return max(1, int(value)) if value else max(1, os.cpu_count() or 1)
+
+
+@cache
+def _executor(workers: int) -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(workers, thread_name_prefix="onnx-recurrent")
 
 
 @dataclass(frozen=True)
 class Schedule:
-    """Which rows run at which step, shared by both directions of a call."""
+    """Which rows of a unit run at which step."""
 
-    order: np.ndarray | None  # batch rows sorted by length (None: all full length)
-    lens: np.ndarray  # lengths in that order
+    order: np.ndarray  # the unit's batch rows, sorted by length (longest first)
+    lens: np.ndarray  # their lengths
     active: np.ndarray  # active[k]: rows with length > k
     steps: int  # the longest length
+    whole: bool  # order is every row in batch order, all of full length
 
     @classmethod
-    def of(cls, sequence_lens: np.ndarray, seq_length: int) -> Schedule:
-        if (sequence_lens == seq_length).all():
-            n = len(sequence_lens)
-            return cls(None, sequence_lens, np.full(seq_length, n), seq_length if n else 0)
-        order = np.argsort(-sequence_lens, kind="stable")
+    def of(cls, rows: np.ndarray, sequence_lens: np.ndarray, seq_length: int) -> Schedule:
+        order = rows[np.argsort(-sequence_lens[rows], kind="stable")]
         lens = sequence_lens[order]
         active = (lens[None, :] > np.arange(seq_length)[:, None]).sum(axis=1)
-        return cls(order, lens, active, int(lens[0]) if len(lens) else 0)
+        whole = len(rows) == len(sequence_lens) and bool((lens == seq_length).all())
+        if whole:
+            order = rows  # all full length: batch order, views instead of gathers
+        return cls(order, lens, active, int(lens[0]) if len(lens) else 0, whole)
 
-    def time_index(self, k0: int, k1: int, n: int, reverse: bool, T: int) -> np.ndarray:
+    def time_index(self, k0: int, k1: int, n: int, reverse: bool) -> np.ndarray:
         """``[k1-k0, n]``: the time step each of the first ``n`` rows reads at steps k0..k1-1."""
         k = np.arange(k0, k1)[:, None]
         if not reverse:
             return np.broadcast_to(k, (k1 - k0, n))
         return np.maximum(self.lens[None, :n] - 1 - k, 0)
 
+    def inputs(self, X: np.ndarray, k0: int, k1: int, n: int, reverse: bool) -> np.ndarray:
+        """X rows that steps k0..k1-1 read, ``[k1-k0, n, input_size]``, in schedule order."""
+        T = X.shape[0]
+        if self.whole:
+            return X[T - k1 : T - k0][::-1] if reverse else X[k0:k1]
+        return X[self.time_index(k0, k1, n, reverse), self.order[None, :n]]
 
-def _block_inputs(
-    X: np.ndarray, s: Schedule, k0: int, k1: int, n: int, reverse: bool
-) -> np.ndarray:
-    """X rows that steps k0..k1-1 read, ``[k1-k0, n, input_size]``, in schedule order."""
-    T = X.shape[0]
-    if s.order is None:
-        return X[T - k1 : T - k0][::-1] if reverse else X[k0:k1]
-    return X[s.time_index(k0, k1, n, reverse, T), s.order[None, :n]]
+    def store(self, Y_tm: np.ndarray, d: int, Yb: np.ndarray, k0: int, k1: int, reverse: bool):
+        """Scatter a block's hidden states into ``Y[t, d, b]`` (valid steps only)."""
+        T = Y_tm.shape[0]
+        if self.whole:
+            if reverse:
+                Y_tm[T - k1 : T - k0, d] = Yb[::-1]
+            else:
+                Y_tm[k0:k1, d] = Yb
+            return
+        n0 = Yb.shape[1]
+        valid = np.arange(k0, k1)[:, None] < self.lens[None, :n0]
+        t = self.time_index(k0, k1, n0, reverse)
+        rows = np.broadcast_to(self.order[None, :n0], t.shape)
+        Y_tm[t[valid], d, rows[valid]] = Yb[valid]
 
 
-def _store(
-    Y_tm: np.ndarray, d: int, Yb: np.ndarray, s: Schedule, k0: int, k1: int, reverse: bool
-) -> None:
-    """Scatter a block's hidden states (schedule order) into ``Y[t, d, b]``."""
-    T = Y_tm.shape[0]
-    if s.order is None:
-        if reverse:
-            Y_tm[T - k1 : T - k0, d] = Yb[::-1]
-        else:
-            Y_tm[k0:k1, d] = Yb
-        return
-    n0 = Yb.shape[1]
-    valid = np.arange(k0, k1)[:, None] < s.lens[None, :n0]
-    t = s.time_index(k0, k1, n0, reverse, T)
-    rows = np.broadcast_to(s.order[None, :n0], t.shape)
-    Y_tm[t[valid], d, rows[valid]] = Yb[valid]
+def _units(spec: RecSpec, x: Inputs, workers: int) -> list[tuple[int, np.ndarray]]:
+    """(direction, batch rows) pairs; the rows of a direction are dealt round-robin by
+    length, so every slice gets a fair share of long and short sequences."""
+    T, N, I = x.X.shape
+    D, H, G = spec.num_directions, spec.hidden_size, spec.cell.n_gates
+    slices = 1
+    if workers > 1 and T * N * D * G * H * (H + I) >= PARALLEL_MACS:
+        slices = min(N, -(-workers // D))
+    by_length = np.argsort(-x.sequence_lens, kind="stable")
+    if slices == 1:
+        by_length = np.arange(N)
+    return [(d, np.sort(by_length[i::slices])) for d in range(D) for i in range(slices)]
 
 
 def scan(
@@ -89,8 +116,7 @@ def scan(
     T, N, _ = x.X.shape
     D, H = spec.num_directions, spec.hidden_size
     ct = x.compute_dtype
-    s = Schedule.of(x.sequence_lens, T)
-    ragged = s.order is not None
+    ragged = bool((x.sequence_lens < T).any())
 
     # Outputs in the caller's layout, written through time-major views.
     Y = Y_tm = None
@@ -100,30 +126,38 @@ def scan(
         Y_tm = Y.transpose(1, 2, 0, 3) if spec.layout else Y
     finals = [np.empty((N, D, H) if spec.layout else (D, N, H), x.dtype) for _ in cell.state_names]
     finals_tm = [f.transpose(1, 0, 2) if spec.layout else f for f in finals]
-
+    backend = backends.select(spec, ct)
     per_step = N * cell.n_gates * H * ct.itemsize
     block = max(MIN_BLOCK, BLOCK_BYTES // max(per_step, 1))
-    backend = backends.select(spec, ct)
-    for d in range(D):
+
+    def run(unit: tuple[int, np.ndarray]) -> None:
+        d, rows = unit
+        s = Schedule.of(rows, x.sequence_lens, T)
         reverse = spec.direction == "reverse" or d == 1
         P = x.P[d] if x.P is not None else None
         w = cell.prepare(spec, x.W[d], x.R[d], x.B[d], P)
-        rows = slice(None) if s.order is None else s.order
-        states = tuple(np.array(init[d][rows], dtype=ct) for init in x.initial_states)
-        WT = w.W.T
+        states = tuple(np.array(init[d][s.order], dtype=ct) for init in x.initial_states)
         for k0 in range(0, s.steps, block):
             k1 = min(s.steps, k0 + block)
             n0 = int(s.active[k0])
-            xb = _block_inputs(x.X, s, k0, k1, n0, reverse)
-            xw = np.matmul(xb.reshape(-1, xb.shape[-1]).astype(ct, copy=False), WT)
+            xb = s.inputs(x.X, k0, k1, n0, reverse)
+            xw = np.matmul(xb.reshape(-1, xb.shape[-1]).astype(ct, copy=False), w.W.T)
             xw += w.bias
             xw = xw.reshape(k1 - k0, n0, -1)
             Yb = None if Y_tm is None else np.empty((k1 - k0, n0, H), ct)
             backend.run_block(spec, w, spec.activations[d], xw, states, s.active[k0:k1], Yb)
             if Yb is not None:
-                _store(Y_tm, d, Yb, s, k0, k1, reverse)
+                s.store(Y_tm, d, Yb, k0, k1, reverse)
         for final, state in zip(finals_tm, states, strict=True):
-            final[d, rows] = state
+            final[d, s.order] = state
+
+    workers = num_threads()
+    units = _units(spec, x, workers)
+    if len(units) == 1:
+        run(units[0])
+    else:
+        with backends.single_threaded_blas():  # our threads, not BLAS's, share the cores
+            list(_executor(workers).map(run, units))
     empty = x.sequence_lens == 0
     if empty.any():  # no step ran: zeros, not initial_h (SEMANTICS.md, "Sequences")
         for final in finals_tm:

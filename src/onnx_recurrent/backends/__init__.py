@@ -61,6 +61,27 @@ def _load(name: str) -> Backend | str:
     return module.BACKEND
 
 
+@functools.cache
+def _blas_controller():
+    try:
+        from threadpoolctl import ThreadpoolController
+    except ImportError:
+        return None
+    return ThreadpoolController()
+
+
+@contextlib.contextmanager
+def single_threaded_blas() -> Iterator[None]:
+    """BLAS on one thread inside the context (threadpoolctl), when our own threads
+    split the work: two levels of threads on the same cores only get in each other's way."""
+    controller = _blas_controller()
+    if controller is None:
+        yield
+        return
+    with controller.limit(limits=1, user_api="blas"):
+        yield
+
+
 @contextlib.contextmanager
 def use(name: str) -> Iterator[None]:
     """Run the calls in this context on backend ``name`` ("numpy", "numba" or "auto")."""
