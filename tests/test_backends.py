@@ -109,7 +109,7 @@ def test_threads_split_directions_and_rows(monkeypatch, threads, op, layout):
     serial = FUNCTIONS[op](**feeds, direction="bidirectional", layout=layout)
     monkeypatch.setattr(scan, "PARALLEL_MACS", 0)
     monkeypatch.setenv("ONNX_RECURRENT_NUM_THREADS", threads)
-    units = scan._units(*_spec_and_inputs(op, feeds, layout), int(threads))
+    units, _ = scan._units(*_spec_and_inputs(op, feeds, layout), int(threads))
     assert len(units) == {"2": 2, "3": 4}[threads]
     parallel = FUNCTIONS[op](**feeds, direction="bidirectional", layout=layout)
     for a, b in zip(serial, parallel, strict=True):

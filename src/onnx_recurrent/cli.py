@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 import time
 from collections.abc import Sequence
@@ -106,6 +107,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     run.add_argument("-o", "--output", metavar="OUT.npz", help="save the outputs")
     run.set_defaults(handler=cmd_run)
+    for module in ("check", "bench"):  # each registers its own subcommand
+        importlib.import_module(f".{module}", __package__).add_parser(sub)
     return parser
 
 

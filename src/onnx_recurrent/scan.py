@@ -12,6 +12,7 @@ working memory grows with the block, not with ``seq_length``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -90,18 +91,23 @@ class Schedule:
         Y_tm[t[valid], d, rows[valid]] = Yb[valid]
 
 
-def _units(spec: RecSpec, x: Inputs, workers: int) -> list[tuple[int, np.ndarray]]:
-    """(direction, batch rows) pairs; the rows of a direction are dealt round-robin by
-    length, so every slice gets a fair share of long and short sequences."""
+def _units(spec: RecSpec, x: Inputs, workers: int) -> tuple[list[tuple[int, np.ndarray]], bool]:
+    """(direction, batch rows) pairs, and whether the call is large enough for threads.
+
+    The rows of a direction are dealt round-robin by length, so every slice gets a
+    fair share of long and short sequences.
+    """
     T, N, I = x.X.shape
     D, H, G = spec.num_directions, spec.hidden_size, spec.cell.n_gates
+    large = T * N * D * G * H * (H + I) >= PARALLEL_MACS
     slices = 1
-    if workers > 1 and T * N * D * G * H * (H + I) >= PARALLEL_MACS:
+    if workers > 1 and large:
         slices = min(N, -(-workers // D))
     by_length = np.argsort(-x.sequence_lens, kind="stable")
     if slices == 1:
         by_length = np.arange(N)
-    return [(d, np.sort(by_length[i::slices])) for d in range(D) for i in range(slices)]
+    units = [(d, np.sort(by_length[i::slices])) for d in range(D) for i in range(slices)]
+    return units, large
 
 
 def scan(
@@ -141,7 +147,7 @@ def scan(
             k1 = min(s.steps, k0 + block)
             n0 = int(s.active[k0])
             xb = s.inputs(x.X, k0, k1, n0, reverse)
-            xw = np.matmul(xb.reshape(-1, xb.shape[-1]).astype(ct, copy=False), w.W.T)
+            xw = np.matmul(xb.reshape(-1, xb.shape[-1]).astype(ct, copy=False), w.WT)
             xw += w.bias
             xw = xw.reshape(k1 - k0, n0, -1)
             Yb = None if Y_tm is None else np.empty((k1 - k0, n0, H), ct)
@@ -152,11 +158,13 @@ def scan(
             final[d, s.order] = state
 
     workers = num_threads()
-    units = _units(spec, x, workers)
-    if len(units) == 1:
-        run(units[0])
-    else:
-        with backends.single_threaded_blas():  # our threads, not BLAS's, share the cores
+    units, large = _units(spec, x, workers)
+    # Per-step products are too small for BLAS's own threads to pay (measured: slower
+    # than one thread); our units use the cores instead.
+    with backends.single_threaded_blas() if large else contextlib.nullcontext():
+        if len(units) == 1:
+            run(units[0])
+        else:
             list(_executor(workers).map(run, units))
     empty = x.sequence_lens == 0
     if empty.any():  # no step ran: zeros, not initial_h (SEMANTICS.md, "Sequences")

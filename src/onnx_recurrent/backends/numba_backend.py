@@ -301,11 +301,10 @@ class NumbaBackend:
         hr = np.empty((rows, G), dt)
         g = np.empty((rows, G), dt)
         gru_split = kind == 1 and not lbr
+        RT = w.RT
         if gru_split:
             rh = np.empty((rows, H), dt)
-            RzrT, RhT = R[: 2 * H].T, R[2 * H :].T
-        else:
-            RT = R.T
+            RzrT, RhT = RT[:, : 2 * H], RT[:, 2 * H :]
         for k, n in enumerate(active.tolist()):
             if gru_split:
                 np.matmul(h[:n], RzrT, out=hr[:n, : 2 * H])
