@@ -54,6 +54,27 @@ _RAISES_DOC = """
 """
 
 
+_ATTRIBUTES = (
+    "hidden_size",
+    "direction",
+    "activations",
+    "activation_alpha",
+    "activation_beta",
+    "clip",
+    "layout",
+    "linear_before_reset",
+    "input_forget",
+)
+
+
+def _run(cell, arguments, X, W, R, B, sequence_lens, states, P=None):
+    """The common body of the public functions: parse, check, scan."""
+    attributes = {k: arguments[k] for k in _ATTRIBUTES if k in arguments}
+    spec = make_spec(cell, np.asarray(R), **attributes)
+    x = check_inputs(spec, X, W, R, B, sequence_lens, states, P)
+    return scan(spec, x, output_sequence=arguments["output_sequence"])
+
+
 def _with_doc(doc: str):
     def decorate(fn):
         fn.__doc__ = doc.replace("{common}", _COMMON_DOC).replace("{raises}", _RAISES_DOC)
@@ -111,20 +132,7 @@ def gru(
     linear_before_reset: int = 0,
     output_sequence: bool = True,
 ) -> tuple[np.ndarray | None, np.ndarray]:
-    spec = make_spec(
-        cells.GRU,
-        np.asarray(R),
-        hidden_size=hidden_size,
-        direction=direction,
-        activations=activations,
-        activation_alpha=activation_alpha,
-        activation_beta=activation_beta,
-        clip=clip,
-        layout=layout,
-        linear_before_reset=linear_before_reset,
-    )
-    x = check_inputs(spec, X, W, R, B, sequence_lens, [("initial_h", initial_h)])
-    Y, Y_h = scan(spec, x, output_sequence=output_sequence)
+    Y, Y_h = _run(cells.GRU, locals(), X, W, R, B, sequence_lens, [("initial_h", initial_h)])
     return Y, Y_h
 
 
@@ -168,19 +176,7 @@ def rnn(
     layout: int = 0,
     output_sequence: bool = True,
 ) -> tuple[np.ndarray | None, np.ndarray]:
-    spec = make_spec(
-        cells.RNN,
-        np.asarray(R),
-        hidden_size=hidden_size,
-        direction=direction,
-        activations=activations,
-        activation_alpha=activation_alpha,
-        activation_beta=activation_beta,
-        clip=clip,
-        layout=layout,
-    )
-    x = check_inputs(spec, X, W, R, B, sequence_lens, [("initial_h", initial_h)])
-    Y, Y_h = scan(spec, x, output_sequence=output_sequence)
+    Y, Y_h = _run(cells.RNN, locals(), X, W, R, B, sequence_lens, [("initial_h", initial_h)])
     return Y, Y_h
 
 
@@ -239,21 +235,8 @@ def lstm(
     layout: int = 0,
     output_sequence: bool = True,
 ) -> tuple[np.ndarray | None, np.ndarray, np.ndarray]:
-    spec = make_spec(
-        cells.LSTM,
-        np.asarray(R),
-        hidden_size=hidden_size,
-        direction=direction,
-        activations=activations,
-        activation_alpha=activation_alpha,
-        activation_beta=activation_beta,
-        clip=clip,
-        layout=layout,
-        input_forget=input_forget,
-    )
     states = [("initial_h", initial_h), ("initial_c", initial_c)]
-    x = check_inputs(spec, X, W, R, B, sequence_lens, states, P)
-    Y, Y_h, Y_c = scan(spec, x, output_sequence=output_sequence)
+    Y, Y_h, Y_c = _run(cells.LSTM, locals(), X, W, R, B, sequence_lens, states, P)
     return Y, Y_h, Y_c
 
 
