@@ -33,7 +33,12 @@ PARALLEL_MACS = 1 << 23
 def num_threads() -> int:
     """Threads for one call: ``ONNX_RECURRENT_NUM_THREADS``, else the CPU count."""
     value = os.environ.get("ONNX_RECURRENT_NUM_THREADS")
-    return max(1, int(value)) if value else max(1, os.cpu_count() or 1)
+    return max(1, int(value)) if value else _cpu_count()
+
+
+@cache
+def _cpu_count() -> int:
+    return max(1, os.cpu_count() or 1)
 
 
 @cache
@@ -49,17 +54,17 @@ class Schedule:
     lens: np.ndarray  # their lengths
     active: np.ndarray  # active[k]: rows with length > k
     steps: int  # the longest length
-    whole: bool  # order is every row in batch order, all of full length
+    whole: bool  # every row, in batch order, all of full length: views, not gathers
 
     @classmethod
     def of(cls, rows: np.ndarray, sequence_lens: np.ndarray, seq_length: int) -> Schedule:
+        N = len(sequence_lens)
+        if len(rows) == N and sequence_lens.min(initial=seq_length) == seq_length:
+            return cls(rows, sequence_lens, np.full(seq_length, N), seq_length if N else 0, True)
         order = rows[np.argsort(-sequence_lens[rows], kind="stable")]
         lens = sequence_lens[order]
         active = (lens[None, :] > np.arange(seq_length)[:, None]).sum(axis=1)
-        whole = len(rows) == len(sequence_lens) and bool((lens == seq_length).all())
-        if whole:
-            order = rows  # all full length: batch order, views instead of gathers
-        return cls(order, lens, active, int(lens[0]) if len(lens) else 0, whole)
+        return cls(order, lens, active, int(lens[0]) if len(lens) else 0, False)
 
     def time_index(self, k0: int, k1: int, n: int, reverse: bool) -> np.ndarray:
         """``[k1-k0, n]``: the time step each of the first ``n`` rows reads at steps k0..k1-1."""
@@ -162,10 +167,11 @@ def scan(
     # Per-step products are too small for BLAS's own threads to pay (measured: slower
     # than one thread); our units use the cores instead.
     with backends.single_threaded_blas() if large else contextlib.nullcontext():
-        if len(units) == 1:
-            run(units[0])
-        else:
+        if large and workers > 1 and len(units) > 1:
             list(_executor(workers).map(run, units))
+        else:
+            for unit in units:
+                run(unit)
     empty = x.sequence_lens == 0
     if empty.any():  # no step ran: zeros, not initial_h (SEMANTICS.md, "Sequences")
         for final in finals_tm:

@@ -13,6 +13,7 @@ Activations are passed as codes (:data:`CODES`) with their alpha and beta.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numba
@@ -249,6 +250,17 @@ def _gru_h_rows(x, hh, h, g, n, a, clip, fast):
 _KIND = {"RNN": 0, "GRU": 1, "LSTM": 2}
 
 
+@functools.lru_cache(maxsize=256)
+def _table(acts: tuple, dt: np.dtype) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(codes, alphas, betas) of a direction's activations, padded to 3."""
+    pad = 3 - len(acts)
+    return (
+        np.array([CODES[act.name.lower()] for act in acts] + [0] * pad, np.int64),
+        np.array([act.alpha for act in acts] + [0.0] * pad, dt),
+        np.array([act.beta for act in acts] + [0.0] * pad, dt),
+    )
+
+
 class NumbaBackend:
     name = "numba"
 
@@ -261,12 +273,7 @@ class NumbaBackend:
         kind = _KIND[spec.cell.name]
         dt = xw.dtype
         H = spec.hidden_size
-        pad = 3 - len(acts)
-        a = (
-            np.array([CODES[act.name.lower()] for act in acts] + [0] * pad, np.int64),
-            np.array([act.alpha for act in acts] + [0.0] * pad, dt),
-            np.array([act.beta for act in acts] + [0.0] * pad, dt),
-        )
+        a = _table(acts, dt)
         clip = dt.type(np.inf if spec.clip is None else spec.clip)
         fast = dt == np.float32
         h = states[0]
