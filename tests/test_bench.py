@@ -1,0 +1,414 @@
+"""The benchmark tool, on the hidden ``tiny`` shape: it runs, its table has the expected
+rows and columns, and competitors that are missing or cannot run a case are skipped with
+a reason. Nothing here times anything or asserts anything about speed."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import sys
+
+import numpy as np
+import pytest
+
+from onnx_recurrent import bench
+
+HAVE_ORT = importlib.util.find_spec("onnxruntime") is not None
+HAVE_OV = importlib.util.find_spec("openvino") is not None
+
+
+def _parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    bench.add_parser(parser.add_subparsers())
+    return parser.parse_args(["bench", *argv])
+
+
+def _key(case: bench.Case) -> str:
+    return f"{case.shape.name} {case.label}"
+
+
+class FakeClock:
+    """A clock that only moves when a fake call says so."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Missing(bench.Runtime):
+    name, title, short = "missing", "missing ms", "Δ missing"
+    module, install = "onnx_recurrent_no_such_module", "no-such-package"
+
+
+class Broken(bench.Runtime):
+    name, title, short = "broken", "broken ms", "Δ broken"
+
+    def prepare(self, case, model, feeds):
+        raise RuntimeError("cannot load this model\nsecond line")
+
+
+class Wrong(bench.Runtime):
+    """Fast and wrong: returns zeros of the right shapes."""
+
+    name, title, short = "wrong", "wrong ms", "Δ wrong"
+
+    def prepare(self, case, model, feeds):
+        zeros = [np.zeros(s, np.float32) for s in bench.output_shapes(case)]
+        return lambda: zeros
+
+
+# ------------------------------------------------------------------ cases and targets
+
+
+def test_cases_are_those_of_the_issue():
+    cases = bench.make_cases(bench.OPS, ("S", "M", "L"))
+    keys = [_key(c) for c in cases]
+    assert len(keys) == len(set(keys))
+    by_shape = {s: [c for c in cases if c.shape.name == s] for s in ("S", "M", "L")}
+    # GRU lbr 0 and 1, LSTM, RNN; forward and bidirectional
+    assert len(by_shape["S"]) == len(by_shape["L"]) == 8
+    m = by_shape["M"]
+    assert len(m) == 8 + 8 + 4 + 4  # plain, ragged (both directions), layout=1, float64
+    assert sum(c.ragged for c in m) == 8
+    assert sum(c.layout == 1 for c in m) == sum(c.dtype == "float64" for c in m) == 4
+    assert not any(c.ragged or c.layout or c.dtype != "float32" for c in by_shape["S"])
+    assert {(c.op, c.linear_before_reset) for c in m} == {
+        ("GRU", 0),
+        ("GRU", 1),
+        ("LSTM", 0),
+        ("RNN", 0),
+    }
+    assert "M GRU lbr=1 bidi ragged" in keys
+    assert "M LSTM fwd layout=1" in keys
+    assert "M RNN fwd float64" in keys
+    assert bench.SHAPES["M"] == bench.Shape("M", 100, 32, 128, 256)
+
+
+def test_ops_select_operators():
+    cases = bench.make_cases(["lstm"], ["S"])
+    assert [c.label for c in cases] == ["LSTM fwd", "LSTM bidi"]
+    with pytest.raises(ValueError, match="unknown op"):
+        bench.make_cases(["gruu"], ["S"])
+
+
+def test_targets():
+    def targets(label, shape="M"):
+        case = next(c for c in bench.make_cases(bench.OPS, [shape]) if c.label == label)
+        return {(t.runtime, t.kind, t.bound) for t in case.targets}
+
+    assert targets("GRU lbr=0 fwd", "S") == {("onnxruntime", "ratio", 1.5)}
+    for shape in ("M", "L"):
+        assert targets("LSTM bidi", shape) == {
+            ("onnxruntime", "ratio", 1.0),
+            ("reference", "speedup", 10.0),
+        }
+    assert targets("RNN fwd ragged") == {("onnxruntime", "ratio", 0.7)}
+    assert targets("GRU lbr=1 fwd layout=1") == {
+        ("openvino", "ratio", 1.0),
+        ("reference", "speedup", 10.0),
+    }
+    assert targets("GRU lbr=0 fwd float64") == targets("GRU lbr=1 fwd layout=1")
+
+
+def test_verdicts_from_medians():
+    case = next(c for c in bench.make_cases(["gru"], ["M"]) if c.label == "GRU lbr=0 fwd")
+    result = bench.CaseResult(
+        case, samples={"ours": [1.0, 3.0, 2.0], "onnxruntime": [4.0], "reference": [5.0]}
+    )
+    assert result.median("ours") == 2.0
+    (ort, r_ort, ok_ort), (ref, r_ref, ok_ref) = result.verdicts()
+    assert (ort.runtime, r_ort, ok_ort) == ("onnxruntime", 0.5, True)
+    assert (ref.runtime, r_ref, ok_ref) == ("reference", 0.4, False)  # 2.5x, not 10x
+    row = bench.format_table([result], bench.make_runtimes(("onnxruntime", "reference")))
+    assert "0.50 (ort)" in row and "≤ 1.0 PASS" in row
+    assert "2.5x" in row and "≥ 10x MISS" in row
+    notes = bench.format_notes([result], bench.make_runtimes(("onnxruntime", "reference")))
+    assert "Targets: 1 PASS, 1 MISS." in notes
+    # no baseline time: the target is not judged
+    alone = bench.CaseResult(case, samples={"ours": [1.0]})
+    assert [met for _, _, met in alone.verdicts()] == [None, None]
+
+
+def test_inputs_and_model_agree_with_the_case():
+    for case in bench.make_cases(bench.OPS, ["tiny"]):
+        feeds = bench.make_inputs(case, seed=1)
+        s = case.shape
+        assert feeds["X"].shape == ((s.N, s.T, s.I) if case.layout else (s.T, s.N, s.I))
+        assert all(a.dtype == case.dtype for n, a in feeds.items() if n != "sequence_lens")
+        if case.ragged:
+            lens = feeds["sequence_lens"]
+            assert lens.dtype == np.int32 and lens.min() >= 1 and lens.max() <= s.T
+        model = bench.make_model(case, feeds)
+        assert model.ir_version == 8
+        assert [i.name for i in model.graph.input] == list(feeds)
+        assert model.graph.node[0].op_type == case.op
+    again = bench.make_inputs(case, seed=1)
+    assert all(np.array_equal(again[n], feeds[n]) for n in feeds)
+
+
+def test_transposed_model_computes_layout_1():
+    onnx_reference = pytest.importorskip("onnx.reference")
+    case = next(c for c in bench.make_cases(["lstm"], ["tiny"]) if c.layout == 1)
+    feeds = bench.make_inputs(case)
+    ours = bench.Ours().prepare(case, None, feeds)()
+    model = bench.make_transposed_model(case, feeds)
+    theirs = onnx_reference.ReferenceEvaluator(model).run(None, feeds)
+    assert [o.shape for o in theirs] == bench.output_shapes(case)
+    assert bench.max_abs_diff(ours, theirs) < 1e-5
+
+
+# ------------------------------------------------------------------ the timing loop
+
+
+def test_time_alternating_rotates_and_counts_rounds():
+    clock = FakeClock()
+    order = []
+
+    def call(name, cost):
+        def run():
+            order.append(name)
+            clock.now += cost
+
+        return run
+
+    calls = {"ours": call("ours", 1.0), "a": call("a", 2.0), "b": call("b", 3.0)}
+    samples = bench.time_alternating(calls, min_repeats=30, max_repeats=30, clock=clock)
+    assert samples == {"ours": [1.0] * 30, "a": [2.0] * 30, "b": [3.0] * 30}
+    rounds = [order[i : i + 3] for i in range(0, 90, 3)]
+    assert all(sorted(r) == ["a", "b", "ours"] for r in rounds)  # one call each per round
+    before_ours = {r[r.index("ours") - 1] for r in rounds if r[0] != "ours"}
+    assert before_ours == {"a", "b"}  # not always after the same runtime
+    assert len({tuple(r) for r in rounds}) > 2
+    order.clear()
+    bench.time_alternating(calls, min_repeats=30, max_repeats=30, clock=clock)
+    assert [order[i : i + 3] for i in range(0, 90, 3)] == rounds  # seeded
+
+    # adaptive: rounds of 6 s in a 30 s budget -> 5 rounds (the 6th would end at 36 s)
+    order.clear()
+    samples = bench.time_alternating(calls, budget=30.0, clock=clock)
+    assert len(samples["ours"]) == 5
+    # the minimum holds even with no budget, the maximum caps a large one
+    assert len(bench.time_alternating(calls, budget=0.0, clock=clock)["a"]) == 3
+    capped = bench.time_alternating(calls, max_repeats=7, budget=1e9, clock=clock)
+    assert len(capped["b"]) == 7
+    assert bench.time_alternating({}, clock=clock) == {}
+
+    # blocks: each runtime's calls together, each with an equal share of the budget
+    order.clear()
+    blocks = bench.time_alternating(
+        calls, min_repeats=1, budget=3 * 12.0, clock=clock, order="blocks"
+    )
+    assert order == ["ours"] * 12 + ["a"] * 6 + ["b"] * 4
+    assert [len(blocks[n]) for n in calls] == [12, 6, 4]
+    with pytest.raises(ValueError, match="order"):
+        bench.time_alternating(calls, clock=clock, order="random")
+
+
+def test_budgets_split_over_shapes():
+    assert bench.budgets(["S", "M"], None) == {"S": 25.0, "M": 150.0}
+    split = bench.budgets(["S", "M"], 35.0)
+    assert split == pytest.approx({"S": 5.0, "M": 30.0})
+    assert bench.budgets(["tiny"], 4.0) == {"tiny": 4.0}
+
+
+def test_max_abs_diff():
+    a = [np.zeros((2, 3)), np.ones(2)]
+    assert bench.max_abs_diff(a, [np.zeros((2, 3)), np.ones(2) * 1.5]) == 0.5
+    assert bench.max_abs_diff(a, [np.zeros((3, 2)), np.ones(2)]) == float("inf")
+    assert bench.max_abs_diff(a, a[:1]) == float("inf")
+
+
+# ------------------------------------------------------------------ runs on tiny
+
+
+def test_unavailable_and_failing_competitors_are_skipped_with_a_reason():
+    case = bench.make_cases(["rnn"], ["tiny"])[0]
+    runtimes = [bench.Ours(), Missing(), Broken(), Wrong()]
+    result = bench.run_case(case, runtimes, min_repeats=1, max_repeats=1)
+    assert result.error is None
+    assert "not installed" in result.skipped["missing"]
+    assert "pip install no-such-package" in result.skipped["missing"]
+    assert result.skipped["broken"] == "failed: RuntimeError: cannot load this model"
+    assert set(result.samples) == {"ours", "wrong"}
+    assert result.repeats == 1
+    assert result.diffs["wrong"] > bench.TOLERANCE  # fast but wrong is visible
+    table = bench.format_table([result], runtimes)
+    assert " !" in table
+    notes = bench.format_notes([result], runtimes)
+    assert "Skipped ('—'):" in notes and "- missing: not installed" in notes
+    assert "Outputs farther than" in notes
+
+
+def test_run_bench_on_tiny_has_every_row_and_column():
+    done = bench.run_bench(bench.OPS, ["tiny"], repeat=1)
+    cases = bench.make_cases(bench.OPS, ["tiny"])
+    assert [r.case for r in done.results] == cases
+    assert all(r.error is None for r in done.results)
+    table = bench.format_table(done.results, done.runtimes)
+    lines = table.splitlines()
+    assert len(lines) == 2 + len(cases)
+    header = [c.strip() for c in lines[0].strip("|").split("|")]
+    assert header == [
+        "shape",
+        "case",
+        "reps",
+        "other CPU",
+        "ours ms",
+        "session ms",
+        "onnxruntime ms",
+        "OpenVINO ms",
+        "onnx.reference ms",
+        "ours/base",
+        "target",
+        "ref/ours",
+        "target",
+        "Δ session",
+        "Δ ort",
+        "Δ ov",
+        "Δ ref",
+    ]
+    rows = {line.split("|")[2].strip(): line for line in lines[2:]}
+    assert set(rows) == {c.label for c in cases}
+    assert all(len(line.split("|")) == len(header) + 2 for line in lines)
+
+    by_label = {r.case.label: r for r in done.results}
+    for result in done.results:
+        case = result.case
+        assert result.diffs["session"] == 0.0  # the session runs the same kernels
+        if case.ragged:
+            assert "ignores sequence_lens" in result.skipped["reference"]
+        else:
+            assert result.diffs["reference"] < 1e-5
+        if HAVE_ORT:
+            if case.layout == 1:
+                assert "layout=1" in result.skipped["onnxruntime"]
+            elif case.dtype == "float64":
+                assert "double" in result.skipped["onnxruntime"]
+            else:
+                assert result.diffs["onnxruntime"] < 1e-5
+        else:
+            assert "not installed" in result.skipped["onnxruntime"]
+        if HAVE_OV:
+            assert result.diffs["openvino"] < 1e-5
+    assert "(ov)" in rows["GRU lbr=0 fwd float64"]
+    assert "(ort)" in rows["GRU lbr=0 fwd"] or not HAVE_ORT
+    assert by_label["LSTM bidi ragged"].repeats == 1
+
+    report = done.report()
+    assert "CPU:" in report
+    assert "intra_op_num_threads" in report or not HAVE_ORT
+    assert "Targets:" in report
+    data = json.loads(json.dumps(done.to_json()))
+    assert len(data["results"]) == len(cases)
+    assert data["options"]["repeat"] == 1
+
+
+def test_skip_reference_at_a_shape_and_reference_limit():
+    case = bench.make_cases(["rnn"], ["tiny"])[0]
+    skipped = bench.run_case(
+        case, bench.make_runtimes(["reference"], skip_reference=["tiny"]), max_repeats=1
+    )
+    assert "--skip-reference" in skipped.skipped["reference"]
+    slow = bench.run_case(
+        case, bench.make_runtimes(["reference"]), max_repeats=1, reference_limit=0.0
+    )
+    assert "--reference-limit" in slow.skipped["reference"]
+
+
+# ------------------------------------------------------------------ the command
+
+
+def test_command_runs_and_saves_json(tmp_path, capsys):
+    out = tmp_path / "bench.json"
+    args = _parse("--shapes", "tiny", "--ops", "rnn", "--repeat", "1", "-q", "--json", str(out))
+    assert args.handler(args) == 0
+    printed = capsys.readouterr().out
+    assert "| shape | case" in printed
+    assert "tiny  | RNN fwd float64" in printed
+    data = json.loads(out.read_text())
+    assert [r["label"] for r in data["results"]] == [
+        c.label for c in bench.make_cases(["rnn"], ["tiny"])
+    ]
+    first = data["results"][0]
+    assert len(first["samples_s"]["ours"]) == 1 and "max_abs_diff" in first
+    assert data["machine"]["cpu"]
+
+
+def test_command_list_and_filter(capsys):
+    args = _parse("--shapes", "S,M", "--ops", "gru", "--list", "-k", "ragged")
+    assert args.handler(args) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == [f"M GRU lbr={lbr} {d} ragged" for lbr in (0, 1) for d in ("fwd", "bidi")]
+
+
+def test_command_rejects_unknown_names(capsys):
+    args = _parse("--shapes", "XL")
+    assert args.handler(args) == 2
+    err = capsys.readouterr().err
+    assert "unknown shape 'XL'" in err and "tiny" not in err
+
+
+def test_plot_without_matplotlib_names_the_extra(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    args = _parse("--shapes", "tiny", "--plot", "out.png")
+    assert args.handler(args) == 2
+    assert "pip install onnx-recurrent[plot]" in capsys.readouterr().err
+
+
+def test_plot_writes_a_png(tmp_path):
+    pytest.importorskip("matplotlib")
+    results = []
+    for i, case in enumerate(bench.make_cases(["gru"], ["tiny"])):
+        samples = {"ours": [1.0 + i], "onnxruntime": [2.0], "openvino": [1.5]}
+        if not case.ragged:
+            samples["reference"] = [20.0]
+        results.append(bench.CaseResult(case, samples=samples))
+    path = tmp_path / "ratios.png"
+    bench.plot_ratios(results, path)
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_command_threads_and_blocks(capsys):
+    args = _parse(
+        "--shapes", "tiny", "--ops", "gru", "-k", "lbr=1 fwd float64", "--repeat", "2",
+        "--threads", "1", "--order", "blocks", "-q",
+    )  # fmt: skip
+    assert args.handler(args) == 0
+    printed = capsys.readouterr().out
+    assert "all of one runtime's calls, then the next one's" in printed
+    if HAVE_ORT:
+        assert "intra_op_num_threads 1" in printed
+    if HAVE_OV:
+        assert "INFERENCE_NUM_THREADS 1" in printed
+        assert "(ov)" in printed
+    assert printed.count("| tiny ") == 1
+
+
+def test_settle_waits_while_threads_spin():
+    clock, spent = FakeClock(), FakeClock()
+    spinning = {"quanta": 3}
+
+    def sleep(seconds):
+        clock.now += seconds
+        if spinning["quanta"] > 0:  # a thread pool still spinning on one core
+            spinning["quanta"] -= 1
+            spent.now += seconds
+
+    waited = bench.settle(quantum=0.01, clock=clock, cpu=spent, sleep=sleep)
+    assert waited == pytest.approx(0.04)  # 3 busy quanta, then one quiet one
+    assert bench.settle(quantum=0.01, clock=clock, cpu=spent, sleep=sleep) == pytest.approx(0.01)
+    spinning["quanta"] = 10**6
+    assert bench.settle(max_wait=0.1, quantum=0.01, clock=clock, cpu=spent, sleep=sleep) < 0.12
+
+
+def test_between_runs_after_every_alternating_call():
+    clock = FakeClock()
+    log = []
+    calls = {"ours": lambda: log.append("ours"), "a": lambda: log.append("a")}
+    bench.time_alternating(
+        calls, min_repeats=2, max_repeats=2, clock=clock, between=lambda: log.append("|")
+    )
+    assert log[1::2] == ["|"] * 4 and sorted(log[0::2]) == ["a", "a", "ours", "ours"]
