@@ -89,3 +89,11 @@ def test_bfloat16_needs_version_22():
     assert Y.dtype == ml_dtypes.bfloat16
     with pytest.raises(TypeError, match="bfloat16 needs GRU version 22"):
         _run("GRU", feeds, {}, opset=14)
+
+
+def test_attributes_unknown_to_the_version_are_rejected():
+    feeds = random_inputs("GRU")
+    with pytest.raises(ValueError, match=r"unknown attribute\(s\) \['layout'\]; GRU-7 has"):
+        _run("GRU", feeds, {"layout": 0}, opset=7)
+    with pytest.raises(ValueError, match=r"unknown attribute\(s\) \['input_forget'\]"):
+        _run("GRU", feeds, {"input_forget": 1}, opset=22)

@@ -20,22 +20,6 @@ from onnx.reference.op_run import OpRun
 from .. import ops
 from ..errors import RecurrentError, RecurrentTypeError
 
-#: attributes each function takes besides the common ones
-_ATTRIBUTES = {
-    "GRU": ("linear_before_reset",),
-    "RNN": (),
-    "LSTM": ("input_forget",),
-}
-_COMMON = (
-    "hidden_size",
-    "direction",
-    "activations",
-    "activation_alpha",
-    "activation_beta",
-    "clip",
-    "layout",
-)
-
 
 class RecurrentOp(OpRun):
     """Base of the adapters: calls the public function with the node's attributes."""
@@ -73,10 +57,18 @@ class RecurrentOp(OpRun):
     def _run(self, X, W, R, *optional, **attributes):
         given = {a.name for a in self.onnx_node.attribute}
         name = self.onnx_node.op_type
+        known = set(self.op_schema.attributes)
+        if given - known:
+            raise RecurrentError(
+                f"unknown attribute(s) {sorted(given - known)}; "
+                f"{name}-{self.since_version} has {sorted(known)}"
+            )
+        # Only what the node sets: the schemas' defaults are not all the spec's (RNN's
+        # activations default lists two names even for one direction).
         kwargs = {
             k: v
             for k, v in attributes.items()
-            if k in given and k in _COMMON + _ATTRIBUTES[name] and v is not None
+            if k in given and k != "output_sequence" and v is not None
         }
         if kwargs.get("direction") in ("foward", b"foward"):  # GRU-1's spelling
             kwargs["direction"] = "forward"
