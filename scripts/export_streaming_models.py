@@ -116,14 +116,9 @@ def export(
 
 
 def _set_shape(value: onnx.ValueInfoProto, dims: list[int | str]) -> None:
-    shape = value.type.tensor_type.shape
-    del shape.dim[:]
-    for d in dims:
-        dim = shape.dim.add()
-        if isinstance(d, str):
-            dim.dim_param = d
-        else:
-            dim.dim_value = d
+    """Declare ``dims`` (ints fixed, strings named) as the shape of ``value``."""
+    elem = value.type.tensor_type.elem_type
+    value.type.CopyFrom(onnx.helper.make_tensor_type_proto(elem, dims))
 
 
 def clean(model: onnx.ModelProto, name: str, batch_axis: int) -> onnx.ModelProto:

@@ -84,7 +84,20 @@ def single_threaded_blas() -> Iterator[None]:
 
 @contextlib.contextmanager
 def use(name: str) -> Iterator[None]:
-    """Run the calls in this context on backend ``name`` ("numpy", "numba" or "auto")."""
+    """Run the calls in this context (this thread or task) on one backend.
+
+    Parameters
+    ----------
+    name : {"numpy", "numba", "auto"}
+        "auto" restores the automatic choice (numba where it is installed and
+        supports the call, else numpy).
+
+    Raises
+    ------
+    ValueError
+        An unknown name; later, inside the context, a named backend that cannot be
+        imported or cannot run a call.
+    """
     if name not in (*NAMES, "auto"):
         raise RecurrentError(f"backend must be one of {[*NAMES, 'auto']}, got {name!r}")
     token = _chosen.set(None if name == "auto" else name)
