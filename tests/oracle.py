@@ -3,13 +3,30 @@
 Written straight from the equations of the ONNX specification (GRU-22, RNN-22, LSTM-22)
 and the decisions of ``SEMANTICS.md``; independent of the library. Every batch entry and
 every time step is a plain Python loop iteration; all arithmetic is in float64.
+
+``computing_in(np.float32)`` runs the same transcription with float32 rounding (the
+tests use the gap between the two to measure how much rounding a draw amplifies).
 """
 
+import contextlib
 import math
 
 import numpy as np
 
-__all__ = ["ACTIVATIONS", "gru_ref", "lstm_ref", "rnn_ref"]
+__all__ = ["ACTIVATIONS", "computing_in", "gru_ref", "lstm_ref", "rnn_ref"]
+
+_dtype = np.float64
+
+
+@contextlib.contextmanager
+def computing_in(dtype):
+    """Run the references in ``dtype`` (float64 outside the context)."""
+    global _dtype
+    saved, _dtype = _dtype, dtype
+    try:
+        yield
+    finally:
+        _dtype = saved
 
 
 def _sigmoid(x, alpha, beta):
@@ -78,19 +95,19 @@ def _setup(
     if direction not in ("forward", "reverse", "bidirectional"):
         raise ValueError(f"unknown direction {direction!r}")
     n_dir = 2 if direction == "bidirectional" else 1
-    X, W, R = (np.asarray(a, dtype=np.float64) for a in (X, W, R))
+    X, W, R = (np.asarray(a, dtype=_dtype) for a in (X, W, R))
     if layout == 1:
         X = X.transpose(1, 0, 2)
     _, batch, _ = X.shape
     hidden = R.shape[-1]
     assert W.shape[:2] == R.shape[:2] == (n_dir, gates * hidden), (W.shape, R.shape)
-    B = np.zeros((n_dir, 2 * gates * hidden)) if B is None else np.asarray(B, np.float64)
+    B = np.zeros((n_dir, 2 * gates * hidden), _dtype) if B is None else np.asarray(B, _dtype)
     states = []
     for s in initial_states:
         if s is None:
-            states.append(np.zeros((n_dir, batch, hidden)))
+            states.append(np.zeros((n_dir, batch, hidden), _dtype))
         else:
-            s = np.asarray(s, dtype=np.float64)
+            s = np.asarray(s, dtype=_dtype)
             states.append(s.transpose(1, 0, 2) if layout == 1 else s)
     names = default_activations * n_dir if activations is None else list(activations)
     k = len(default_activations)
@@ -114,7 +131,7 @@ def _scan(X, states0, sequence_lens, direction, layout, step):
     seq_length, batch, _ = X.shape
     n_dir, _, hidden = states0[0].shape
     lens = [seq_length] * batch if sequence_lens is None else [int(v) for v in sequence_lens]
-    Y = np.zeros((seq_length, n_dir, batch, hidden))
+    Y = np.zeros((seq_length, n_dir, batch, hidden), _dtype)
     finals = [np.zeros_like(s) for s in states0]
     for d in range(n_dir):
         reverse = direction == "reverse" or d == 1
@@ -334,7 +351,7 @@ def lstm_ref(
     )
     assert hidden_size in (None, R.shape[-1])
     n_dir, hidden = W.shape[0], R.shape[-1]
-    P = np.zeros((n_dir, 3 * hidden)) if P is None else np.asarray(P, dtype=np.float64)
+    P = np.zeros((n_dir, 3 * hidden), _dtype) if P is None else np.asarray(P, dtype=_dtype)
 
     def step(d, x, h, c):
         Wi, Wo, Wf, Wc = np.split(W[d], 4)

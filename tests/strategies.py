@@ -10,6 +10,7 @@ import onnx
 from hypothesis import assume
 from hypothesis import strategies as st
 
+import oracle
 from oracle import gru_ref, lstm_ref, rnn_ref
 
 #: op -> (gates, activations per direction, optional inputs in positional order)
@@ -75,20 +76,28 @@ class Case:
         return outputs
 
     def sensitivity(self, reference):
-        """How far the oracle's outputs move when every float input is perturbed by one
-        unit of the computation's precision: the conditioning of this draw, per output."""
-        eps = np.finfo(np.float64 if self.dtype == np.float64 else np.float32).eps
+        """How far rounding can move this draw's outputs (its conditioning), per output:
+        the larger of the oracle's move when every float input is perturbed by one unit
+        of the computation's precision, and (float32 computations) the gap between the
+        oracle run in float32 and in float64, which sees the rounding of every step."""
+        wide = self.dtype == np.float64
+        eps = np.finfo(np.float64 if wide else np.float32).eps
         rng = np.random.default_rng(0)
         perturbed = {
             k: v if v is None or k == "sequence_lens"
             else v.astype(np.float64) * (1 + eps * rng.uniform(-1, 1, v.shape))
             for k, v in self.inputs.items()
         }  # fmt: skip
-        outputs = self.call(REFS[self.op], perturbed)
-        return [
-            float(np.max(np.abs(o - r), initial=0.0))
-            for o, r in zip(outputs, reference, strict=True)
+        moves = [self.call(REFS[self.op], perturbed)]
+        if not wide:
+            with oracle.computing_in(np.float32), np.errstate(all="ignore"):
+                moves.append(self.call(REFS[self.op]))
+        gaps = [
+            max(float(np.max(np.abs(m[i] - r), initial=0.0)) for m in moves)
+            for i, r in enumerate(reference)
         ]
+        assume(all(math.isfinite(g) for g in gaps))  # overflows in float32 only
+        return gaps
 
 
 def _float32s(lo, hi):

@@ -54,13 +54,17 @@ def _call(op, direction, acts, clip, flag, feeds):
     return FUNCTIONS[op](**feeds, **kwargs)
 
 
-@pytest.mark.parametrize("fused", [True, False], ids=["fused", "blas"])
+@pytest.mark.parametrize("path", ["fused", "blas", "numpy-product"])
 @pytest.mark.parametrize(("op", "direction", "acts", "clip", "flag"), CASES)
-def test_numba_equals_numpy(monkeypatch, fused, op, direction, acts, clip, flag):
+def test_numba_equals_numpy(monkeypatch, path, op, direction, acts, clip, flag):
+    """Every loop of the numba backend: R product in the kernel, by BLAS from the
+    kernel, by NumPy between compiled steps (where NumPy's BLAS cannot be called)."""
     D = 2 if direction == "bidirectional" else 1
     feeds = random_inputs(op, T=7, N=5, I=4, H=6, D=D, seed=len(op) + acts)
     feeds["sequence_lens"] = np.array([7, 3, 0, 7, 1], np.int32)
-    monkeypatch.setattr(numba_backend, "FUSED_MACS", 1 << 30 if fused else 0)
+    monkeypatch.setattr(numba_backend, "FUSED_MACS", 1 << 30 if path == "fused" else 0)
+    if path == "numpy-product":
+        monkeypatch.setattr(numba_backend.blas, "gemm", lambda dtype: None)
     with backends.use("numpy"):
         expected = _call(op, direction, acts, clip, flag, feeds)
     with backends.use("numba"):
@@ -81,6 +85,27 @@ def test_numba_dtypes(op, dtype):
         assert g.dtype == dtype
         tol = 1e-12 if dtype == np.float64 else 1e-2
         np.testing.assert_allclose(g.astype(np.float64), e.astype(np.float64), atol=tol)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_blas_gemm_is_numpys(dtype):
+    """NumPy's own OpenBLAS is found (as in NumPy's wheels) and computes A @ B."""
+    from onnx_recurrent.backends import blas
+
+    if not any(
+        info.get("internal_api") == "openblas"
+        for info in pytest.importorskip("threadpoolctl").threadpool_info()
+    ):
+        pytest.skip("NumPy is not linked to OpenBLAS here")
+    gemm = blas.gemm(np.dtype(dtype))
+    assert gemm is not None
+    rng = np.random.default_rng(1)
+    a, b = rng.random((4, 6)).astype(dtype), rng.random((6, 3)).astype(dtype)
+    c = np.full((4, 3), np.nan, dtype)
+    gemm(blas.ROW_MAJOR, blas.NO_TRANS, blas.NO_TRANS, 4, 3, 6, 1.0, a.ctypes.data, 6,
+         b.ctypes.data, 3, 0.0, c.ctypes.data, 3)  # fmt: skip
+    np.testing.assert_allclose(c, a @ b, rtol=1e-6)
+    assert blas.gemm(np.dtype(np.float16)) is None
 
 
 def test_backend_choice():

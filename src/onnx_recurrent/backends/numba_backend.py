@@ -20,6 +20,7 @@ import numba
 import numpy as np
 
 from ..activations import TABLE
+from . import blas
 
 CODES = {name: i for i, name in enumerate(TABLE)}
 FUSED_MACS = 1 << 18
@@ -226,7 +227,59 @@ def _fused_block(kind, xw, R, rbh, P, input_forget, h, c, active, Y, write_Y, a,
                 Y[k, b] = hb
 
 
-# --- one step, R product given (larger problems) ---
+# --- whole blocks, R product by BLAS inside (larger problems) ---
+
+
+@_jit
+def _blas_block(
+    gemm,
+    kind,
+    xw,
+    RT,
+    rbh,
+    P,
+    input_forget,
+    h,
+    c,
+    active,
+    Y,
+    write_Y,
+    hr,
+    g,
+    rh,
+    a,
+    clip,
+    fast,
+    one,
+):
+    """As :func:`_fused_block`, with ``Ht-1 R^T`` one ``gemm`` per step (no GIL, no Python)."""
+    H = h.shape[1]
+    G = RT.shape[1]
+    zero = one - one
+    split = kind == 1 and rbh.shape[0] == 0  # GRU, reset before the product
+    Rh = RT.ctypes.data + 2 * H * RT.itemsize  # Rh^T: columns 2H.. of R^T
+    for k in range(xw.shape[0]):
+        n = active[k]
+        if n == 0:
+            continue
+        if split:
+            gemm(101, 111, 111, n, 2 * H, H, one, h.ctypes.data, H, RT.ctypes.data, G, zero,
+                 hr.ctypes.data, G)  # fmt: skip
+            for b in range(n):
+                _gru_zr_row(xw[k, b], hr[b], h[b], g[b], rh[b], a, clip, fast)
+            gemm(101, 111, 111, n, H, H, one, rh.ctypes.data, H, Rh, G, zero, hr.ctypes.data, G)
+            for b in range(n):
+                _gru_h_row(xw[k, b], hr[b], h[b], g[b], a, clip, fast)
+        else:
+            gemm(101, 111, 111, n, G, H, one, h.ctypes.data, H, RT.ctypes.data, G, zero,
+                 hr.ctypes.data, G)  # fmt: skip
+            for b in range(n):
+                _row(kind, xw[k, b], hr[b], rbh, P, input_forget, h[b], c[b], g[b], a, clip, fast)
+        if write_Y:
+            Y[k, :n] = h[:n]
+
+
+# --- one step, R product by NumPy (larger problems, no BLAS pointer) ---
 
 
 @_jit
@@ -307,11 +360,15 @@ class NumbaBackend:
             return
         hr = np.empty((rows, G), dt)
         g = np.empty((rows, G), dt)
+        rh = np.empty((rows, H), dt)
+        gemm = blas.gemm(dt)
+        if gemm is not None:
+            flags = (spec.input_forget, h, c, active, Y, Yb is not None, hr, g, rh)
+            _blas_block(gemm, kind, xw, w.RT, rbh, P, *flags, *args, dt.type(1))
+            return
         gru_split = kind == 1 and not lbr
         RT = w.RT
-        if gru_split:
-            rh = np.empty((rows, H), dt)
-            RzrT, RhT = RT[:, : 2 * H], RT[:, 2 * H :]
+        RzrT, RhT = RT[:, : 2 * H], RT[:, 2 * H :]
         for k, n in enumerate(active.tolist()):
             if gru_split:
                 np.matmul(h[:n], RzrT, out=hr[:n, : 2 * H])
