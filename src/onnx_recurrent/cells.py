@@ -70,13 +70,30 @@ class Weights:
 
     @cached_property
     def WT(self) -> np.ndarray:
-        """``W^T``, contiguous: BLAS is much faster on it than on a transposed view."""
-        return np.ascontiguousarray(self.W.T)
+        """``W^T`` with unit column stride (:func:`padded`): BLAS is much faster on it
+        than on a transposed view."""
+        return padded(self.W.T)
 
     @cached_property
     def RT(self) -> np.ndarray:
-        """``R^T`` ``[hidden, gates*hidden]``, contiguous; a gate's columns are a slice."""
-        return np.ascontiguousarray(self.R.T)
+        """``R^T`` ``[hidden, gates*hidden]`` (:func:`padded`); a gate's columns are a slice."""
+        return padded(self.R.T)
+
+
+#: bytes added to each row of a matrix that BLAS reads or writes
+ROW_PAD = 64
+
+
+def padded(a: np.ndarray | tuple[int, int], dtype: np.dtype | None = None) -> np.ndarray:
+    """A 2-D array (a copy of ``a``, or empty of shape ``a``) whose rows are one cache line
+    longer than its columns: a row stride that is a multiple of 1-4 KiB makes a matrix
+    product's loads collide in the cache (measured: 1.2-1.9x slower products)."""
+    shape = a if isinstance(a, tuple) else a.shape
+    dtype = np.dtype(dtype or a.dtype)
+    out = np.empty((shape[0], shape[1] + ROW_PAD // dtype.itemsize), dtype)[:, : shape[1]]
+    if not isinstance(a, tuple):
+        out[...] = a
+    return out
 
 
 class Cell:

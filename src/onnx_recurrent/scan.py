@@ -21,6 +21,7 @@ from functools import cache
 import numpy as np
 
 from . import backends
+from .cells import padded
 from .spec import Inputs, RecSpec
 
 #: bytes of input projection computed at once (at least MIN_BLOCK steps)
@@ -152,7 +153,8 @@ def scan(
             k1 = min(s.steps, k0 + block)
             n0 = int(s.active[k0])
             xb = s.inputs(x.X, k0, k1, n0, reverse)
-            xw = np.matmul(xb.reshape(-1, xb.shape[-1]).astype(ct, copy=False), w.WT)
+            xw = padded(((k1 - k0) * n0, w.WT.shape[1]), ct)
+            np.matmul(xb.reshape(-1, xb.shape[-1]).astype(ct, copy=False), w.WT, out=xw)
             xw += w.bias
             xw = xw.reshape(k1 - k0, n0, -1)
             Yb = None if Y_tm is None else np.empty((k1 - k0, n0, H), ct)

@@ -20,6 +20,7 @@ import numba
 import numpy as np
 
 from ..activations import TABLE
+from ..cells import padded
 from . import blas
 
 CODES = {name: i for i, name in enumerate(TABLE)}
@@ -255,6 +256,7 @@ def _blas_block(
     """As :func:`_fused_block`, with ``Ht-1 R^T`` one ``gemm`` per step (no GIL, no Python)."""
     H = h.shape[1]
     G = RT.shape[1]
+    ldr, ldo = RT.strides[0] // RT.itemsize, hr.strides[0] // hr.itemsize  # padded rows
     zero = one - one
     split = kind == 1 and rbh.shape[0] == 0  # GRU, reset before the product
     Rh = RT.ctypes.data + 2 * H * RT.itemsize  # Rh^T: columns 2H.. of R^T
@@ -263,16 +265,18 @@ def _blas_block(
         if n == 0:
             continue
         if split:
-            gemm(101, 111, 111, n, 2 * H, H, one, h.ctypes.data, H, RT.ctypes.data, G, zero,
-                 hr.ctypes.data, G)  # fmt: skip
+            gemm(101, 111, 111, n, 2 * H, H, one, h.ctypes.data, H, RT.ctypes.data, ldr, zero,
+                 hr.ctypes.data, ldo)  # fmt: skip
             for b in range(n):
                 _gru_zr_row(xw[k, b], hr[b], h[b], g[b], rh[b], a, clip, fast)
-            gemm(101, 111, 111, n, H, H, one, rh.ctypes.data, H, Rh, G, zero, hr.ctypes.data, G)
+            gemm(
+                101, 111, 111, n, H, H, one, rh.ctypes.data, H, Rh, ldr, zero, hr.ctypes.data, ldo
+            )
             for b in range(n):
                 _gru_h_row(xw[k, b], hr[b], h[b], g[b], a, clip, fast)
         else:
-            gemm(101, 111, 111, n, G, H, one, h.ctypes.data, H, RT.ctypes.data, G, zero,
-                 hr.ctypes.data, G)  # fmt: skip
+            gemm(101, 111, 111, n, G, H, one, h.ctypes.data, H, RT.ctypes.data, ldr, zero,
+                 hr.ctypes.data, ldo)  # fmt: skip
             for b in range(n):
                 _row(kind, xw[k, b], hr[b], rbh, P, input_forget, h[b], c[b], g[b], a, clip, fast)
         if write_Y:
@@ -358,7 +362,7 @@ class NumbaBackend:
                 dt.type(0),
             )
             return
-        hr = np.empty((rows, G), dt)
+        hr = padded((rows, G), dt)
         g = np.empty((rows, G), dt)
         rh = np.empty((rows, H), dt)
         gemm = blas.gemm(dt)
