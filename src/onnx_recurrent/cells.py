@@ -68,6 +68,15 @@ class Weights:
     bias: np.ndarray
     extra: dict[str, np.ndarray] = field(default_factory=dict)
 
+    def project(self, xb: np.ndarray, dtype: np.dtype) -> np.ndarray:
+        """``X W^T + bias`` for a block of inputs ``[steps, rows, input]``: one matrix
+        product, ``[steps, rows, gates*hidden]`` in ``dtype`` (rows :func:`padded`)."""
+        steps, rows, size = xb.shape
+        xw = padded((steps * rows, self.WT.shape[1]), dtype)
+        np.matmul(xb.reshape(-1, size).astype(dtype, copy=False), self.WT, out=xw)
+        xw += self.bias
+        return xw.reshape(steps, rows, -1)
+
     @cached_property
     def WT(self) -> np.ndarray:
         """``W^T`` with unit column stride (:func:`padded`): BLAS is much faster on it

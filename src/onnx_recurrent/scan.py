@@ -6,13 +6,12 @@ enough of it. In a unit the rows are sorted by length, longest first, so the row
 still running at step ``k`` are a prefix ``[:active[k]]`` and finished sequences
 cost nothing. A reverse direction reads each sequence from its own last valid step
 back to 0 (not ``np.flip``, which is right only for full-length sequences). The
-input projection ``X W^T + b`` is one matrix product per block of time steps, so
-working memory grows with the block, not with ``seq_length``.
+inputs go to the backend a block of time steps at a time (it projects them, ``X W^T +
+b``, at once), so working memory grows with the block, not with ``seq_length``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -21,7 +20,6 @@ from functools import cache
 import numpy as np
 
 from . import backends
-from .cells import padded
 from .spec import Inputs, RecSpec
 
 #: bytes of input projection computed at once (at least MIN_BLOCK steps)
@@ -74,6 +72,11 @@ class Schedule:
             return np.broadcast_to(k, (k1 - k0, n))
         return np.maximum(self.lens[None, :n] - 1 - k, 0)
 
+    def outputs(self, Y_tm: np.ndarray, d: int, k0: int, k1: int, reverse: bool) -> np.ndarray:
+        """Where steps k0..k1-1 of a whole schedule write ``Y``: a view of it."""
+        T = Y_tm.shape[0]
+        return Y_tm[T - k1 : T - k0, d][::-1] if reverse else Y_tm[k0:k1, d]
+
     def inputs(self, X: np.ndarray, k0: int, k1: int, n: int, reverse: bool) -> np.ndarray:
         """X rows that steps k0..k1-1 read, ``[k1-k0, n, input_size]``, in schedule order."""
         T = X.shape[0]
@@ -82,14 +85,8 @@ class Schedule:
         return X[self.time_index(k0, k1, n, reverse), self.order[None, :n]]
 
     def store(self, Y_tm: np.ndarray, d: int, Yb: np.ndarray, k0: int, k1: int, reverse: bool):
-        """Scatter a block's hidden states into ``Y[t, d, b]`` (valid steps only)."""
-        T = Y_tm.shape[0]
-        if self.whole:
-            if reverse:
-                Y_tm[T - k1 : T - k0, d] = Yb[::-1]
-            else:
-                Y_tm[k0:k1, d] = Yb
-            return
+        """Scatter a block's hidden states into ``Y[t, d, b]`` (valid steps only; a whole
+        schedule writes into :meth:`outputs` instead)."""
         n0 = Yb.shape[1]
         valid = np.arange(k0, k1)[:, None] < self.lens[None, :n0]
         t = self.time_index(k0, k1, n0, reverse)
@@ -109,9 +106,9 @@ def _units(spec: RecSpec, x: Inputs, workers: int) -> tuple[list[tuple[int, np.n
     slices = 1
     if workers > 1 and large:
         slices = min(N, -(-workers // D))
-    by_length = np.argsort(-x.sequence_lens, kind="stable")
     if slices == 1:
-        by_length = np.arange(N)
+        return [(d, np.arange(N)) for d in range(D)], large
+    by_length = np.argsort(-x.sequence_lens, kind="stable")
     units = [(d, np.sort(by_length[i::slices])) for d in range(D) for i in range(slices)]
     return units, large
 
@@ -148,34 +145,47 @@ def scan(
         reverse = spec.direction == "reverse" or d == 1
         P = x.P[d] if x.P is not None else None
         w = cell.prepare(spec, x.W[d], x.R[d], x.B[d], P)
-        states = tuple(np.array(init[d][s.order], dtype=ct) for init in x.initial_states)
+        rows = slice(None) if s.whole else s.order
+        states = tuple(np.array(init[d][rows], dtype=ct) for init in x.initial_states)
+        direct = s.whole and ct == x.dtype  # Y written in place
         for k0 in range(0, s.steps, block):
             k1 = min(s.steps, k0 + block)
             n0 = int(s.active[k0])
             xb = s.inputs(x.X, k0, k1, n0, reverse)
-            xw = padded(((k1 - k0) * n0, w.WT.shape[1]), ct)
-            np.matmul(xb.reshape(-1, xb.shape[-1]).astype(ct, copy=False), w.WT, out=xw)
-            xw += w.bias
-            xw = xw.reshape(k1 - k0, n0, -1)
-            Yb = None if Y_tm is None else np.empty((k1 - k0, n0, H), ct)
-            backend.run_block(spec, w, spec.activations[d], xw, states, s.active[k0:k1], Yb)
-            if Yb is not None:
-                s.store(Y_tm, d, Yb, k0, k1, reverse)
+            Yb = None
+            if Y_tm is not None:
+                Yb = (
+                    s.outputs(Y_tm, d, k0, k1, reverse)
+                    if direct
+                    else np.empty((k1 - k0, n0, H), ct)
+                )
+            backend.run_block(spec, w, spec.activations[d], xb, states, s.active[k0:k1], Yb)
+            if Yb is not None and not direct:
+                if s.whole:
+                    s.outputs(Y_tm, d, k0, k1, reverse)[...] = Yb
+                else:
+                    s.store(Y_tm, d, Yb, k0, k1, reverse)
         for final, state in zip(finals_tm, states, strict=True):
-            final[d, s.order] = state
+            final[d, rows] = state
 
     workers = num_threads()
     units, large = _units(spec, x, workers)
     # Per-step products are too small for BLAS's own threads to pay (measured: slower
     # than one thread); our units use the cores instead.
-    with backends.single_threaded_blas() if large else contextlib.nullcontext():
-        if large and workers > 1 and len(units) > 1:
-            list(_executor(workers).map(run, units))
-        else:
-            for unit in units:
-                run(unit)
+    if not large:
+        for unit in units:
+            run(unit)
+    else:
+        with backends.single_threaded_blas():
+            if workers > 1 and len(units) > 1:
+                list(_executor(workers).map(run, units))
+            else:
+                for unit in units:
+                    run(unit)
     empty = x.sequence_lens == 0
-    if empty.any():  # no step ran: zeros, not initial_h (SEMANTICS.md, "Sequences")
+    if (
+        ragged or T == 0
+    ) and empty.any():  # no step ran: zeros, not initial_h (SEMANTICS.md, "Sequences")
         for final in finals_tm:
             final[:, empty] = 0
     return (Y, *finals)

@@ -38,12 +38,13 @@ class Backend(Protocol):
         spec: RecSpec,
         w: Weights,
         acts: tuple,
-        xw: np.ndarray,
+        xb: np.ndarray,
         states: tuple[np.ndarray, ...],
         active: np.ndarray,
         Yb: np.ndarray | None,
     ) -> None:
-        """Advance ``states`` over the steps of ``xw`` ``[steps, rows, gates*hidden]``.
+        """Advance ``states`` (compute dtype) over the steps of the inputs ``xb``
+        ``[steps, rows, input_size]`` (X's dtype; projected by the backend).
 
         Step ``k`` updates the first ``active[k]`` rows; ``Yb[k, :active[k]]`` (if
         given) receives the hidden state after step ``k``.

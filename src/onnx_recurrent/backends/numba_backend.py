@@ -207,15 +207,22 @@ def _row(kind, x, hr, rbh, P, input_forget, h, c, g, a, clip, fast):
 
 
 @_jit
-def _fused_block(kind, xw, R, rbh, P, input_forget, h, c, active, Y, write_Y, a, clip, fast, zero):
+def _fused_block(
+    kind, xb, W, bias, R, rbh, P, input_forget, h, c, active, Y, write_Y, a, clip, fast, zero
+):
+    """A block of steps, input projection and R product included: no Python per step."""
     H = h.shape[1]
     G = R.shape[0]
+    x = np.empty(G, h.dtype)
     hr = np.empty(G, h.dtype)
     g = np.empty(G, h.dtype)
     rh = np.empty(H, h.dtype)
-    for k in range(xw.shape[0]):
+    for k in range(xb.shape[0]):
         for b in range(active[k]):
-            x, hb = xw[k, b], h[b]
+            _matvec(W, 0, G, xb[k, b], x, zero)
+            for j in range(G):
+                x[j] += bias[j]
+            hb = h[b]
             if kind == 1 and rbh.shape[0] == 0:  # GRU, reset before the product
                 _matvec(R, 0, 2 * H, hb, hr, zero)
                 _gru_zr_row(x, hr, hb, g, rh, a, clip, fast)
@@ -326,14 +333,14 @@ class NumbaBackend:
             return f"no numba kernel for {spec.cell.name}"
         return None
 
-    def run_block(self, spec, w, acts, xw, states, active, Yb) -> None:
+    def run_block(self, spec, w, acts, xb, states, active, Yb) -> None:
         kind = _KIND[spec.cell.name]
-        dt = xw.dtype
+        h = states[0]
+        dt = h.dtype
         H = spec.hidden_size
         a = _table(acts, dt)
         clip = dt.type(np.inf if spec.clip is None else spec.clip)
         fast = dt == np.float32
-        h = states[0]
         c = states[1] if len(states) > 1 else h
         lbr = spec.cell.name == "GRU" and spec.linear_before_reset
         rbh = np.ascontiguousarray(w.extra["Rbh"], dt) if lbr else np.zeros(0, dt)
@@ -343,25 +350,15 @@ class NumbaBackend:
         R = np.ascontiguousarray(w.R, dt)
         G = R.shape[0]
         Y = Yb if Yb is not None else np.empty((0, 0, H), dt)
-        rows = xw.shape[1]
+        rows = xb.shape[1]
         args = (a, clip, fast)
         if rows * G * H <= FUSED_MACS:
-            _fused_block(
-                kind,
-                xw,
-                R,
-                rbh,
-                P,
-                spec.input_forget,
-                h,
-                c,
-                active,
-                Y,
-                Yb is not None,
-                *args,
-                dt.type(0),
-            )
+            xb = np.ascontiguousarray(xb, dt)
+            W = np.ascontiguousarray(w.W, dt)
+            flags = (spec.input_forget, h, c, active, Y, Yb is not None)
+            _fused_block(kind, xb, W, w.bias, R, rbh, P, *flags, *args, dt.type(0))
             return
+        xw = w.project(xb, dt)
         hr = padded((rows, G), dt)
         g = np.empty((rows, G), dt)
         rh = np.empty((rows, H), dt)

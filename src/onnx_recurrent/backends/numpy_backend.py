@@ -11,8 +11,9 @@ class NumpyBackend:
     def supports(self, spec, dtype) -> str | None:
         return None
 
-    def run_block(self, spec, w, acts, xw, states, active, Yb) -> None:
+    def run_block(self, spec, w, acts, xb, states, active, Yb) -> None:
         cell = spec.cell
+        xw = w.project(xb, states[0].dtype)
         work = cell.workspace(spec, xw.shape[1], xw.dtype)
         for k, n in enumerate(active.tolist()):
             cell.step(spec, w, acts, xw[k, :n], tuple(s[:n] for s in states), work)
