@@ -128,3 +128,20 @@ def test_caller_arrays_are_not_modified():
 def test_errors_subclass_builtins():
     assert issubclass(orc.RecurrentError, ValueError)
     assert issubclass(orc.RecurrentTypeError, TypeError)
+
+
+def test_attributes_parsed_once_still_checked_by_type_and_value():
+    """Parsed attributes are reused by value and type: a value equal to a valid one
+    (``True == 1``) is still rejected, and arrays (unhashable) are parsed every time."""
+    feeds = random_inputs("GRU")
+    orc.gru(**feeds, layout=0)
+    with pytest.raises(ValueError, match="layout must be 0 or 1"):
+        orc.gru(**feeds, layout=False)
+    names = ["Affine", "Tanh"]
+    a = orc.gru(**feeds, activations=names, activation_alpha=[0.5], activation_beta=[0.1])
+    b = orc.gru(
+        **feeds, activations=names, activation_alpha=np.array([0.5]), activation_beta=(0.1,)
+    )
+    c = orc.gru(**feeds, activations=names, activation_alpha=[0.25], activation_beta=[0.1])
+    np.testing.assert_array_equal(a[1], b[1])
+    assert not np.array_equal(a[1], c[1])

@@ -56,10 +56,14 @@ class Schedule:
     whole: bool  # every row, in batch order, all of full length: views, not gathers
 
     @classmethod
-    def of(cls, rows: np.ndarray, sequence_lens: np.ndarray, seq_length: int) -> Schedule:
+    def of(
+        cls, rows: np.ndarray, sequence_lens: np.ndarray, seq_length: int, ragged: bool
+    ) -> Schedule:
         N = len(sequence_lens)
-        if len(rows) == N and sequence_lens.min(initial=seq_length) == seq_length:
-            return cls(rows, sequence_lens, np.full(seq_length, N), seq_length if N else 0, True)
+        if len(rows) == N and not ragged:
+            active = np.empty(seq_length, np.int64)
+            active.fill(N)
+            return cls(rows, sequence_lens, active, seq_length if N else 0, True)
         order = rows[np.argsort(-sequence_lens[rows], kind="stable")]
         lens = sequence_lens[order]
         active = (lens[None, :] > np.arange(seq_length)[:, None]).sum(axis=1)
@@ -141,7 +145,7 @@ def scan(
 
     def run(unit: tuple[int, np.ndarray]) -> None:
         d, rows = unit
-        s = Schedule.of(rows, x.sequence_lens, T)
+        s = Schedule.of(rows, x.sequence_lens, T, ragged)
         reverse = spec.direction == "reverse" or d == 1
         P = x.P[d] if x.P is not None else None
         w = cell.prepare(spec, x.W[d], x.R[d], x.B[d], P)

@@ -59,9 +59,30 @@ def _flag(name: str, value: Any) -> bool:
     raise RecurrentError(f"{name} must be an integer (0 or 1), got {value!r}")
 
 
-def make_spec(
+def make_spec(cell: Cell, R: np.ndarray, **attributes: Any) -> RecSpec:
+    """Parse and check the attributes of one call (R gives the hidden size).
+
+    Calls repeat the same attributes: parsed ones are kept, by value and type
+    (unhashable values, such as arrays of activation parameters, are parsed every time).
+    """
+    items = tuple(
+        (k, type(v), tuple(v) if isinstance(v, list) else v) for k, v in attributes.items()
+    )
+    try:
+        hash(items)
+    except TypeError:
+        return _parse(cell, R.shape, **attributes)
+    return _parsed(cell, R.shape, items)
+
+
+@functools.lru_cache(maxsize=256)
+def _parsed(cell: Cell, shape: tuple, items: tuple) -> RecSpec:
+    return _parse(cell, shape, **{k: v for k, _, v in items})
+
+
+def _parse(
     cell: Cell,
-    R: np.ndarray,
+    shape: tuple[int, ...],
     *,
     hidden_size: int | None,
     direction: str,
@@ -73,7 +94,6 @@ def make_spec(
     linear_before_reset: Any = 0,
     input_forget: Any = 0,
 ) -> RecSpec:
-    """Parse and check the attributes of one call (R gives the hidden size)."""
     if isinstance(direction, bytes):
         direction = direction.decode()
     if not isinstance(direction, str) or direction.lower() not in DIRECTIONS:
@@ -81,21 +101,21 @@ def make_spec(
     direction = direction.lower()
     if layout not in (0, 1) or isinstance(layout, bool):
         raise RecurrentError(f"layout must be 0 or 1, got {layout!r}")
-    if R.ndim != 3:
+    if len(shape) != 3:
         raise RecurrentError(
             f"R must be 3-D [num_directions, {cell.n_gates}*hidden_size, hidden_size], "
-            f"got shape {R.shape}"
+            f"got shape {shape}"
         )
-    inferred = R.shape[2]
+    inferred = shape[2]
     if hidden_size is None:
         hidden_size = inferred
     elif not isinstance(hidden_size, int | np.integer) or hidden_size != inferred:
         raise RecurrentError(
-            f"hidden_size={hidden_size!r} disagrees with R of shape {R.shape} "
+            f"hidden_size={hidden_size!r} disagrees with R of shape {shape} "
             f"(its last axis is hidden_size={inferred})"
         )
     if hidden_size < 1:
-        raise RecurrentError(f"hidden_size must be positive, got R of shape {R.shape}")
+        raise RecurrentError(f"hidden_size must be positive, got R of shape {shape}")
     if clip is not None:
         clip = float(clip)
         if math.isnan(clip) or clip <= 0:
@@ -221,7 +241,8 @@ def check_inputs(
         _check_shape("B", B, (D, 2 * G * H), f"[num_directions, {2 * G}*hidden_size]")
 
     if sequence_lens is None:
-        lens = np.full(N, T, np.int64)
+        lens = np.empty(N, np.int64)
+        lens.fill(T)
     else:
         lens = np.asarray(sequence_lens)
         if not np.issubdtype(lens.dtype, np.integer):

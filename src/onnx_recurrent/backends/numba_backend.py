@@ -325,6 +325,12 @@ def _table(acts: tuple, dt: np.dtype) -> tuple[np.ndarray, np.ndarray, np.ndarra
     )
 
 
+@functools.cache
+def _empty(dt: np.dtype) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Placeholders for absent vectors: no Rbh, no peepholes, no Y (never written)."""
+    return np.zeros(0, dt), np.zeros((3, 0), dt), np.zeros((0, 0, 0), dt)
+
+
 class NumbaBackend:
     name = "numba"
 
@@ -343,13 +349,16 @@ class NumbaBackend:
         fast = dt == np.float32
         c = states[1] if len(states) > 1 else h
         lbr = spec.cell.name == "GRU" and spec.linear_before_reset
-        rbh = np.ascontiguousarray(w.extra["Rbh"], dt) if lbr else np.zeros(0, dt)
-        P = np.zeros((3, H), dt)
+        none = _empty(dt)
+        rbh = np.ascontiguousarray(w.extra["Rbh"], dt) if lbr else none[0]
+        P = none[1]
         if "Pi" in w.extra:
-            P[0], P[1], P[2] = w.extra["Pi"], w.extra["Po"], w.extra["Pf"]
+            P = np.stack([w.extra["Pi"], w.extra["Po"], w.extra["Pf"]]).astype(dt, copy=False)
+        elif kind == 2:
+            P = np.zeros((3, H), dt)
         R = np.ascontiguousarray(w.R, dt)
         G = R.shape[0]
-        Y = Yb if Yb is not None else np.empty((0, 0, H), dt)
+        Y = Yb if Yb is not None else none[2]
         rows = xb.shape[1]
         args = (a, clip, fast)
         if rows * G * H <= FUSED_MACS:
