@@ -70,23 +70,30 @@ class Weights:
 
     def project(self, xb: np.ndarray, dtype: np.dtype) -> np.ndarray:
         """``X W^T + bias`` for a block of inputs ``[steps, rows, input]``: one matrix
-        product, ``[steps, rows, gates*hidden]`` in ``dtype`` (rows :func:`padded`)."""
+        product, in ``dtype``, in a C-contiguous ``[steps, rows, gates*hidden + pad]``
+        (:func:`padded`; the pad columns are not meaningful)."""
         steps, rows, size = xb.shape
-        xw = padded((steps * rows, self.WT.shape[1]), dtype)
-        np.matmul(xb.reshape(-1, size).astype(dtype, copy=False), self.WT, out=xw)
-        xw += self.bias
+        G = self.W.shape[0]
+        xw = padded((steps * rows, G), dtype)
+        np.matmul(xb.reshape(-1, size).astype(dtype, copy=False), self.WT, out=xw[:, :G])
+        xw[:, :G] += self.bias
         return xw.reshape(steps, rows, -1)
 
     @cached_property
     def WT(self) -> np.ndarray:
-        """``W^T`` with unit column stride (:func:`padded`): BLAS is much faster on it
-        than on a transposed view."""
-        return padded(self.W.T)
+        """``W^T`` with unit column stride, rows :func:`padded`: BLAS is much faster on
+        it than on a transposed view."""
+        return padded(self.W.T)[:, : self.W.shape[0]]
 
     @cached_property
-    def RT(self) -> np.ndarray:
-        """``R^T`` ``[hidden, gates*hidden]`` (:func:`padded`); a gate's columns are a slice."""
+    def RT_rows(self) -> np.ndarray:
+        """``R^T`` in a C-contiguous ``[hidden, gates*hidden + pad]`` (:func:`padded`)."""
         return padded(self.R.T)
+
+    @property
+    def RT(self) -> np.ndarray:
+        """``R^T`` ``[hidden, gates*hidden]``; a gate's columns are a slice."""
+        return self.RT_rows[:, : self.R.shape[0]]
 
 
 #: bytes added to each row of a matrix that BLAS reads or writes
@@ -94,14 +101,15 @@ ROW_PAD = 64
 
 
 def padded(a: np.ndarray | tuple[int, int], dtype: np.dtype | None = None) -> np.ndarray:
-    """A 2-D array (a copy of ``a``, or empty of shape ``a``) whose rows are one cache line
-    longer than its columns: a row stride that is a multiple of 1-4 KiB makes a matrix
-    product's loads collide in the cache (measured: 1.2-1.9x slower products)."""
+    """A C-contiguous 2-D array whose rows are one cache line longer than ``a``'s (a
+    copy of ``a`` in its first columns, or empty for a shape): a row stride that is a
+    multiple of 1-4 KiB makes a matrix product's loads collide in the cache (measured:
+    1.2-1.9x slower products). Slice ``[:, :columns]`` for the matrix itself."""
     shape = a if isinstance(a, tuple) else a.shape
     dtype = np.dtype(dtype or a.dtype)
-    out = np.empty((shape[0], shape[1] + ROW_PAD // dtype.itemsize), dtype)[:, : shape[1]]
+    out = np.empty((shape[0], shape[1] + ROW_PAD // dtype.itemsize), dtype)
     if not isinstance(a, tuple):
-        out[...] = a
+        out[:, : shape[1]] = a
     return out
 
 

@@ -13,6 +13,7 @@ b``, at once), so working memory grows with the block, not with ``seq_length``.
 from __future__ import annotations
 
 import os
+from concurrent import futures
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import cache
@@ -182,7 +183,14 @@ def scan(
     else:
         with backends.single_threaded_blas():
             if workers > 1 and len(units) > 1:
-                list(_executor(workers).map(run, units))
+                # the caller's thread takes the first unit: one thread fewer to wake
+                pending = [_executor(workers - 1).submit(run, unit) for unit in units[1:]]
+                try:
+                    run(units[0])
+                finally:
+                    futures.wait(pending)
+                for done in pending:
+                    done.result()
             else:
                 for unit in units:
                     run(unit)

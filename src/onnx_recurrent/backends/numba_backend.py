@@ -203,26 +203,36 @@ def _row(kind, x, hr, rbh, P, input_forget, h, c, g, a, clip, fast):
         _lstm_row(x, hr, h, c, P, input_forget, g, a, clip, fast)
 
 
+# --- the input projection of a block, by BLAS ---
+
+
+@_jit
+def _project(gemm, xb, W, bias, xw, one):
+    """``xw[..., :G] = xb W^T + bias``: one ``gemm`` (BLAS transposes W; no copy)."""
+    steps, rows, size = xb.shape
+    G = W.shape[0]
+    gemm(101, 111, 112, steps * rows, G, size, one, xb.ctypes.data, size, W.ctypes.data, size,
+         one - one, xw.ctypes.data, xw.shape[2])  # fmt: skip
+    for k in range(steps):
+        for b in range(rows):
+            for j in range(G):
+                xw[k, b, j] += bias[j]
+
+
 # --- whole blocks, R product inside (small problems) ---
 
 
 @_jit
-def _fused_block(
-    kind, xb, W, bias, R, rbh, P, input_forget, h, c, active, Y, write_Y, a, clip, fast, zero
-):
-    """A block of steps, input projection and R product included: no Python per step."""
+def _fused_steps(kind, xw, R, rbh, P, input_forget, h, c, active, Y, write_Y, a, clip, fast, zero):
+    """A block of steps, R product included: no Python per step."""
     H = h.shape[1]
     G = R.shape[0]
-    x = np.empty(G, h.dtype)
     hr = np.empty(G, h.dtype)
     g = np.empty(G, h.dtype)
     rh = np.empty(H, h.dtype)
-    for k in range(xb.shape[0]):
+    for k in range(xw.shape[0]):
         for b in range(active[k]):
-            _matvec(W, 0, G, xb[k, b], x, zero)
-            for j in range(G):
-                x[j] += bias[j]
-            hb = h[b]
+            x, hb = xw[k, b], h[b]
             if kind == 1 and rbh.shape[0] == 0:  # GRU, reset before the product
                 _matvec(R, 0, 2 * H, hb, hr, zero)
                 _gru_zr_row(x, hr, hb, g, rh, a, clip, fast)
@@ -233,6 +243,17 @@ def _fused_block(
                 _row(kind, x, hr, rbh, P, input_forget, hb, c[b], g, a, clip, fast)
             if write_Y:
                 Y[k, b] = hb
+
+
+@_jit
+def _fused_block(
+    gemm, kind, xb, W, bias, R, rbh, P, input_forget, h, c, active, Y, write_Y, a, clip, fast, one
+):
+    """:func:`_project` then :func:`_fused_steps`: a whole small call in one compiled call."""
+    xw = np.empty((xb.shape[0], xb.shape[1], R.shape[0]), h.dtype)
+    _project(gemm, xb, W, bias, xw, one)
+    zero = one - one
+    _fused_steps(kind, xw, R, rbh, P, input_forget, h, c, active, Y, write_Y, a, clip, fast, zero)
 
 
 # --- whole blocks, R product by BLAS inside (larger problems) ---
@@ -262,8 +283,8 @@ def _blas_block(
 ):
     """As :func:`_fused_block`, with ``Ht-1 R^T`` one ``gemm`` per step (no GIL, no Python)."""
     H = h.shape[1]
-    G = RT.shape[1]
-    ldr, ldo = RT.strides[0] // RT.itemsize, hr.strides[0] // hr.itemsize  # padded rows
+    G = g.shape[1]
+    ldr, ldo = RT.shape[1], hr.shape[1]  # padded rows: C-contiguous, wider than G
     zero = one - one
     split = kind == 1 and rbh.shape[0] == 0  # GRU, reset before the product
     Rh = RT.ctypes.data + 2 * H * RT.itemsize  # Rh^T: columns 2H.. of R^T
@@ -361,20 +382,25 @@ class NumbaBackend:
         Y = Yb if Yb is not None else none[2]
         rows = xb.shape[1]
         args = (a, clip, fast)
-        if rows * G * H <= FUSED_MACS:
+        gemm = blas.gemm(dt)
+        fused = rows * G * H <= FUSED_MACS
+        if gemm is not None and fused:
             xb = np.ascontiguousarray(xb, dt)
             W = np.ascontiguousarray(w.W, dt)
             flags = (spec.input_forget, h, c, active, Y, Yb is not None)
-            _fused_block(kind, xb, W, w.bias, R, rbh, P, *flags, *args, dt.type(0))
+            _fused_block(gemm, kind, xb, W, w.bias, R, rbh, P, *flags, *args, dt.type(1))
             return
         xw = w.project(xb, dt)
+        if fused:
+            flags = (spec.input_forget, h, c, active, Y, Yb is not None)
+            _fused_steps(kind, xw, R, rbh, P, *flags, *args, dt.type(0))
+            return
         hr = padded((rows, G), dt)
         g = np.empty((rows, G), dt)
         rh = np.empty((rows, H), dt)
-        gemm = blas.gemm(dt)
         if gemm is not None:
             flags = (spec.input_forget, h, c, active, Y, Yb is not None, hr, g, rh)
-            _blas_block(gemm, kind, xw, w.RT, rbh, P, *flags, *args, dt.type(1))
+            _blas_block(gemm, kind, xw, w.RT_rows, rbh, P, *flags, *args, dt.type(1))
             return
         gru_split = kind == 1 and not lbr
         RT = w.RT
@@ -386,7 +412,7 @@ class NumbaBackend:
                 np.matmul(rh[:n], RhT, out=hr[:n, :H])
                 _gru_h_rows(xw[k], hr, h, g, n, *args)
             else:
-                np.matmul(h[:n], RT, out=hr[:n])
+                np.matmul(h[:n], RT, out=hr[:n, :G])
                 _rows(kind, xw[k], hr, rbh, P, spec.input_forget, h, c, g, n, *args)
             if Yb is not None:
                 Yb[k, :n] = h[:n]

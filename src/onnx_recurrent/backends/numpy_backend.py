@@ -13,7 +13,7 @@ class NumpyBackend:
 
     def run_block(self, spec, w, acts, xb, states, active, Yb) -> None:
         cell = spec.cell
-        xw = w.project(xb, states[0].dtype)
+        xw = w.project(xb, states[0].dtype)[..., : w.W.shape[0]]
         work = cell.workspace(spec, xw.shape[1], xw.dtype)
         for k, n in enumerate(active.tolist()):
             cell.step(spec, w, acts, xw[k, :n], tuple(s[:n] for s in states), work)
