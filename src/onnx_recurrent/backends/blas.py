@@ -1,10 +1,10 @@
-"""NumPy's own BLAS ``gemm``, as a ctypes function that compiled code can call.
+"""NumPy's own BLAS ``gemm``, found for compiled code to call.
 
 The numba kernels call it once per time step, so that a whole block of steps runs in
 one compiled call that holds no GIL (with Python between the steps, the threads of a
 call queue for the GIL at every step). The library is the one NumPy loaded, found
 through threadpoolctl; only ILP64 OpenBLAS symbols (``*gemm64_``, as in NumPy's
-wheels) are used, whose integer type is unambiguous. Anything else: :func:`gemm`
+wheels) are used, whose integer type is unambiguous. Anything else: :func:`address`
 returns None and the kernels fall back to one NumPy product per step.
 """
 
@@ -15,7 +15,7 @@ import functools
 
 import numpy as np
 
-ROW_MAJOR, NO_TRANS = 101, 111
+ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
 _SYMBOLS = ("scipy_cblas_{}gemm64_", "cblas_{}gemm64_")
 _C_TYPE = {
     np.dtype(np.float32): ("s", ctypes.c_float),
@@ -46,8 +46,9 @@ def _libraries() -> tuple[ctypes.CDLL, ...]:
 
 
 @functools.cache
-def gemm(dtype: np.dtype):
-    """``cblas_?gemm`` (ILP64) for float32 or float64, checked on a small product; or None."""
+def function(dtype: np.dtype):
+    """``cblas_?gemm`` (ILP64) for float32 or float64 as a ctypes function, checked on a
+    small product; or None."""
     if dtype not in _C_TYPE:
         return None
     letter, scalar = _C_TYPE[dtype]
@@ -60,6 +61,14 @@ def gemm(dtype: np.dtype):
             if _works(fn, dtype):
                 return fn
     return None
+
+
+@functools.cache
+def address(dtype: np.dtype) -> int | None:
+    """The address of :func:`function` (a plain integer is the cheapest argument to pass
+    to compiled code); or None."""
+    fn = function(dtype)
+    return None if fn is None else ctypes.cast(fn, ctypes.c_void_p).value
 
 
 def _works(fn, dtype: np.dtype) -> bool:

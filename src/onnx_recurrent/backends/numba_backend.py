@@ -18,6 +18,9 @@ import math
 
 import numba
 import numpy as np
+from llvmlite import ir
+from numba.core import types
+from numba.core.extending import intrinsic
 
 from ..activations import TABLE
 from ..cells import padded
@@ -29,6 +32,46 @@ _f32 = np.float32
 _jit = numba.njit(
     cache=True, fastmath={"reassoc", "contract", "nsz"}, nogil=True, error_model="numpy"
 )
+
+
+@intrinsic
+def _gemm(typingctx, addr, transb, m, n, k, alpha, A, lda, B, ldb, C, ldc):
+    """``C = alpha A op(B)`` (row-major; A, B, C addresses; op per ``transb``) by the
+    ``cblas_?gemm`` at ``addr`` (:mod:`.blas`): a call through a pointer passed as an
+    integer, which numba's dispatcher types much faster than a ctypes function."""
+    if not isinstance(alpha, types.Float):
+        return None
+
+    def codegen(context, builder, signature, args):
+        i32, i64, ptr = ir.IntType(32), ir.IntType(64), ir.IntType(8).as_pointer()
+        real = ir.FloatType() if alpha.bitwidth == 32 else ir.DoubleType()
+        kinds = [i32, i32, i32, i64, i64, i64, real, ptr, i64, ptr, i64, real, ptr, i64]
+        fn = builder.inttoptr(args[0], ir.FunctionType(ir.VoidType(), kinds).as_pointer())
+        _, transb_, m_, n_, k_, alpha_, A_, lda_, B_, ldb_, C_, ldc_ = args
+
+        def i64_(v):
+            return builder.sext(v, i64) if v.type.width < 64 else v
+
+        builder.call(
+            fn,
+            [
+                ir.Constant(i32, blas.ROW_MAJOR),
+                ir.Constant(i32, blas.NO_TRANS),
+                builder.trunc(i64_(transb_), i32),
+                *(i64_(v) for v in (m_, n_, k_)),
+                alpha_,
+                builder.inttoptr(A_, ptr),
+                i64_(lda_),
+                builder.inttoptr(B_, ptr),
+                i64_(ldb_),
+                ir.Constant(real, 0.0),
+                builder.inttoptr(C_, ptr),
+                i64_(ldc_),
+            ],
+        )
+        return context.get_dummy_value()
+
+    return types.void(addr, transb, m, n, k, alpha, A, lda, B, ldb, C, ldc), codegen
 
 
 @_jit
@@ -211,8 +254,8 @@ def _project(gemm, xb, W, bias, xw, one):
     """``xw[..., :G] = xb W^T + bias``: one ``gemm`` (BLAS transposes W; no copy)."""
     steps, rows, size = xb.shape
     G = W.shape[0]
-    gemm(101, 111, 112, steps * rows, G, size, one, xb.ctypes.data, size, W.ctypes.data, size,
-         one - one, xw.ctypes.data, xw.shape[2])  # fmt: skip
+    _gemm(gemm, 112, steps * rows, G, size, one, xb.ctypes.data, size, W.ctypes.data, size,
+          xw.ctypes.data, xw.shape[2])  # fmt: skip
     for k in range(steps):
         for b in range(rows):
             for j in range(G):
@@ -285,7 +328,6 @@ def _blas_block(
     H = h.shape[1]
     G = g.shape[1]
     ldr, ldo = RT.shape[1], hr.shape[1]  # padded rows: C-contiguous, wider than G
-    zero = one - one
     split = kind == 1 and rbh.shape[0] == 0  # GRU, reset before the product
     Rh = RT.ctypes.data + 2 * H * RT.itemsize  # Rh^T: columns 2H.. of R^T
     for k in range(xw.shape[0]):
@@ -293,18 +335,16 @@ def _blas_block(
         if n == 0:
             continue
         if split:
-            gemm(101, 111, 111, n, 2 * H, H, one, h.ctypes.data, H, RT.ctypes.data, ldr, zero,
-                 hr.ctypes.data, ldo)  # fmt: skip
+            _gemm(gemm, 111, n, 2 * H, H, one, h.ctypes.data, H, RT.ctypes.data, ldr,
+                  hr.ctypes.data, ldo)  # fmt: skip
             for b in range(n):
                 _gru_zr_row(xw[k, b], hr[b], h[b], g[b], rh[b], a, clip, fast)
-            gemm(
-                101, 111, 111, n, H, H, one, rh.ctypes.data, H, Rh, ldr, zero, hr.ctypes.data, ldo
-            )
+            _gemm(gemm, 111, n, H, H, one, rh.ctypes.data, H, Rh, ldr, hr.ctypes.data, ldo)
             for b in range(n):
                 _gru_h_row(xw[k, b], hr[b], h[b], g[b], a, clip, fast)
         else:
-            gemm(101, 111, 111, n, G, H, one, h.ctypes.data, H, RT.ctypes.data, ldr, zero,
-                 hr.ctypes.data, ldo)  # fmt: skip
+            _gemm(gemm, 111, n, G, H, one, h.ctypes.data, H, RT.ctypes.data, ldr,
+                  hr.ctypes.data, ldo)  # fmt: skip
             for b in range(n):
                 _row(kind, xw[k, b], hr[b], rbh, P, input_forget, h[b], c[b], g[b], a, clip, fast)
         if write_Y:
@@ -382,7 +422,7 @@ class NumbaBackend:
         Y = Yb if Yb is not None else none[2]
         rows = xb.shape[1]
         args = (a, clip, fast)
-        gemm = blas.gemm(dt)
+        gemm = blas.address(dt)
         fused = rows * G * H <= FUSED_MACS
         if gemm is not None and fused:
             xb = np.ascontiguousarray(xb, dt)
