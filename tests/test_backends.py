@@ -135,14 +135,45 @@ def test_threads_split_directions_and_rows(monkeypatch, threads, op, layout):
     serial = FUNCTIONS[op](**feeds, direction="bidirectional", layout=layout)
     monkeypatch.setattr(scan, "PARALLEL_MACS", 0)
     monkeypatch.setenv("ONNX_RECURRENT_NUM_THREADS", threads)
-    units, _ = scan._units(*_spec_and_inputs(op, feeds, layout), int(threads))
-    assert len(units) == {"2": 2, "3": 4}[threads]
+    units, _, parties = scan._units(*_spec_and_inputs(op, feeds, layout), int(threads))
+    assert (len(units), parties) == {"2": (2, 1), "3": (4, 1)}[threads]
     parallel = FUNCTIONS[op](**feeds, direction="bidirectional", layout=layout)
     for a, b in zip(serial, parallel, strict=True):
         np.testing.assert_array_equal(a, b)
 
 
-def _spec_and_inputs(op, feeds, layout):
+@pytest.mark.parametrize("direction", ["forward", "reverse"])
+@pytest.mark.parametrize("op", FUNCTIONS)
+@pytest.mark.parametrize("flag", [False, True])
+@pytest.mark.parametrize("H", [2, 5, 16])
+def test_two_threads_share_hidden_units(monkeypatch, direction, op, flag, H):
+    """One direction on two threads: each computes half of the hidden units of every row,
+    with a barrier per step; ragged rows, odd sizes, several blocks, every output."""
+    from onnx_recurrent import scan
+
+    feeds = random_inputs(op, T=9, N=7, I=3, H=H, D=1, seed=H)
+    feeds["sequence_lens"] = np.array([9, 0, 2, 9, 5, 1, 3], np.int32)
+    if op == "LSTM":
+        feeds["P"] = np.random.default_rng(3).uniform(-0.5, 0.5, (1, 3 * H)).astype(np.float32)
+    kwargs = {"direction": direction}
+    if op == "GRU":
+        kwargs["linear_before_reset"] = int(flag)
+    if op == "LSTM":
+        kwargs["input_forget"] = int(flag)
+    serial = FUNCTIONS[op](**feeds, **kwargs)
+    monkeypatch.setattr(scan, "PARALLEL_MACS", 0)
+    monkeypatch.setattr(scan, "MIN_SHARE", 2)
+    monkeypatch.setattr(scan, "BLOCK_BYTES", 1)  # blocks of 16 steps: odd ones too
+    monkeypatch.setattr(scan, "MIN_BLOCK", 4)
+    monkeypatch.setenv("ONNX_RECURRENT_NUM_THREADS", "2")
+    spec, x = _spec_and_inputs(op, feeds, 0, direction)
+    assert scan._units(spec, x, 2)[2] == 2
+    shared = FUNCTIONS[op](**feeds, **kwargs)
+    for a, b in zip(serial, shared, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def _spec_and_inputs(op, feeds, layout, direction="bidirectional"):
     from onnx_recurrent import cells
     from onnx_recurrent.spec import check_inputs, make_spec
 
@@ -151,7 +182,7 @@ def _spec_and_inputs(op, feeds, layout):
         cell,
         feeds["R"],
         hidden_size=None,
-        direction="bidirectional",
+        direction=direction,
         activations=None,
         activation_alpha=None,
         activation_beta=None,

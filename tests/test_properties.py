@@ -32,6 +32,7 @@ KNOBS = [
     ("onnx_recurrent.scan", "BLOCK_BYTES", 1),  # input projection in blocks of 16 steps
     ("onnx_recurrent.backends.numba_backend", "FUSED_MACS", 0),  # BLAS step, not fused
     ("onnx_recurrent.scan", "PARALLEL_MACS", 0),  # units (direction x rows) on threads
+    ("onnx_recurrent.scan", "MIN_SHARE", 2),  # two threads may share the hidden units
 ]
 
 
@@ -51,6 +52,9 @@ def _code_path(data, force=()):
                 name in force or data.draw(st.booleans(), label=f"{name}={value}")
             ):
                 mp.setattr(module, name, value)
+        threads = data.draw(st.sampled_from([None, "1", "2", "3"]), "threads")
+        if threads is not None:
+            mp.setenv("ONNX_RECURRENT_NUM_THREADS", threads)
         use = getattr(getattr(orc, "backends", None), "use", None)
         if use is not None:
             stack.enter_context(use(data.draw(st.sampled_from(["auto", "numpy"]), "backend")))

@@ -79,6 +79,14 @@ class Weights:
         xw[:, :G] += self.bias
         return xw.reshape(steps, rows, -1)
 
+    def hidden_units(self, j0: int, j1: int, n_gates: int) -> Weights:
+        """The weights of hidden units ``j0..j1-1`` of every gate (gate order kept): a
+        cell of ``j1 - j0`` units that reads the whole previous hidden state."""
+        H = self.R.shape[1]
+        rows = np.concatenate([np.arange(g * H + j0, g * H + j1) for g in range(n_gates)])
+        extra = {k: v[j0:j1] for k, v in self.extra.items()}
+        return Weights(self.W[rows], self.R[rows], self.bias[rows], extra)
+
     @cached_property
     def WT(self) -> np.ndarray:
         """``W^T`` with unit column stride, rows :func:`padded`: BLAS is much faster on

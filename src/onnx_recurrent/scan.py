@@ -28,6 +28,8 @@ BLOCK_BYTES = 8 << 20
 MIN_BLOCK = 16
 #: multiply-adds of a call above which its units run on threads
 PARALLEL_MACS = 1 << 23
+#: hidden size from which two threads may share a direction's hidden units (>= 2)
+MIN_SHARE = 16
 
 
 def num_threads() -> int:
@@ -99,23 +101,30 @@ class Schedule:
         Y_tm[t[valid], d, rows[valid]] = Yb[valid]
 
 
-def _units(spec: RecSpec, x: Inputs, workers: int) -> tuple[list[tuple[int, np.ndarray]], bool]:
-    """(direction, batch rows) pairs, and whether the call is large enough for threads.
+def _units(
+    spec: RecSpec, x: Inputs, workers: int, can_share: bool = True
+) -> tuple[list[tuple[int, np.ndarray]], bool, int]:
+    """(direction, batch rows) pairs, whether the call is large enough for threads, and
+    how many threads share each unit's hidden units.
 
-    The rows of a direction are dealt round-robin by length, so every slice gets a
-    fair share of long and short sequences.
+    Two threads on one direction share its hidden units (both products per step keep
+    every row, which BLAS runs faster than half the rows); otherwise the rows of a
+    direction are dealt round-robin by length, so every slice gets a fair share of long
+    and short sequences.
     """
     T, N, I = x.X.shape
     D, H, G = spec.num_directions, spec.hidden_size, spec.cell.n_gates
     large = T * N * D * G * H * (H + I) >= PARALLEL_MACS
+    if can_share and large and workers == 2 and D == 1 and H >= max(2, MIN_SHARE):
+        return [(0, np.arange(N))], large, 2
     slices = 1
     if workers > 1 and large:
         slices = min(N, -(-workers // D))
     if slices == 1:
-        return [(d, np.arange(N)) for d in range(D)], large
+        return [(d, np.arange(N)) for d in range(D)], large, 1
     by_length = np.argsort(-x.sequence_lens, kind="stable")
     units = [(d, np.sort(by_length[i::slices])) for d in range(D) for i in range(slices)]
-    return units, large
+    return units, large, 1
 
 
 def scan(
@@ -144,14 +153,23 @@ def scan(
     per_step = N * cell.n_gates * H * ct.itemsize
     block = max(MIN_BLOCK, BLOCK_BYTES // max(per_step, 1))
 
-    def run(unit: tuple[int, np.ndarray]) -> None:
+    def initial(d: int, s: Schedule) -> tuple[np.ndarray, ...]:
+        rows = slice(None) if s.whole else s.order
+        return tuple(np.array(init[d][rows], dtype=ct) for init in x.initial_states)
+
+    def run(unit: tuple[int, np.ndarray], states=None, share=None) -> tuple[np.ndarray, ...]:
+        """One unit (``share``: hidden units ``j0..j1-1`` of it, with other threads)."""
         d, rows = unit
         s = Schedule.of(rows, x.sequence_lens, T, ragged)
         reverse = spec.direction == "reverse" or d == 1
         P = x.P[d] if x.P is not None else None
         w = cell.prepare(spec, x.W[d], x.R[d], x.B[d], P)
-        rows = slice(None) if s.whole else s.order
-        states = tuple(np.array(init[d][rows], dtype=ct) for init in x.initial_states)
+        states = initial(d, s) if states is None else states
+        cols = slice(None)
+        if share is not None:
+            cols = slice(share[1], share[2])
+            w = w.hidden_units(share[1], share[2], cell.n_gates)
+        width = len(range(H)[cols])
         direct = s.whole and ct == x.dtype  # Y written in place
         for k0 in range(0, s.steps, block):
             k1 = min(s.steps, k0 + block)
@@ -160,21 +178,57 @@ def scan(
             Yb = None
             if Y_tm is not None:
                 Yb = (
-                    s.outputs(Y_tm, d, k0, k1, reverse)
+                    s.outputs(Y_tm, d, k0, k1, reverse)[..., cols]
                     if direct
-                    else np.empty((k1 - k0, n0, H), ct)
+                    else np.empty((k1 - k0, n0, width), ct)
                 )
-            backend.run_block(spec, w, spec.activations[d], xb, states, s.active[k0:k1], Yb)
+            extra = () if share is None else (share,)
+            backend.run_block(
+                spec, w, spec.activations[d], xb, states, s.active[k0:k1], Yb, *extra
+            )
             if Yb is not None and not direct:
                 if s.whole:
-                    s.outputs(Y_tm, d, k0, k1, reverse)[...] = Yb
+                    s.outputs(Y_tm[..., cols], d, k0, k1, reverse)[...] = Yb
                 else:
-                    s.store(Y_tm, d, Yb, k0, k1, reverse)
+                    s.store(Y_tm[..., cols], d, Yb, k0, k1, reverse)
+        if share is None:
+            for final, state in zip(finals_tm, states, strict=True):
+                final[d, slice(None) if s.whole else s.order] = state
+        return states
+
+    def run_shared(unit: tuple[int, np.ndarray], shares) -> None:
+        """Threads (this one and pool threads) share the unit's hidden units."""
+        d, rows = unit
+        s = Schedule.of(rows, x.sequence_lens, T, ragged)
+        states = initial(d, s)
+        parties = shares.parties
+        bounds = [i * H // parties for i in range(parties + 1)]
+
+        def part(i: int) -> None:
+            try:
+                run(unit, states, (shares, bounds[i], bounds[i + 1]))
+            except BaseException:
+                shares.abort()
+                raise
+
+        pending = [_executor(parties - 1).submit(part, i) for i in range(1, parties)]
+        try:
+            part(0)
+        finally:
+            futures.wait(pending)
+        for done in pending:
+            done.result()
         for final, state in zip(finals_tm, states, strict=True):
-            final[d, rows] = state
+            final[d, slice(None) if s.whole else s.order] = state
 
     workers = num_threads()
-    units, large = _units(spec, x, workers)
+    units, large, parties = _units(spec, x, workers)
+    shares = None
+    if parties > 1:
+        make = getattr(backend, "shares", None)
+        shares = None if make is None else make(spec, N, ct, parties)
+        if shares is None:
+            units, large, parties = _units(spec, x, workers, can_share=False)
     # Per-step products are too small for BLAS's own threads to pay (measured: slower
     # than one thread); our units use the cores instead.
     if not large:
@@ -182,7 +236,9 @@ def scan(
             run(unit)
     else:
         with backends.single_threaded_blas():
-            if workers > 1 and len(units) > 1:
+            if shares is not None:
+                run_shared(units[0], shares)
+            elif workers > 1 and len(units) > 1:
                 # the caller's thread takes the first unit: one thread fewer to wake
                 pending = [_executor(workers - 1).submit(run, unit) for unit in units[1:]]
                 try:

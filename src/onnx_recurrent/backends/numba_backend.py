@@ -13,13 +13,15 @@ Activations are passed as codes (:data:`CODES`) with their alpha and beta.
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import math
+from dataclasses import dataclass
 
 import numba
 import numpy as np
 from llvmlite import ir
-from numba.core import types
+from numba.core import cgutils, types
 from numba.core.extending import intrinsic
 
 from ..activations import TABLE
@@ -72,6 +74,65 @@ def _gemm(typingctx, addr, transb, m, n, k, alpha, A, lda, B, ldb, C, ldc):
         return context.get_dummy_value()
 
     return types.void(addr, transb, m, n, k, alpha, A, lda, B, ldb, C, ldc), codegen
+
+
+def _item_pointer(context, builder, array_type, array, index):
+    ary = context.make_array(array_type)(context, builder, array)
+    return cgutils.get_item_pointer(context, builder, array_type, ary, [index])
+
+
+@intrinsic
+def _atomic_add(typingctx, array, index, value):
+    """``array[index] += value`` atomically (int64 array); returns the old value."""
+
+    def codegen(context, builder, signature, args):
+        ptr = _item_pointer(context, builder, signature.args[0], args[0], args[1])
+        return builder.atomic_rmw("add", ptr, args[2], "seq_cst")
+
+    return types.int64(array, index, types.int64), codegen
+
+
+@intrinsic
+def _atomic_load(typingctx, array, index):
+    """``array[index]``, read atomically (int64 array)."""
+
+    def codegen(context, builder, signature, args):
+        ptr = _item_pointer(context, builder, signature.args[0], args[0], args[1])
+        return builder.load_atomic(ptr, "seq_cst", 8)
+
+    return types.int64(array, index), codegen
+
+
+@intrinsic
+def _call_void(typingctx, addr):
+    """Call the ``void f(void)`` at ``addr``."""
+
+    def codegen(context, builder, signature, args):
+        fn = builder.inttoptr(args[0], ir.FunctionType(ir.VoidType(), []).as_pointer())
+        builder.call(fn, [])
+        return context.get_dummy_value()
+
+    return types.void(addr), codegen
+
+
+@_jit
+def _barrier(sync, parties, yield_addr):
+    """Wait until all ``parties`` threads have arrived: ``sync = [arrived, generation,
+    aborted]``. Spins, then yields the CPU (``yield_addr``: ``sched_yield``, or 0).
+    Returns False if a party gave up (``aborted``)."""
+    generation = _atomic_load(sync, 1)
+    if _atomic_add(sync, 0, 1) == parties - 1:
+        _atomic_add(sync, 0, -parties)
+        _atomic_add(sync, 1, 1)
+        return True
+    spins = 0
+    while _atomic_load(sync, 1) == generation:
+        if _atomic_load(sync, 2) != 0:
+            return False
+        spins += 1
+        if spins > 2000 and yield_addr != 0:
+            _call_void(yield_addr)
+    return True
 
 
 @_jit
@@ -351,6 +412,102 @@ def _blas_block(
             Y[k, :n] = h[:n]
 
 
+# --- a share of the hidden units of every row, with the other shares' threads ---
+
+
+@_jit
+def _part_block(
+    gemm,
+    sync,
+    parties,
+    yield_addr,
+    kind,
+    xb,
+    W,
+    bias,
+    RT,
+    rbh,
+    P,
+    input_forget,
+    h,
+    spare,
+    c,
+    rh,
+    j0,
+    Hs,
+    split,
+    active,
+    Y,
+    write_Y,
+    a,
+    clip,
+    fast,
+    one,
+):
+    """Hidden units ``j0..j0+Hs-1`` of every row (weights of those units only): each step
+    reads the whole ``Ht-1`` that all parties wrote, then waits for them (:func:`_barrier`).
+    ``h`` and ``spare`` alternate as ``Ht-1`` and ``Ht``; ``h`` holds the state at the end.
+    ``split``: GRU with the reset gate before the product (two barriers per step)."""
+    steps, rows, _ = xb.shape
+    H = h.shape[1]
+    Gs = W.shape[0]
+    j1 = j0 + Hs
+    pad = 64 // RT.itemsize
+    xw = np.empty((steps, rows, Gs + pad), h.dtype)
+    _project(gemm, xb, W, bias, xw, one)
+    hr = np.empty((rows, Gs + pad), h.dtype)
+    g = np.empty((rows, Gs), h.dtype)
+    ldr, ldo = RT.shape[1], hr.shape[1]
+    Rh = RT.ctypes.data + 2 * Hs * RT.itemsize
+    for k in range(steps):
+        n = active[k]
+        old, new = (h, spare) if k % 2 == 0 else (spare, h)
+        if n > 0:
+            if split:
+                _gemm(gemm, 111, n, 2 * Hs, H, one, old.ctypes.data, H, RT.ctypes.data, ldr,
+                      hr.ctypes.data, ldo)  # fmt: skip
+            else:
+                _gemm(gemm, 111, n, Gs, H, one, old.ctypes.data, H, RT.ctypes.data, ldr,
+                      hr.ctypes.data, ldo)  # fmt: skip
+        for b in range(rows):
+            new[b, j0:j1] = old[b, j0:j1]
+        for b in range(n):
+            hb = new[b, j0:j1]
+            if split:
+                _gru_zr_row(xw[k, b], hr[b], hb, g[b], rh[b, j0:j1], a, clip, fast)
+            else:
+                _row(
+                    kind,
+                    xw[k, b],
+                    hr[b],
+                    rbh,
+                    P,
+                    input_forget,
+                    hb,
+                    c[b, j0:j1],
+                    g[b],
+                    a,
+                    clip,
+                    fast,
+                )
+        if split:
+            if not _barrier(sync, parties, yield_addr):  # rh complete
+                return
+            if n > 0:
+                _gemm(gemm, 111, n, Hs, H, one, rh.ctypes.data, H, Rh, ldr, hr.ctypes.data, ldo)
+            for b in range(n):
+                _gru_h_row(xw[k, b], hr[b], new[b, j0:j1], g[b], a, clip, fast)
+        if write_Y:
+            for b in range(n):
+                Y[k, b] = new[b, j0:j1]
+        if not _barrier(sync, parties, yield_addr):  # Ht complete
+            return
+    if steps % 2 == 1:  # the last Ht is in spare
+        for b in range(rows):
+            h[b, j0:j1] = spare[b, j0:j1]
+        _barrier(sync, parties, yield_addr)
+
+
 # --- one step, R product by NumPy (larger problems, no BLAS pointer) ---
 
 
@@ -386,6 +543,28 @@ def _table(acts: tuple, dt: np.dtype) -> tuple[np.ndarray, np.ndarray, np.ndarra
     )
 
 
+@dataclass
+class Shares:
+    """What the threads that share one unit's hidden units share (:func:`_part_block`)."""
+
+    parties: int
+    sync: np.ndarray  # [arrived, generation, aborted]
+    spare: np.ndarray  # [rows, hidden]: Ht on every other step
+    rh: np.ndarray  # [rows, hidden]: r . Ht-1 (GRU, linear_before_reset = 0)
+
+    def abort(self) -> None:
+        """A party failed: the others stop at their next barrier."""
+        self.sync[2] = 1
+
+
+@functools.cache
+def _sched_yield() -> int:
+    try:
+        return ctypes.cast(ctypes.CDLL(None).sched_yield, ctypes.c_void_p).value or 0
+    except (OSError, AttributeError):
+        return 0
+
+
 @functools.cache
 def _empty(dt: np.dtype) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Placeholders for absent vectors: no Rbh, no peepholes, no Y (never written)."""
@@ -400,7 +579,16 @@ class NumbaBackend:
             return f"no numba kernel for {spec.cell.name}"
         return None
 
-    def run_block(self, spec, w, acts, xb, states, active, Yb) -> None:
+    def shares(self, spec, rows, dtype, parties) -> Shares | None:
+        """Buffers for ``parties`` threads to split the hidden units of ``rows`` rows
+        (:meth:`run_block` with ``share``); None where BLAS cannot be called."""
+        if blas.address(dtype) is None:
+            return None
+        H = spec.hidden_size
+        sync = np.zeros(3, np.int64)
+        return Shares(parties, sync, np.empty((rows, H), dtype), np.empty((rows, H), dtype))
+
+    def run_block(self, spec, w, acts, xb, states, active, Yb, share=None) -> None:
         kind = _KIND[spec.cell.name]
         h = states[0]
         dt = h.dtype
@@ -416,13 +604,39 @@ class NumbaBackend:
         if "Pi" in w.extra:
             P = np.stack([w.extra["Pi"], w.extra["Po"], w.extra["Pf"]]).astype(dt, copy=False)
         elif kind == 2:
-            P = np.zeros((3, H), dt)
+            P = np.zeros((3, w.R.shape[0] // 4), dt)
         R = np.ascontiguousarray(w.R, dt)
         G = R.shape[0]
         Y = Yb if Yb is not None else none[2]
         rows = xb.shape[1]
         args = (a, clip, fast)
         gemm = blas.address(dt)
+        if share is not None:  # w: the weights of hidden units j0..j1-1 only
+            shares, j0, j1 = share
+            xb = np.ascontiguousarray(xb, dt)
+            W = np.ascontiguousarray(w.W, dt)
+            split = kind == 1 and not lbr
+            tail = (j0, j1 - j0, split, active, Y, Yb is not None, *args, dt.type(1))
+            _part_block(
+                gemm,
+                shares.sync,
+                shares.parties,
+                _sched_yield(),
+                kind,
+                xb,
+                W,
+                w.bias,
+                w.RT_rows,
+                rbh,
+                P,
+                spec.input_forget,
+                h,
+                shares.spare,
+                c,
+                shares.rh,
+                *tail,
+            )
+            return
         fused = rows * G * H <= FUSED_MACS
         if gemm is not None and fused:
             xb = np.ascontiguousarray(xb, dt)
