@@ -107,15 +107,18 @@ def _units(
     """(direction, batch rows) pairs, whether the call is large enough for threads, and
     how many threads share each unit's hidden units.
 
-    Two threads on one direction share its hidden units (both products per step keep
-    every row, which BLAS runs faster than half the rows); otherwise the rows of a
+    Two threads on one direction of full-length sequences share its hidden units (both
+    products per step keep every row, which BLAS runs faster than half the rows; with
+    ragged lengths the rows' products shrink and the per-step barrier no longer pays,
+    measured); otherwise the rows of a
     direction are dealt round-robin by length, so every slice gets a fair share of long
     and short sequences.
     """
     T, N, I = x.X.shape
     D, H, G = spec.num_directions, spec.hidden_size, spec.cell.n_gates
     large = T * N * D * G * H * (H + I) >= PARALLEL_MACS
-    if can_share and large and workers == 2 and D == 1 and H >= max(2, MIN_SHARE):
+    ragged = bool((x.sequence_lens < T).any())
+    if can_share and large and workers == 2 and D == 1 and H >= max(2, MIN_SHARE) and not ragged:
         return [(0, np.arange(N))], large, 2
     slices = 1
     if workers > 1 and large:
