@@ -105,8 +105,25 @@ def test_blas_gemm_is_numpys(dtype):
     gemm(blas.ROW_MAJOR, blas.NO_TRANS, blas.NO_TRANS, 4, 3, 6, 1.0, a.ctypes.data, 6,
          b.ctypes.data, 3, 0.0, c.ctypes.data, 3)  # fmt: skip
     np.testing.assert_allclose(c, a @ b, rtol=1e-6)
-    assert blas.address(np.dtype(dtype)) > 0
+    gemm_address, threads_address = blas.address(np.dtype(dtype))
+    assert gemm_address > 0 and threads_address >= 0
     assert blas.function(np.dtype(np.float16)) is None
+
+
+@pytest.mark.parametrize("shape", [(50, 1, 64, 64), (5, 4, 256, 256)], ids=["fused", "blas"])
+def test_no_blas_thread_left_spinning(shape):
+    """Our BLAS calls stay on the calling thread: OpenBLAS's own threads, woken by a
+    product, would spin for ~0.1 s after the call and take a core from the caller."""
+    import time
+
+    T, N, I, H = shape
+    feeds = random_inputs("GRU", T=T, N=N, I=I, H=H, full=False)
+    orc.gru(**feeds)
+    time.sleep(0.3)
+    orc.gru(**feeds)
+    start = time.process_time()
+    time.sleep(0.3)
+    assert time.process_time() - start < 0.05
 
 
 def test_backend_choice():

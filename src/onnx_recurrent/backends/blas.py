@@ -64,11 +64,24 @@ def function(dtype: np.dtype):
 
 
 @functools.cache
-def address(dtype: np.dtype) -> int | None:
-    """The address of :func:`function` (a plain integer is the cheapest argument to pass
-    to compiled code); or None."""
+def address(dtype: np.dtype) -> tuple[int, int] | None:
+    """``(gemm, threads)``: the address of :func:`function`, and of the same library's
+    ``int openblas_set_num_threads_local(int)`` (0 if it has none), which the kernels use
+    to keep their own products on their own thread (plain integers are the cheapest
+    arguments to pass to compiled code); or None."""
     fn = function(dtype)
-    return None if fn is None else ctypes.cast(fn, ctypes.c_void_p).value
+    if fn is None:
+        return None
+    return ctypes.cast(fn, ctypes.c_void_p).value, _threads_local()
+
+
+@functools.cache
+def _threads_local() -> int:
+    for lib in _libraries():
+        fn = getattr(lib, "openblas_set_num_threads_local", None)
+        if fn is not None:
+            return ctypes.cast(fn, ctypes.c_void_p).value or 0
+    return 0
 
 
 def _works(fn, dtype: np.dtype) -> bool:

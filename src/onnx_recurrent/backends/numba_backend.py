@@ -39,8 +39,10 @@ _jit = numba.njit(
 @intrinsic
 def _gemm(typingctx, addr, transb, m, n, k, alpha, A, lda, B, ldb, C, ldc):
     """``C = alpha A op(B)`` (row-major; A, B, C addresses; op per ``transb``) by the
-    ``cblas_?gemm`` at ``addr`` (:mod:`.blas`): a call through a pointer passed as an
-    integer, which numba's dispatcher types much faster than a ctypes function."""
+    ``cblas_?gemm`` of ``addr = (gemm, threads)`` (:func:`.blas.address`), on the calling
+    thread only (``threads``, if not 0, sets OpenBLAS's thread count for this thread
+    around the call: OpenBLAS's own threads would spin on after it for ~0.1 s). Called
+    through pointers passed as integers, which numba's dispatcher types fastest."""
     if not isinstance(alpha, types.Float):
         return None
 
@@ -48,8 +50,17 @@ def _gemm(typingctx, addr, transb, m, n, k, alpha, A, lda, B, ldb, C, ldc):
         i32, i64, ptr = ir.IntType(32), ir.IntType(64), ir.IntType(8).as_pointer()
         real = ir.FloatType() if alpha.bitwidth == 32 else ir.DoubleType()
         kinds = [i32, i32, i32, i64, i64, i64, real, ptr, i64, ptr, i64, real, ptr, i64]
-        fn = builder.inttoptr(args[0], ir.FunctionType(ir.VoidType(), kinds).as_pointer())
-        _, transb_, m_, n_, k_, alpha_, A_, lda_, B_, ldb_, C_, ldc_ = args
+        fns, transb_, m_, n_, k_, alpha_, A_, lda_, B_, ldb_, C_, ldc_ = args
+        fn = builder.inttoptr(
+            builder.extract_value(fns, 0), ir.FunctionType(ir.VoidType(), kinds).as_pointer()
+        )
+        threads = builder.extract_value(fns, 1)
+        setter = ir.FunctionType(i32, [i32]).as_pointer()
+        has_threads = builder.icmp_unsigned("!=", threads, ir.Constant(threads.type, 0))
+        previous = cgutils.alloca_once_value(builder, ir.Constant(i32, 1))
+        with builder.if_then(has_threads):
+            set_threads = builder.inttoptr(threads, setter)
+            builder.store(builder.call(set_threads, [ir.Constant(i32, 1)]), previous)
 
         def i64_(v):
             return builder.sext(v, i64) if v.type.width < 64 else v
@@ -71,6 +82,8 @@ def _gemm(typingctx, addr, transb, m, n, k, alpha, A, lda, B, ldb, C, ldc):
                 i64_(ldc_),
             ],
         )
+        with builder.if_then(has_threads):
+            builder.call(builder.inttoptr(threads, setter), [builder.load(previous)])
         return context.get_dummy_value()
 
     return types.void(addr, transb, m, n, k, alpha, A, lda, B, ldb, C, ldc), codegen
@@ -367,7 +380,9 @@ def _fused_block(
 def _blas_block(
     gemm,
     kind,
-    xw,
+    xb,
+    W,
+    bias,
     RT,
     rbh,
     P,
@@ -388,6 +403,8 @@ def _blas_block(
     """As :func:`_fused_block`, with ``Ht-1 R^T`` one ``gemm`` per step (no GIL, no Python)."""
     H = h.shape[1]
     G = g.shape[1]
+    xw = np.empty((xb.shape[0], xb.shape[1], hr.shape[1]), h.dtype)  # padded rows
+    _project(gemm, xb, W, bias, xw, one)
     ldr, ldo = RT.shape[1], hr.shape[1]  # padded rows: C-contiguous, wider than G
     split = kind == 1 and rbh.shape[0] == 0  # GRU, reset before the product
     Rh = RT.ctypes.data + 2 * H * RT.itemsize  # Rh^T: columns 2H.. of R^T
@@ -644,17 +661,19 @@ class NumbaBackend:
             flags = (spec.input_forget, h, c, active, Y, Yb is not None)
             _fused_block(gemm, kind, xb, W, w.bias, R, rbh, P, *flags, *args, dt.type(1))
             return
-        xw = w.project(xb, dt)
-        if fused:
-            flags = (spec.input_forget, h, c, active, Y, Yb is not None)
-            _fused_steps(kind, xw, R, rbh, P, *flags, *args, dt.type(0))
-            return
         hr = padded((rows, G), dt)
         g = np.empty((rows, G), dt)
         rh = np.empty((rows, H), dt)
         if gemm is not None:
+            xb = np.ascontiguousarray(xb, dt)
+            W = np.ascontiguousarray(w.W, dt)
             flags = (spec.input_forget, h, c, active, Y, Yb is not None, hr, g, rh)
-            _blas_block(gemm, kind, xw, w.RT_rows, rbh, P, *flags, *args, dt.type(1))
+            _blas_block(gemm, kind, xb, W, w.bias, w.RT_rows, rbh, P, *flags, *args, dt.type(1))
+            return
+        xw = w.project(xb, dt)  # no BLAS to call from compiled code: NumPy's products
+        if fused:
+            flags = (spec.input_forget, h, c, active, Y, Yb is not None)
+            _fused_steps(kind, xw, R, rbh, P, *flags, *args, dt.type(0))
             return
         gru_split = kind == 1 and not lbr
         RT = w.RT
