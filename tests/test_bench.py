@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
 import sys
 
 import numpy as np
@@ -372,6 +373,7 @@ def test_plot_writes_a_png(tmp_path):
 
 
 def test_command_threads_and_blocks(capsys):
+    before = os.environ.get("ONNX_RECURRENT_NUM_THREADS")
     args = _parse(
         "--shapes", "tiny", "--ops", "gru", "-k", "lbr=1 fwd float64", "--repeat", "2",
         "--threads", "1", "--order", "blocks", "-q",
@@ -379,6 +381,11 @@ def test_command_threads_and_blocks(capsys):
     assert args.handler(args) == 0
     printed = capsys.readouterr().out
     assert "all of one runtime's calls, then the next one's" in printed
+    assert "own threads 1" in printed
+    assert (
+        "ONNX_RECURRENT_NUM_THREADS" not in os.environ
+        or os.environ.get("ONNX_RECURRENT_NUM_THREADS") == before
+    )
     if HAVE_ORT:
         assert "intra_op_num_threads 1" in printed
     if HAVE_OV:

@@ -329,12 +329,13 @@ class Ours(Runtime):
 
     def info(self) -> str:
         import onnx_recurrent
+        from onnx_recurrent.scan import num_threads
 
         parts = [f"onnx-recurrent {onnx_recurrent.__version__}", f"NumPy {np.__version__}"]
         parts.append(_blas_info())
         if "numba" in sys.modules:
-            numba = sys.modules["numba"]
-            parts.append(f"numba {numba.__version__} threads {numba.get_num_threads()}")
+            parts.append(f"numba {sys.modules['numba'].__version__}")
+        parts.append(f"own threads {num_threads()} (its BLAS calls stay on them)")
         return ", ".join(parts)
 
 
@@ -1175,16 +1176,19 @@ def budgets(shapes: Sequence[str], total: float | None) -> dict[str, float]:
 
 
 class ThreadLimit:
-    """``--threads`` for ours: NumPy's BLAS (through threadpoolctl) and numba.
+    """``--threads`` for ours (``ONNX_RECURRENT_NUM_THREADS``) and for NumPy's BLAS
+    (through threadpoolctl: onnx.reference's products).
 
     :meth:`apply` is called again before each case's timed rounds: a first numba
     compilation resets OpenBLAS to one thread per core.
     """
 
+    VARIABLE = "ONNX_RECURRENT_NUM_THREADS"
+
     def __init__(self, threads: int | None, notes: list[str]) -> None:
         self.threads = threads
         self.original: Any = None
-        self.numba_before: int | None = None
+        self.variable_before = os.environ.get(self.VARIABLE)
         if threads:
             try:
                 import threadpoolctl  # noqa: F401
@@ -1196,26 +1200,23 @@ class ThreadLimit:
     def apply(self) -> None:
         if not self.threads:
             return
+        os.environ[self.VARIABLE] = str(self.threads)
         with contextlib.suppress(ImportError):
             from threadpoolctl import threadpool_limits
 
             limiter = threadpool_limits(self.threads)
             if self.original is None:
                 self.original = limiter
-        with contextlib.suppress(ImportError):
-            import numba
-
-            if self.numba_before is None:
-                self.numba_before = numba.get_num_threads()
-            numba.set_num_threads(min(self.threads, numba.config.NUMBA_NUM_THREADS))
 
     def restore(self) -> None:
         if self.original is not None:
             self.original.restore_original_limits()
-        if self.numba_before is not None:
-            import numba
-
-            numba.set_num_threads(self.numba_before)
+        if not self.threads:
+            return
+        if self.variable_before is None:
+            os.environ.pop(self.VARIABLE, None)
+        else:
+            os.environ[self.VARIABLE] = self.variable_before
 
 
 def run_bench(
@@ -1478,8 +1479,8 @@ def add_parser(subparsers: Any) -> None:
         type=int,
         metavar="N",
         help="threads for every runtime (onnxruntime intra_op_num_threads, OpenVINO "
-        "INFERENCE_NUM_THREADS, our BLAS through threadpoolctl); default: each one's own "
-        "default (the thread counts are printed)",
+        "INFERENCE_NUM_THREADS, ours ONNX_RECURRENT_NUM_THREADS, NumPy's BLAS through "
+        "threadpoolctl); default: each one's own default (the thread counts are printed)",
     )
     p.add_argument(
         "--skip-reference",
