@@ -2,7 +2,9 @@
 
 The work of a call is split into units, one per direction and slice of the batch
 (rows are independent in every recurrence), which run on threads when there is
-enough of it. In a unit the rows are sorted by length, longest first, so the rows
+enough of it; two threads on one direction instead share its hidden units (each
+computes its half of every gate, for every row, and they meet after each step).
+In a unit the rows are sorted by length, longest first, so the rows
 still running at step ``k`` are a prefix ``[:active[k]]`` and finished sequences
 cost nothing. A reverse direction reads each sequence from its own last valid step
 back to 0 (not ``np.flip``, which is right only for full-length sequences). The
