@@ -217,3 +217,25 @@ def _spec_and_inputs(op, feeds, layout, direction="bidirectional"):
         states,
         feeds.get("P"),
     )
+
+
+def test_shared_hidden_units_from_many_threads(monkeypatch):
+    """Calls that each take two threads (the caller and a pool thread, meeting after
+    every step), made from six threads at once: no deadlock, every result as alone."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from onnx_recurrent import scan
+
+    monkeypatch.setattr(scan, "PARALLEL_MACS", 0)
+    monkeypatch.setattr(scan, "MIN_SHARE", 2)
+    monkeypatch.setenv("ONNX_RECURRENT_NUM_THREADS", "2")
+    calls = [
+        (op, random_inputs(op, T=30, N=5, I=4, H=8, seed=s, full=False))
+        for s, op in enumerate(["GRU", "LSTM", "RNN"] * 4)
+    ]
+    alone = [FUNCTIONS[op](**feeds) for op, feeds in calls]
+    with ThreadPoolExecutor(6) as pool:
+        together = list(pool.map(lambda call: FUNCTIONS[call[0]](**call[1]), calls))
+    for a, b in zip(alone, together, strict=True):
+        for x, y in zip(a, b, strict=True):
+            np.testing.assert_array_equal(x, y)
