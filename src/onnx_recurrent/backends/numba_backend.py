@@ -1,14 +1,18 @@
 """The numba backend: each cell's step compiled and fused, one pass per gate element.
 
-Two loops share the same per-row cell code:
+A block of time steps is one compiled call: the input projection (one BLAS product,
+:mod:`.blas`), then the steps, with no Python and no GIL in between. Three step loops
+share the same per-row cell code:
 
-- small problems (``batch * gates * hidden * hidden`` under ``FUSED_MACS``): the whole
-  block of steps runs in one compiled call, the ``R`` product included, so there is no
-  Python work per step (latency: one sequence, small hidden sizes);
-- larger ones: ``Ht-1 R^T`` is one BLAS product per step (NumPy), and the gate
-  arithmetic one compiled call.
+- small problems (``batch * gates * hidden * hidden`` under ``FUSED_MACS``): the ``R``
+  product in the loop itself (latency: one sequence, small hidden sizes);
+- larger ones: ``Ht-1 R^T`` one BLAS product per step;
+- a share of the hidden units, for threads that split one direction between them
+  (:func:`_part_block`, a barrier per step).
 
-Activations are passed as codes (:data:`CODES`) with their alpha and beta.
+Where NumPy's BLAS cannot be called from compiled code, the products are NumPy calls
+between compiled steps. Activations are passed as codes (:data:`CODES`) with their
+alpha and beta.
 """
 
 from __future__ import annotations
