@@ -582,7 +582,7 @@ class Shares:
 def _sched_yield() -> int:
     try:
         return ctypes.cast(ctypes.CDLL(None).sched_yield, ctypes.c_void_p).value or 0
-    except (OSError, AttributeError):
+    except (OSError, AttributeError, TypeError):  # no C library by that name: spin only
         return 0
 
 
