@@ -34,6 +34,7 @@ from . import blas
 
 CODES = {name: i for i, name in enumerate(TABLE)}
 FUSED_MACS = 1 << 18
+NO_TRANS, TRANS = blas.NO_TRANS, blas.TRANS
 _f32 = np.float32
 _jit = numba.njit(
     cache=True, fastmath={"reassoc", "contract", "nsz"}, nogil=True, error_model="numpy"
@@ -332,7 +333,7 @@ def _project(gemm, xb, W, bias, xw, one):
     """``xw[..., :G] = xb W^T + bias``: one ``gemm`` (BLAS transposes W; no copy)."""
     steps, rows, size = xb.shape
     G = W.shape[0]
-    _gemm(gemm, 112, steps * rows, G, size, one, xb.ctypes.data, size, W.ctypes.data, size,
+    _gemm(gemm, TRANS, steps * rows, G, size, one, xb.ctypes.data, size, W.ctypes.data, size,
           xw.ctypes.data, xw.shape[2])  # fmt: skip
     for k in range(steps):
         for b in range(rows):
@@ -377,63 +378,7 @@ def _fused_block(
     _fused_steps(kind, xw, R, rbh, P, input_forget, h, c, active, Y, write_Y, a, clip, fast, zero)
 
 
-# --- whole blocks, R product by BLAS inside (larger problems) ---
-
-
-@_jit
-def _blas_block(
-    gemm,
-    kind,
-    xb,
-    W,
-    bias,
-    RT,
-    rbh,
-    P,
-    input_forget,
-    h,
-    c,
-    active,
-    Y,
-    write_Y,
-    hr,
-    g,
-    rh,
-    a,
-    clip,
-    fast,
-    one,
-):
-    """As :func:`_fused_block`, with ``Ht-1 R^T`` one ``gemm`` per step (no GIL, no Python)."""
-    H = h.shape[1]
-    G = g.shape[1]
-    xw = np.empty((xb.shape[0], xb.shape[1], hr.shape[1]), h.dtype)  # padded rows
-    _project(gemm, xb, W, bias, xw, one)
-    ldr, ldo = RT.shape[1], hr.shape[1]  # padded rows: C-contiguous, wider than G
-    split = kind == 1 and rbh.shape[0] == 0  # GRU, reset before the product
-    Rh = RT.ctypes.data + 2 * H * RT.itemsize  # Rh^T: columns 2H.. of R^T
-    for k in range(xw.shape[0]):
-        n = active[k]
-        if n == 0:
-            continue
-        if split:
-            _gemm(gemm, 111, n, 2 * H, H, one, h.ctypes.data, H, RT.ctypes.data, ldr,
-                  hr.ctypes.data, ldo)  # fmt: skip
-            for b in range(n):
-                _gru_zr_row(xw[k, b], hr[b], h[b], g[b], rh[b], a, clip, fast)
-            _gemm(gemm, 111, n, H, H, one, rh.ctypes.data, H, Rh, ldr, hr.ctypes.data, ldo)
-            for b in range(n):
-                _gru_h_row(xw[k, b], hr[b], h[b], g[b], a, clip, fast)
-        else:
-            _gemm(gemm, 111, n, G, H, one, h.ctypes.data, H, RT.ctypes.data, ldr,
-                  hr.ctypes.data, ldo)  # fmt: skip
-            for b in range(n):
-                _row(kind, xw[k, b], hr[b], rbh, P, input_forget, h[b], c[b], g[b], a, clip, fast)
-        if write_Y:
-            Y[k, :n] = h[:n]
-
-
-# --- a share of the hidden units of every row, with the other shares' threads ---
+# --- larger problems: R product by BLAS, hidden units shared by 1 or more threads ---
 
 
 @_jit
@@ -465,8 +410,9 @@ def _part_block(
     fast,
     one,
 ):
-    """Hidden units ``j0..j0+Hs-1`` of every row (weights of those units only): each step
-    reads the whole ``Ht-1`` that all parties wrote, then waits for them (:func:`_barrier`).
+    """Hidden units ``j0..j0+Hs-1`` of every row (weights of those units only), ``Ht-1
+    R^T`` one ``gemm`` per step: each step reads the whole ``Ht-1`` that all parties wrote,
+    then waits for them (:func:`_barrier`; one party: all units, no waiting).
     ``h`` and ``spare`` alternate as ``Ht-1`` and ``Ht``; ``h`` holds the state at the end.
     ``split``: GRU with the reset gate before the product (two barriers per step)."""
     steps, rows, _ = xb.shape
@@ -480,18 +426,20 @@ def _part_block(
     g = np.empty((rows, Gs), h.dtype)
     ldr, ldo = RT.shape[1], hr.shape[1]
     Rh = RT.ctypes.data + 2 * Hs * RT.itemsize
+    alone = parties == 1  # Ht in place: each product is read before the rows change
     for k in range(steps):
         n = active[k]
-        old, new = (h, spare) if k % 2 == 0 else (spare, h)
+        old, new = (h, h) if alone else (h, spare) if k % 2 == 0 else (spare, h)
         if n > 0:
             if split:
-                _gemm(gemm, 111, n, 2 * Hs, H, one, old.ctypes.data, H, RT.ctypes.data, ldr,
+                _gemm(gemm, NO_TRANS, n, 2 * Hs, H, one, old.ctypes.data, H, RT.ctypes.data, ldr,
                       hr.ctypes.data, ldo)  # fmt: skip
             else:
-                _gemm(gemm, 111, n, Gs, H, one, old.ctypes.data, H, RT.ctypes.data, ldr,
+                _gemm(gemm, NO_TRANS, n, Gs, H, one, old.ctypes.data, H, RT.ctypes.data, ldr,
                       hr.ctypes.data, ldo)  # fmt: skip
-        for b in range(rows):
-            new[b, j0:j1] = old[b, j0:j1]
+        if not alone:
+            for b in range(rows):
+                new[b, j0:j1] = old[b, j0:j1]
         for b in range(n):
             hb = new[b, j0:j1]
             if split:
@@ -515,7 +463,9 @@ def _part_block(
             if not _barrier(sync, parties, yield_addr):  # rh complete
                 return
             if n > 0:
-                _gemm(gemm, 111, n, Hs, H, one, rh.ctypes.data, H, Rh, ldr, hr.ctypes.data, ldo)
+                _gemm(
+                    gemm, NO_TRANS, n, Hs, H, one, rh.ctypes.data, H, Rh, ldr, hr.ctypes.data, ldo
+                )
             for b in range(n):
                 _gru_h_row(xw[k, b], hr[b], new[b, j0:j1], g[b], a, clip, fast)
         if write_Y:
@@ -523,7 +473,7 @@ def _part_block(
                 Y[k, b] = new[b, j0:j1]
         if not _barrier(sync, parties, yield_addr):  # Ht complete
             return
-    if steps % 2 == 1:  # the last Ht is in spare
+    if steps % 2 == 1 and not alone:  # the last Ht is in spare
         for b in range(rows):
             h[b, j0:j1] = spare[b, j0:j1]
         _barrier(sync, parties, yield_addr)
@@ -632,8 +582,17 @@ class NumbaBackend:
         rows = xb.shape[1]
         args = (a, clip, fast)
         gemm = blas.address(dt)
-        if share is not None:  # w: the weights of hidden units j0..j1-1 only
-            shares, j0, j1 = share
+        fused = rows * G * H <= FUSED_MACS
+        if gemm is not None and fused and share is None:
+            xb = np.ascontiguousarray(xb, dt)
+            W = np.ascontiguousarray(w.W, dt)
+            flags = (spec.input_forget, h, c, active, Y, Yb is not None)
+            _fused_block(gemm, kind, xb, W, w.bias, R, rbh, P, *flags, *args, dt.type(1))
+            return
+        if gemm is not None:  # w: the weights of hidden units j0..j1-1 only when shared
+            shares, j0, j1 = (
+                share if share is not None else (self.shares(spec, len(h), dt, 1), 0, H)
+            )
             xb = np.ascontiguousarray(xb, dt)
             W = np.ascontiguousarray(w.W, dt)
             split = kind == 1 and not lbr
@@ -658,22 +617,9 @@ class NumbaBackend:
                 *tail,
             )
             return
-        fused = rows * G * H <= FUSED_MACS
-        if gemm is not None and fused:
-            xb = np.ascontiguousarray(xb, dt)
-            W = np.ascontiguousarray(w.W, dt)
-            flags = (spec.input_forget, h, c, active, Y, Yb is not None)
-            _fused_block(gemm, kind, xb, W, w.bias, R, rbh, P, *flags, *args, dt.type(1))
-            return
         hr = padded((rows, G), dt)
         g = np.empty((rows, G), dt)
         rh = np.empty((rows, H), dt)
-        if gemm is not None:
-            xb = np.ascontiguousarray(xb, dt)
-            W = np.ascontiguousarray(w.W, dt)
-            flags = (spec.input_forget, h, c, active, Y, Yb is not None, hr, g, rh)
-            _blas_block(gemm, kind, xb, W, w.bias, w.RT_rows, rbh, P, *flags, *args, dt.type(1))
-            return
         xw = w.project(xb, dt)  # no BLAS to call from compiled code: NumPy's products
         if fused:
             flags = (spec.input_forget, h, c, active, Y, Yb is not None)
