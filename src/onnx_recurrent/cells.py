@@ -67,6 +67,8 @@ class Weights:
     R: np.ndarray
     bias: np.ndarray
     extra: dict[str, np.ndarray] = field(default_factory=dict)
+    #: a backend's own arrangements of these weights, made once per call
+    arranged: dict = field(default_factory=dict, repr=False)
 
     def project(self, xb: np.ndarray, dtype: np.dtype) -> np.ndarray:
         """``X W^T + bias`` for a block of inputs ``[steps, rows, input]``: one matrix
@@ -94,14 +96,10 @@ class Weights:
         return padded(self.W.T)[:, : self.W.shape[0]]
 
     @cached_property
-    def RT_rows(self) -> np.ndarray:
-        """``R^T`` in a C-contiguous ``[hidden, gates*hidden + pad]`` (:func:`padded`)."""
-        return padded(self.R.T)
-
-    @property
     def RT(self) -> np.ndarray:
-        """``R^T`` ``[hidden, gates*hidden]``; a gate's columns are a slice."""
-        return self.RT_rows[:, : self.R.shape[0]]
+        """``R^T`` ``[hidden, gates*hidden]``, rows :func:`padded`; a gate's columns are
+        a slice."""
+        return padded(self.R.T)[:, : self.R.shape[0]]
 
 
 #: bytes added to each row of a matrix that BLAS reads or writes

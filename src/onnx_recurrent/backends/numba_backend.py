@@ -1,18 +1,16 @@
 """The numba backend: each cell's step compiled and fused, one pass per gate element.
 
-A block of time steps is one compiled call: the input projection (one BLAS product,
-:mod:`.blas`), then the steps, with no Python and no GIL in between. Three step loops
-share the same per-row cell code:
+A block of time steps is one compiled call: the input projection, then the steps, with
+no Python and no GIL in between. The products are :mod:`.packed`'s, on ``W^T`` and
+``R^T`` packed once per call. Two step loops share the same per-row cell code:
 
 - small problems (``batch * gates * hidden * hidden`` under ``FUSED_MACS``): the ``R``
-  product in the loop itself (latency: one sequence, small hidden sizes);
-- larger ones: ``Ht-1 R^T`` one BLAS product per step;
-- a share of the hidden units, for threads that split one direction between them
-  (:func:`_part_block`, a barrier per step).
+  product row by row in the loop itself (latency: one sequence, small hidden sizes);
+- larger ones (:func:`_part_block`): ``Ht-1 R^T`` one product per step, for all the
+  hidden units or, for threads that split one direction between them, a share of
+  them (a barrier per step).
 
-Where NumPy's BLAS cannot be called from compiled code, the products are NumPy calls
-between compiled steps. Activations are passed as codes (:data:`CODES`) with their
-alpha and beta.
+Activations are passed as codes (:data:`CODES`) with their alpha and beta.
 """
 
 from __future__ import annotations
@@ -29,69 +27,14 @@ from numba.core import cgutils, types
 from numba.core.extending import intrinsic
 
 from ..activations import TABLE
-from ..cells import padded
-from . import blas
+from . import packed
 
 CODES = {name: i for i, name in enumerate(TABLE)}
 FUSED_MACS = 1 << 18
-NO_TRANS, TRANS = blas.NO_TRANS, blas.TRANS
 _f32 = np.float32
 _jit = numba.njit(
     cache=True, fastmath={"reassoc", "contract", "nsz"}, nogil=True, error_model="numpy"
 )
-
-
-@intrinsic
-def _gemm(typingctx, addr, transb, m, n, k, alpha, A, lda, B, ldb, C, ldc):
-    """``C = alpha A op(B)`` (row-major; A, B, C addresses; op per ``transb``) by the
-    ``cblas_?gemm`` of ``addr = (gemm, threads)`` (:func:`.blas.address`), on the calling
-    thread only (``threads``, if not 0, sets OpenBLAS's thread count for this thread
-    around the call: OpenBLAS's own threads would spin on after it for ~0.1 s). Called
-    through pointers passed as integers, which numba's dispatcher types fastest."""
-    if not isinstance(alpha, types.Float):
-        return None
-
-    def codegen(context, builder, signature, args):
-        i32, i64, ptr = ir.IntType(32), ir.IntType(64), ir.IntType(8).as_pointer()
-        real = ir.FloatType() if alpha.bitwidth == 32 else ir.DoubleType()
-        kinds = [i32, i32, i32, i64, i64, i64, real, ptr, i64, ptr, i64, real, ptr, i64]
-        fns, transb_, m_, n_, k_, alpha_, A_, lda_, B_, ldb_, C_, ldc_ = args
-        fn = builder.inttoptr(
-            builder.extract_value(fns, 0), ir.FunctionType(ir.VoidType(), kinds).as_pointer()
-        )
-        threads = builder.extract_value(fns, 1)
-        setter = ir.FunctionType(i32, [i32]).as_pointer()
-        has_threads = builder.icmp_unsigned("!=", threads, ir.Constant(threads.type, 0))
-        previous = cgutils.alloca_once_value(builder, ir.Constant(i32, 1))
-        with builder.if_then(has_threads):
-            set_threads = builder.inttoptr(threads, setter)
-            builder.store(builder.call(set_threads, [ir.Constant(i32, 1)]), previous)
-
-        def i64_(v):
-            return builder.sext(v, i64) if v.type.width < 64 else v
-
-        builder.call(
-            fn,
-            [
-                ir.Constant(i32, blas.ROW_MAJOR),
-                ir.Constant(i32, blas.NO_TRANS),
-                builder.trunc(i64_(transb_), i32),
-                *(i64_(v) for v in (m_, n_, k_)),
-                alpha_,
-                builder.inttoptr(A_, ptr),
-                i64_(lda_),
-                builder.inttoptr(B_, ptr),
-                i64_(ldb_),
-                ir.Constant(real, 0.0),
-                builder.inttoptr(C_, ptr),
-                i64_(ldc_),
-            ],
-        )
-        with builder.if_then(has_threads):
-            builder.call(builder.inttoptr(threads, setter), [builder.load(previous)])
-        return context.get_dummy_value()
-
-    return types.void(addr, transb, m, n, k, alpha, A, lda, B, ldb, C, ldc), codegen
 
 
 def _item_pointer(context, builder, array_type, array, index):
@@ -325,20 +268,21 @@ def _row(kind, x, hr, rbh, P, input_forget, h, c, g, a, clip, fast):
         _lstm_row(x, hr, h, c, P, input_forget, g, a, clip, fast)
 
 
-# --- the input projection of a block, by BLAS ---
+# --- the input projection of a block ---
 
 
 @_jit
-def _project(gemm, xb, W, bias, xw, one):
-    """``xw[..., :G] = xb W^T + bias``: one ``gemm`` (BLAS transposes W; no copy)."""
+def _width(Bp):
+    """Row length of a product's output on panels ``Bp`` (:func:`.packed.columns`)."""
+    return Bp.shape[0] * Bp.shape[2] + packed.ALIGN // Bp.itemsize
+
+
+@_jit
+def _project(xb, Wp, bias, xw):
+    """``xw[..., :G] = xb W^T + bias`` (``Wp``: ``W^T`` packed; ``bias`` padded to it)."""
     steps, rows, size = xb.shape
-    G = W.shape[0]
-    _gemm(gemm, TRANS, steps * rows, G, size, one, xb.ctypes.data, size, W.ctypes.data, size,
-          xw.ctypes.data, xw.shape[2])  # fmt: skip
-    for k in range(steps):
-        for b in range(rows):
-            for j in range(G):
-                xw[k, b, j] += bias[j]
+    A, C = xb.ctypes.data, xw.ctypes.data
+    packed.mm(A, size, steps * rows, Wp, C, xw.shape[2], bias.ctypes.data)
 
 
 # --- whole blocks, R product inside (small problems) ---
@@ -369,29 +313,28 @@ def _fused_steps(kind, xw, R, rbh, P, input_forget, h, c, active, Y, write_Y, a,
 
 @_jit
 def _fused_block(
-    gemm, kind, xb, W, bias, R, rbh, P, input_forget, h, c, active, Y, write_Y, a, clip, fast, one
+    kind, xb, Wp, bias, R, rbh, P, input_forget, h, c, active, Y, write_Y, a, clip, fast, zero
 ):
     """:func:`_project` then :func:`_fused_steps`: a whole small call in one compiled call."""
-    xw = np.empty((xb.shape[0], xb.shape[1], R.shape[0]), h.dtype)
-    _project(gemm, xb, W, bias, xw, one)
-    zero = one - one
+    xw = np.empty((xb.shape[0], xb.shape[1], _width(Wp)), h.dtype)
+    _project(xb, Wp, bias, xw)
     _fused_steps(kind, xw, R, rbh, P, input_forget, h, c, active, Y, write_Y, a, clip, fast, zero)
 
 
-# --- larger problems: R product by BLAS, hidden units shared by 1 or more threads ---
+# --- larger problems: R product per step, hidden units shared by 1 or more threads ---
 
 
 @_jit
 def _part_block(
-    gemm,
     sync,
     parties,
     yield_addr,
     kind,
     xb,
-    W,
+    Wp,
     bias,
-    RT,
+    Rp,
+    Rhp,
     rbh,
     P,
     input_forget,
@@ -408,35 +351,27 @@ def _part_block(
     a,
     clip,
     fast,
-    one,
 ):
     """Hidden units ``j0..j0+Hs-1`` of every row (weights of those units only), ``Ht-1
-    R^T`` one ``gemm`` per step: each step reads the whole ``Ht-1`` that all parties wrote,
-    then waits for them (:func:`_barrier`; one party: all units, no waiting).
+    R^T`` one product per step: each step reads the whole ``Ht-1`` that all parties
+    wrote, then waits for them (:func:`_barrier`; one party: all units, no waiting).
     ``h`` and ``spare`` alternate as ``Ht-1`` and ``Ht``; ``h`` holds the state at the end.
-    ``split``: GRU with the reset gate before the product (two barriers per step)."""
+    ``Wp``, ``Rp``: the share's ``W^T`` and ``R^T`` packed (:func:`.packed.panels`).
+    ``split``: GRU with the reset gate before the product (two barriers per step); ``Rp``
+    then holds the ``z r`` columns and ``Rhp`` the ``h`` ones."""
     steps, rows, _ = xb.shape
     H = h.shape[1]
-    Gs = W.shape[0]
     j1 = j0 + Hs
-    pad = 64 // RT.itemsize
-    xw = np.empty((steps, rows, Gs + pad), h.dtype)
-    _project(gemm, xb, W, bias, xw, one)
-    hr = np.empty((rows, Gs + pad), h.dtype)
-    g = np.empty((rows, Gs), h.dtype)
-    ldr, ldo = RT.shape[1], hr.shape[1]
-    Rh = RT.ctypes.data + 2 * Hs * RT.itemsize
+    xw = np.empty((steps, rows, _width(Wp)), h.dtype)
+    _project(xb, Wp, bias, xw)
+    hr = np.empty((rows, _width(Rp)), h.dtype)
+    g = np.empty((rows, bias.shape[0]), h.dtype)  # bias: gates * Hs, padded
+    ldo = hr.shape[1]
     alone = parties == 1  # Ht in place: each product is read before the rows change
     for k in range(steps):
         n = active[k]
         old, new = (h, h) if alone else (h, spare) if k % 2 == 0 else (spare, h)
-        if n > 0:
-            if split:
-                _gemm(gemm, NO_TRANS, n, 2 * Hs, H, one, old.ctypes.data, H, RT.ctypes.data, ldr,
-                      hr.ctypes.data, ldo)  # fmt: skip
-            else:
-                _gemm(gemm, NO_TRANS, n, Gs, H, one, old.ctypes.data, H, RT.ctypes.data, ldr,
-                      hr.ctypes.data, ldo)  # fmt: skip
+        packed.mm(old.ctypes.data, H, n, Rp, hr.ctypes.data, ldo)
         if not alone:
             for b in range(rows):
                 new[b, j0:j1] = old[b, j0:j1]
@@ -462,10 +397,7 @@ def _part_block(
         if split:
             if not _barrier(sync, parties, yield_addr):  # rh complete
                 return
-            if n > 0:
-                _gemm(
-                    gemm, NO_TRANS, n, Hs, H, one, rh.ctypes.data, H, Rh, ldr, hr.ctypes.data, ldo
-                )
+            packed.mm(rh.ctypes.data, H, n, Rhp, hr.ctypes.data, ldo)
             for b in range(n):
                 _gru_h_row(xw[k, b], hr[b], new[b, j0:j1], g[b], a, clip, fast)
         if write_Y:
@@ -477,27 +409,6 @@ def _part_block(
         for b in range(rows):
             h[b, j0:j1] = spare[b, j0:j1]
         _barrier(sync, parties, yield_addr)
-
-
-# --- one step, R product by NumPy (larger problems, no BLAS pointer) ---
-
-
-@_jit
-def _rows(kind, x, hr, rbh, P, input_forget, h, c, g, n, a, clip, fast):
-    for b in range(n):
-        _row(kind, x[b], hr[b], rbh, P, input_forget, h[b], c[b], g[b], a, clip, fast)
-
-
-@_jit
-def _gru_zr_rows(x, hr, h, g, rh, n, a, clip, fast):
-    for b in range(n):
-        _gru_zr_row(x[b], hr[b], h[b], g[b], rh[b], a, clip, fast)
-
-
-@_jit
-def _gru_h_rows(x, hh, h, g, n, a, clip, fast):
-    for b in range(n):
-        _gru_h_row(x[b], hh[b], h[b], g[b], a, clip, fast)
 
 
 _KIND = {"RNN": 0, "GRU": 1, "LSTM": 2}
@@ -550,11 +461,9 @@ class NumbaBackend:
             return f"no numba kernel for {spec.cell.name}"
         return None
 
-    def shares(self, spec, rows, dtype, parties) -> Shares | None:
+    def shares(self, spec, rows, dtype, parties) -> Shares:
         """Buffers for ``parties`` threads to split the hidden units of ``rows`` rows
-        (:meth:`run_block` with ``share``); None where BLAS cannot be called."""
-        if blas.address(dtype) is None:
-            return None
+        (:meth:`run_block` with ``share``)."""
         H = spec.hidden_size
         sync = np.zeros(3, np.int64)
         return Shares(parties, sync, np.empty((rows, H), dtype), np.empty((rows, H), dtype))
@@ -576,69 +485,63 @@ class NumbaBackend:
             P = np.stack([w.extra["Pi"], w.extra["Po"], w.extra["Pf"]]).astype(dt, copy=False)
         elif kind == 2:
             P = np.zeros((3, w.R.shape[0] // 4), dt)
-        R = np.ascontiguousarray(w.R, dt)
-        G = R.shape[0]
         Y = Yb if Yb is not None else none[2]
-        rows = xb.shape[1]
+        xb = np.ascontiguousarray(xb, dt)
         args = (a, clip, fast)
-        gemm = blas.address(dt)
-        fused = rows * G * H <= FUSED_MACS
-        if gemm is not None and fused and share is None:
-            xb = np.ascontiguousarray(xb, dt)
-            W = np.ascontiguousarray(w.W, dt)
-            flags = (spec.input_forget, h, c, active, Y, Yb is not None)
-            _fused_block(gemm, kind, xb, W, w.bias, R, rbh, P, *flags, *args, dt.type(1))
-            return
-        if gemm is not None:  # w: the weights of hidden units j0..j1-1 only when shared
-            shares, j0, j1 = (
-                share if share is not None else (self.shares(spec, len(h), dt, 1), 0, H)
-            )
-            xb = np.ascontiguousarray(xb, dt)
-            W = np.ascontiguousarray(w.W, dt)
-            split = kind == 1 and not lbr
-            tail = (j0, j1 - j0, split, active, Y, Yb is not None, *args, dt.type(1))
-            _part_block(
-                gemm,
-                shares.sync,
-                shares.parties,
-                _sched_yield(),
-                kind,
-                xb,
-                W,
-                w.bias,
-                w.RT_rows,
-                rbh,
-                P,
-                spec.input_forget,
-                h,
-                shares.spare,
-                c,
-                shares.rh,
-                *tail,
-            )
-            return
-        hr = padded((rows, G), dt)
-        g = np.empty((rows, G), dt)
-        rh = np.empty((rows, H), dt)
-        xw = w.project(xb, dt)  # no BLAS to call from compiled code: NumPy's products
+        fused = share is None and xb.shape[1] * w.R.shape[0] * H <= FUSED_MACS
+        split = kind == 1 and not lbr
+        Wp, bias, R, Rh = _arranged(w, dt, fused, split)
         if fused:
             flags = (spec.input_forget, h, c, active, Y, Yb is not None)
-            _fused_steps(kind, xw, R, rbh, P, *flags, *args, dt.type(0))
+            _fused_block(kind, xb, Wp, bias, R, rbh, P, *flags, *args, dt.type(0))
             return
-        gru_split = kind == 1 and not lbr
-        RT = w.RT
-        RzrT, RhT = RT[:, : 2 * H], RT[:, 2 * H :]
-        for k, n in enumerate(active.tolist()):
-            if gru_split:
-                np.matmul(h[:n], RzrT, out=hr[:n, : 2 * H])
-                _gru_zr_rows(xw[k], hr, h, g, rh, n, *args)
-                np.matmul(rh[:n], RhT, out=hr[:n, :H])
-                _gru_h_rows(xw[k], hr, h, g, n, *args)
-            else:
-                np.matmul(h[:n], RT, out=hr[:n, :G])
-                _rows(kind, xw[k], hr, rbh, P, spec.input_forget, h, c, g, n, *args)
-            if Yb is not None:
-                Yb[k, :n] = h[:n]
+        # w: the weights of hidden units j0..j1-1 only, when shared
+        shares, j0, j1 = share if share is not None else (self.shares(spec, len(h), dt, 1), 0, H)
+        _part_block(
+            shares.sync,
+            shares.parties,
+            _sched_yield(),
+            kind,
+            xb,
+            Wp,
+            bias,
+            R,
+            Rh,
+            rbh,
+            P,
+            spec.input_forget,
+            h,
+            shares.spare,
+            c,
+            shares.rh,
+            j0,
+            j1 - j0,
+            split,
+            active,
+            Y,
+            Yb is not None,
+            *args,
+        )
+
+
+def _arranged(w, dt: np.dtype, fused: bool, split: bool) -> tuple[np.ndarray, ...]:
+    """``(W^T, bias, R, Rh)`` as the step loops read them, made once per call (kept in
+    ``w.arranged``): ``W^T`` packed and the bias padded to it; fused: ``R`` itself; else
+    ``R^T`` packed, its ``z r`` and ``h`` columns apart when ``split`` (GRU, reset gate
+    before the product)."""
+    key = ("numba", dt, fused, split)
+    if key not in w.arranged:
+        RT = w.R.T
+        if fused:
+            R, Rh = np.ascontiguousarray(w.R, dt), None
+        elif split:
+            Hs = RT.shape[1] // 3
+            R, Rh = packed.panels(RT[:, : 2 * Hs], dt), packed.panels(RT[:, 2 * Hs :], dt)
+        else:
+            R, Rh = packed.panels(RT, dt), packed.panels(RT[:, :0], dt)
+        bias = packed.padded_vector(w.bias, dt)
+        w.arranged[key] = (packed.panels(w.W.T, dt), bias, R, Rh)
+    return w.arranged[key]
 
 
 BACKEND = NumbaBackend()
