@@ -67,8 +67,8 @@ class Weights:
     R: np.ndarray
     bias: np.ndarray
     extra: dict[str, np.ndarray] = field(default_factory=dict)
-    #: a backend's own arrangements of these weights, made once per call
-    arranged: dict = field(default_factory=dict, repr=False)
+    #: made from these weights once (hidden-unit shares, a backend's arrangements)
+    derived: dict = field(default_factory=dict, repr=False)
 
     def project(self, xb: np.ndarray, dtype: np.dtype) -> np.ndarray:
         """``X W^T + bias`` for a block of inputs ``[steps, rows, input]``: one matrix
@@ -84,10 +84,13 @@ class Weights:
     def hidden_units(self, j0: int, j1: int, n_gates: int) -> Weights:
         """The weights of hidden units ``j0..j1-1`` of every gate (gate order kept): a
         cell of ``j1 - j0`` units that reads the whole previous hidden state."""
-        H = self.R.shape[1]
-        rows = np.concatenate([np.arange(g * H + j0, g * H + j1) for g in range(n_gates)])
-        extra = {k: v[j0:j1] for k, v in self.extra.items()}
-        return Weights(self.W[rows], self.R[rows], self.bias[rows], extra)
+        key = ("hidden_units", j0, j1)
+        if key not in self.derived:
+            H = self.R.shape[1]
+            rows = np.concatenate([np.arange(g * H + j0, g * H + j1) for g in range(n_gates)])
+            extra = {k: v[j0:j1] for k, v in self.extra.items()}
+            self.derived[key] = Weights(self.W[rows], self.R[rows], self.bias[rows], extra)
+        return self.derived[key]
 
     @cached_property
     def WT(self) -> np.ndarray:

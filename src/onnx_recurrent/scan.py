@@ -25,7 +25,7 @@ from functools import cache
 
 import numpy as np
 
-from . import backends
+from . import backends, prepared
 from .spec import Inputs, RecSpec
 
 #: bytes of input projection computed at once (at least MIN_BLOCK steps)
@@ -226,7 +226,7 @@ def scan(
         s = Schedule.of(rows, x.sequence_lens, T, ragged)
         reverse = spec.direction == "reverse" or d == 1
         P = x.P[d] if x.P is not None else None
-        w = cell.prepare(spec, x.W[d], x.R[d], x.B[d], P)
+        w = prepared.weights(spec, x.W[d], x.R[d], x.B[d], P)
         states = initial(d, s) if states is None else states
         cols = slice(None)
         if share is not None:
@@ -317,10 +317,8 @@ def scan(
             else:
                 for unit in units:
                     run(unit)
-    empty = x.sequence_lens == 0
-    if (
-        ragged or T == 0
-    ) and empty.any():  # no step ran: zeros, not initial_h (SEMANTICS.md, "Sequences")
+    if ragged or T == 0:  # no step ran: zeros, not initial_h (SEMANTICS.md, "Sequences")
+        empty = x.sequence_lens == 0
         for final in finals_tm:
             final[:, empty] = 0
     return (Y, *finals)

@@ -53,6 +53,7 @@ class Backend(Protocol):
 
 
 @functools.cache
+@functools.cache
 def _load(name: str) -> Backend | str:
     """The backend, or why it cannot be loaded."""
     try:

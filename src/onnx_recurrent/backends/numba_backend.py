@@ -525,12 +525,12 @@ class NumbaBackend:
 
 
 def _arranged(w, dt: np.dtype, fused: bool, split: bool) -> tuple[np.ndarray, ...]:
-    """``(W^T, bias, R, Rh)`` as the step loops read them, made once per call (kept in
-    ``w.arranged``): ``W^T`` packed and the bias padded to it; fused: ``R`` itself; else
+    """``(W^T, bias, R, Rh)`` as the step loops read them, made once (kept in
+    ``w.derived``): ``W^T`` packed and the bias padded to it; fused: ``R`` itself; else
     ``R^T`` packed, its ``z r`` and ``h`` columns apart when ``split`` (GRU, reset gate
     before the product)."""
     key = ("numba", dt, fused, split)
-    if key not in w.arranged:
+    if key not in w.derived:
         RT = w.R.T
         if fused:
             R, Rh = np.ascontiguousarray(w.R, dt), None
@@ -540,8 +540,8 @@ def _arranged(w, dt: np.dtype, fused: bool, split: bool) -> tuple[np.ndarray, ..
         else:
             R, Rh = packed.panels(RT, dt), packed.panels(RT[:, :0], dt)
         bias = packed.padded_vector(w.bias, dt)
-        w.arranged[key] = (packed.panels(w.W.T, dt), bias, R, Rh)
-    return w.arranged[key]
+        w.derived[key] = (packed.panels(w.W.T, dt), bias, R, Rh)
+    return w.derived[key]
 
 
 BACKEND = NumbaBackend()

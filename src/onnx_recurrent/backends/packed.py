@@ -42,17 +42,26 @@ def panels(B: np.ndarray, dtype: np.dtype) -> np.ndarray:
     """``B`` ``[K, N]`` (any strides) packed for :func:`mm`: ``[ceil(N / L), K, L]`` in
     ``dtype``, columns past ``N`` zero, cache-line aligned."""
     dtype = np.dtype(dtype)
+    B = B if B.dtype == dtype else B.astype(dtype)
     K, N = B.shape
     L = panel_width(dtype)
     P = -(-N // L)
-    raw = np.zeros(P * K * L + ALIGN // dtype.itemsize, dtype)
+    raw = np.empty(P * K * L + ALIGN // dtype.itemsize, dtype)
     start = (-raw.ctypes.data % ALIGN) // dtype.itemsize
     out = raw[start : start + P * K * L].reshape(P, K, L)
-    full = N // L
-    out[:full] = B[:, : full * L].reshape(K, full, L).transpose(1, 0, 2)
-    if N % L:
-        out[full, :, : N % L] = B[:, full * L :]
+    _pack(B, out)
     return out
+
+
+@_jit
+def _pack(B, out):
+    N = B.shape[1]
+    P, K, L = out.shape
+    for p in range(P):
+        for k in range(K):
+            for i in range(L):
+                j = p * L + i
+                out[p, k, i] = B[k, j] if j < N else 0
 
 
 def padded_vector(v: np.ndarray, dtype: np.dtype) -> np.ndarray:

@@ -1,0 +1,103 @@
+"""Prepared weights kept across calls: reused only for bit-identical weights."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import onnx_recurrent as orc
+from onnx_recurrent import backends, prepared
+from onnx_recurrent.cells import GRU
+from onnx_recurrent.spec import make_spec
+
+from models import random_inputs
+
+FUNCTIONS = {"GRU": orc.gru, "RNN": orc.rnn, "LSTM": orc.lstm}
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    op=st.sampled_from(sorted(FUNCTIONS)),
+    backend=st.sampled_from(["numba", "numpy"]),
+    which=st.sampled_from(["W", "R", "B", "P"]),
+    index=st.integers(0, 10**6),
+    value=st.sampled_from([0.25, -0.0, 0.0, np.nan, -3.0]),
+    threads=st.sampled_from(["1", "2"]),
+)
+def test_weights_changed_in_place_are_prepared_again(
+    monkeypatch, op, backend, which, index, value, threads
+):
+    """A call after the caller changed its weights in place (one element; NaN, signed
+    zero) computes what a first call on the changed weights computes."""
+    from onnx_recurrent import scan
+
+    monkeypatch.setattr(scan, "PARALLEL_MACS", 0)
+    monkeypatch.setattr(scan, "MIN_SHARE", 2)
+    monkeypatch.setenv("ONNX_RECURRENT_NUM_THREADS", threads)
+    feeds = random_inputs(op, T=4, N=3, I=3, H=4, seed=index % 7)
+    feeds["sequence_lens"] = np.full(3, 4, np.int32)
+    if which == "P" and op != "LSTM":
+        which = "B"
+    call = FUNCTIONS[op]
+    with backends.use(backend):
+        call(**feeds)  # prepared and kept
+        array = feeds[which]
+        array.flat[index % array.size] = value
+        after = call(**feeds)
+        prepared.clear()
+        first = call(**feeds)
+    for a, b in zip(after, first, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_equal_weights_reuse_the_prepared_ones():
+    """Equal weights (another array, the same bits) are prepared once; changed ones
+    again; nothing kept aliases the caller's arrays."""
+    feeds = random_inputs("GRU", T=2, N=1, I=3, H=4, D=1)
+    spec = _spec(feeds["R"], 1)
+    W, R, B = feeds["W"][0], feeds["R"][0], feeds["B"][0]
+    first = prepared.weights(spec, W, R, B, None)
+    assert prepared.weights(spec, W.copy(), R.copy(), B.copy(), None) is first
+    assert not any(np.shares_memory(first.W, a) for a in (W, R, B))
+    R[0, 0] = -R[0, 0]
+    assert prepared.weights(spec, W, R, B, None) is not first
+    other = _spec(feeds["R"], 0)
+    assert prepared.weights(other, W, R, B, None) is not first
+
+
+def _spec(R, linear_before_reset):
+    none = dict.fromkeys(["hidden_size", "activations", "activation_alpha", "activation_beta"])
+    return make_spec(
+        GRU, R, **none, direction="forward", clip=None, layout=0,
+        linear_before_reset=linear_before_reset,
+    )  # fmt: skip
+
+
+def test_kept_weights_are_bounded(monkeypatch):
+    """At most MAX_ENTRIES prepared weights, and MAX_BYTES of weight copies, are kept."""
+    monkeypatch.setattr(prepared, "MAX_ENTRIES", 3)
+    for seed in range(6):
+        orc.rnn(**random_inputs("RNN", H=5, seed=seed))
+    assert len(prepared._entries) == 3
+    prepared.clear()
+    orc.rnn(**random_inputs("RNN", H=5, seed=0))
+    one = prepared._kept_bytes()
+    monkeypatch.setattr(prepared, "MAX_BYTES", 2 * one)
+    for seed in range(1, 5):
+        orc.rnn(**random_inputs("RNN", H=5, seed=seed))
+    assert len(prepared._entries) == 2 and prepared._kept_bytes() == 2 * one
+    monkeypatch.setattr(prepared, "MAX_BYTES", one - 1)
+    prepared.clear()
+    orc.rnn(**random_inputs("RNN", H=5, seed=0))
+    assert len(prepared._entries) == 0
+
+
+@pytest.fixture(autouse=True)
+def _fresh():
+    prepared.clear()
+    yield
+    prepared.clear()
