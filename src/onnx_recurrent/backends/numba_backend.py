@@ -278,11 +278,20 @@ def _width(Bp):
 
 
 @_jit
-def _project(xb, Wp, bias, xw):
-    """``xw[..., :G] = xb W^T + bias`` (``Wp``: ``W^T`` packed; ``bias`` padded to it)."""
+def _project(xb, Wp, bias, xw, active):
+    """``xw[k, :active[k], :G] = xb[k, :active[k]] W^T + bias`` (``Wp``: ``W^T`` packed;
+    ``bias`` padded to it): one product, or one per step where rows finish."""
     steps, rows, size = xb.shape
-    A, C = xb.ctypes.data, xw.ctypes.data
-    packed.mm(A, size, steps * rows, Wp, C, xw.shape[2], bias.ctypes.data)
+    A, C, width = xb.ctypes.data, xw.ctypes.data, xw.shape[2]
+    if steps == 0:
+        return
+    if active[steps - 1] == rows:
+        packed.mm(A, size, steps * rows, Wp, C, width, bias.ctypes.data)
+        return
+    for k in range(steps):
+        a = A + k * rows * size * xb.itemsize
+        c = C + k * rows * width * xw.itemsize
+        packed.mm(a, size, active[k], Wp, c, width, bias.ctypes.data)
 
 
 # --- whole blocks, R product inside (small problems) ---
@@ -317,7 +326,7 @@ def _fused_block(
 ):
     """:func:`_project` then :func:`_fused_steps`: a whole small call in one compiled call."""
     xw = np.empty((xb.shape[0], xb.shape[1], _width(Wp)), h.dtype)
-    _project(xb, Wp, bias, xw)
+    _project(xb, Wp, bias, xw, active)
     _fused_steps(kind, xw, R, rbh, P, input_forget, h, c, active, Y, write_Y, a, clip, fast, zero)
 
 
@@ -363,7 +372,7 @@ def _part_block(
     H = h.shape[1]
     j1 = j0 + Hs
     xw = np.empty((steps, rows, _width(Wp)), h.dtype)
-    _project(xb, Wp, bias, xw)
+    _project(xb, Wp, bias, xw, active)
     hr = np.empty((rows, _width(Rp)), h.dtype)
     g = np.empty((rows, bias.shape[0]), h.dtype)  # bias: gates * Hs, padded
     ldo = hr.shape[1]

@@ -79,17 +79,27 @@ def columns(n: int, dtype: np.dtype) -> int:
     return -(-n // L) * L + ALIGN // np.dtype(dtype).itemsize
 
 
-@intrinsic
-def _tile(typingctx, A, lda, mr, Bp, offset, C, ldc, bias):
-    """``C[:mr, :L] = bias + A[:mr, :K] Bp.flat[offset:offset + K L]`` (one panel),
-    ``mr <= MR``; ``A``, ``C``, ``bias``: addresses (``bias``: ``L`` values, 0: none) of
-    row-major matrices with row strides ``lda``, ``ldc`` elements. Rows past ``mr``
-    compute row 0 again and are not stored."""
-    if not isinstance(Bp, types.Array) or not isinstance(Bp.dtype, types.Float):
-        return None
+def _tile_of(R: int):
+    """The micro-kernel for tiles of up to ``R`` rows (an intrinsic)."""
 
+    @intrinsic
+    def tile(typingctx, A, lda, mr, Bp, offset, C, ldc, bias):
+        """``C[:mr, :L] = bias + A[:mr, :K] Bp.flat[offset:offset + K L]`` (one panel),
+        ``mr <= R``; ``A``, ``C``, ``bias``: addresses (``bias``: ``L`` values, 0: none)
+        of row-major matrices with row strides ``lda``, ``ldc`` elements. Rows past
+        ``mr`` compute row 0 again and are not stored."""
+        if not isinstance(Bp, types.Array) or not isinstance(Bp.dtype, types.Float):
+            return None
+        int64 = types.int64
+        return types.void(int64, int64, int64, Bp, int64, int64, int64, int64), _codegen(R)
+
+    return tile
+
+
+def _codegen(R: int):
     def codegen(context, builder, signature, args):
         A_, lda_, mr_, Bp_, offset_, C_, ldc_, bias_ = args
+        Bp = signature.args[3]
         i32, i64 = ir.IntType(32), ir.IntType(64)
         size = Bp.dtype.bitwidth // 8
         real = ir.FloatType() if size == 4 else ir.DoubleType()
@@ -100,7 +110,7 @@ def _tile(typingctx, A, lda, mr, Bp, offset, C, ldc, bias):
             ir.FunctionType(vector, [vector] * 3),
             f"llvm.fma.v{lanes}f{8 * size}",
         )
-        panel = context.make_array(signature.args[3])(context, builder, Bp_)
+        panel = context.make_array(Bp)(context, builder, Bp_)
         K = cgutils.unpack_tuple(builder, panel.shape)[1]
         B = builder.bitcast(builder.gep(panel.data, [offset_]), vector.as_pointer())
 
@@ -108,7 +118,7 @@ def _tile(typingctx, A, lda, mr, Bp, offset, C, ldc, bias):
             return ir.Constant(i64, v)
 
         rows = []
-        for r in range(MR):
+        for r in range(R):
             used = builder.icmp_signed("<", const(r), mr_)
             row = builder.select(used, const(r), const(0))
             address = builder.add(A_, builder.mul(row, builder.mul(lda_, const(size))))
@@ -119,7 +129,7 @@ def _tile(typingctx, A, lda, mr, Bp, offset, C, ldc, bias):
             first = builder.inttoptr(bias_, vector.as_pointer())
             for v in range(2):
                 builder.store(builder.load(builder.gep(first, [const(v)]), align=size), start[v])
-        acc = [cgutils.alloca_once(builder, vector) for _ in range(2 * MR)]
+        acc = [cgutils.alloca_once(builder, vector) for _ in range(2 * R)]
         for i, a in enumerate(acc):
             builder.store(builder.load(start[i % 2]), a)
         undef = ir.Constant(vector, ir.Undefined)
@@ -128,7 +138,7 @@ def _tile(typingctx, A, lda, mr, Bp, offset, C, ldc, bias):
             k2 = builder.mul(loop.index, const(2))
             b = [builder.load(builder.gep(B, [builder.add(k2, const(v))]), align=size)
                  for v in range(2)]  # fmt: skip
-            for r in range(MR):
+            for r in range(R):
                 a = builder.load(builder.gep(rows[r], [loop.index]))
                 a = builder.shuffle_vector(
                     builder.insert_element(undef, a, ir.Constant(i32, 0)), undef, splat
@@ -137,7 +147,7 @@ def _tile(typingctx, A, lda, mr, Bp, offset, C, ldc, bias):
                     total = builder.call(fma, [a, b[v], builder.load(acc[2 * r + v])])
                     builder.store(total, acc[2 * r + v])
         out = builder.inttoptr(C_, real.as_pointer())
-        for r in range(MR):
+        for r in range(R):
             with builder.if_then(builder.icmp_signed("<", const(r), mr_)):
                 row = builder.gep(out, [builder.mul(const(r), ldc_)])
                 for v in range(2):
@@ -147,8 +157,10 @@ def _tile(typingctx, A, lda, mr, Bp, offset, C, ldc, bias):
                     builder.store(builder.load(acc[2 * r + v]), ptr, align=size)
         return context.get_dummy_value()
 
-    int64 = types.int64
-    return types.void(int64, int64, int64, Bp, int64, int64, int64, int64), codegen
+    return codegen
+
+
+_tile, _tile4, _tile2, _tile1 = (_tile_of(R) for R in (MR, 4, 2, 1))
 
 
 @_jit
@@ -162,5 +174,13 @@ def mm(A, lda, n, Bp, C, ldc, bias=0):
     for p in range(P):
         b0 = bias + p * L * size if bias != 0 else 0
         for b in range(0, n, MR):
-            c = C + (b * ldc + p * L) * size
-            _tile(A + b * lda * size, lda, min(MR, n - b), Bp, p * K * L, c, ldc, b0)
+            m = min(MR, n - b)
+            a, c, offset = A + b * lda * size, C + (b * ldc + p * L) * size, p * K * L
+            if m > 4:
+                _tile(a, lda, m, Bp, offset, c, ldc, b0)
+            elif m > 2:  # a last, short tile: fewer rows computed for nothing
+                _tile4(a, lda, m, Bp, offset, c, ldc, b0)
+            elif m == 2:
+                _tile2(a, lda, m, Bp, offset, c, ldc, b0)
+            else:
+                _tile1(a, lda, m, Bp, offset, c, ldc, b0)
