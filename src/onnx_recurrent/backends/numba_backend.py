@@ -114,6 +114,41 @@ def _tanh32(x):
     return x * p / q
 
 
+# float64 tanh without a libm call, so that loops over it vectorize: Cephes' rational
+# function below 0.625, else 1 - 2 / (exp(2|x|) + 1) with Cephes' exp (n ln2 split in
+# two parts, 2^n from a table: |x| is capped at 22, where tanh is 1 in float64).
+_TANH_P = (-9.64399179425052238628e-1, -9.92877231001918586564e1, -1.61468768441708447952e3)
+_TANH_Q = (1.12811678491632931402e2, 2.23548839060100448583e3, 4.84406305325125486048e3)
+_EXP_P = (1.26177193074810590878e-4, 3.02994407707441961300e-2, 9.99999999999999999910e-1)
+_EXP_Q = (3.00198505138664455042e-6, 2.52448340349684104192e-3, 2.27265548208155028766e-1,
+          2.00000000000000000009e0)  # fmt: skip
+_POW2 = np.ldexp(1.0, np.arange(65))
+
+
+@_jit
+def _exp_small(x):
+    """exp(x) for 0 <= x <= 44, within about 1 ulp."""
+    n = math.floor(x * 1.4426950408889634 + 0.5)
+    r = x - n * 6.93145751953125e-1 - n * 1.42860682030941723212e-6
+    r2 = r * r
+    p = r * ((_EXP_P[0] * r2 + _EXP_P[1]) * r2 + _EXP_P[2])
+    q = ((_EXP_Q[0] * r2 + _EXP_Q[1]) * r2 + _EXP_Q[2]) * r2 + _EXP_Q[3]
+    return (1.0 + 2.0 * p / (q - p)) * _POW2[int(n)]
+
+
+@_jit
+def _tanh64(x):
+    """float64 tanh within a few ulps, vectorizable (see above)."""
+    a = min(abs(x), 22.0)
+    if a < 0.625:
+        z = x * x
+        p = (_TANH_P[0] * z + _TANH_P[1]) * z + _TANH_P[2]
+        q = ((z + _TANH_Q[0]) * z + _TANH_Q[1]) * z + _TANH_Q[2]
+        return x + x * z * p / q
+    t = 1.0 - 2.0 / (_exp_small(2.0 * a) + 1.0)
+    return t if x > 0 else -t
+
+
 @_jit
 def _apply(code, v, alpha, beta, fast):
     """Activation ``code`` on ``v`` in place; one simple loop per code, so each vectorizes."""
@@ -129,7 +164,7 @@ def _apply(code, v, alpha, beta, fast):
                 v[j] = _tanh32(v[j])
         else:
             for j in range(n):
-                v[j] = math.tanh(v[j])
+                v[j] = _tanh64(v[j])
         if code == 2:
             for j in range(n):
                 v[j] = half + half * v[j]
