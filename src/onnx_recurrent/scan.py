@@ -19,13 +19,13 @@ import os
 from collections.abc import Iterator
 from concurrent import futures
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from functools import cache
 
 import numpy as np
 
-from . import backends, prepared
+from . import backends, cells, prepared
 from .spec import Inputs, RecSpec
 
 #: bytes of input projection computed at once (at least MIN_BLOCK steps)
@@ -177,7 +177,7 @@ def _units(
     T, N, I = x.X.shape
     D, H, G = spec.num_directions, spec.hidden_size, spec.cell.n_gates
     large = T * N * D * G * H * (H + I) >= PARALLEL_MACS
-    ragged = bool((x.sequence_lens < T).any())
+    ragged = x.ragged
     if can_share and large and workers == 2 and D == 1 and H >= max(2, MIN_SHARE) and not ragged:
         return [(0, np.arange(N))], large, 2
     slices = 1
@@ -202,7 +202,7 @@ def scan(
     T, N, _ = x.X.shape
     D, H = spec.num_directions, spec.hidden_size
     ct = x.compute_dtype
-    ragged = bool((x.sequence_lens < T).any())
+    ragged = x.ragged
 
     # Outputs in the caller's layout, written through time-major views.
     Y = Y_tm = None
@@ -220,13 +220,19 @@ def scan(
         rows = slice(None) if s.whole else s.order
         return tuple(np.array(init[d][rows], dtype=ct) for init in x.initial_states)
 
-    def run(unit: tuple[int, np.ndarray], states=None, share=None) -> tuple[np.ndarray, ...]:
-        """One unit (``share``: hidden units ``j0..j1-1`` of it, with other threads)."""
+    def weights(d: int) -> cells.Weights:
+        P = x.P[d] if x.P is not None else None
+        return prepared.weights(spec, x.W[d], x.R[d], x.B[d], P)
+
+    def run(
+        unit: tuple[int, np.ndarray], states=None, share=None, w=None
+    ) -> tuple[np.ndarray, ...]:
+        """One unit (``share``: hidden units ``j0..j1-1`` of it, with other threads;
+        ``w``: its direction's weights, if already prepared)."""
         d, rows = unit
         s = Schedule.of(rows, x.sequence_lens, T, ragged)
         reverse = spec.direction == "reverse" or d == 1
-        P = x.P[d] if x.P is not None else None
-        w = prepared.weights(spec, x.W[d], x.R[d], x.B[d], P)
+        w = weights(d) if w is None else w
         states = initial(d, s) if states is None else states
         cols = slice(None)
         if share is not None:
@@ -267,9 +273,11 @@ def scan(
         parties = shares.parties
         bounds = [i * H // parties for i in range(parties + 1)]
 
+        w = weights(d)
+
         def part(i: int) -> None:
             try:
-                run(unit, states, (shares, bounds[i], bounds[i + 1]))
+                run(unit, states, (shares, bounds[i], bounds[i + 1]), w)
             except BaseException:
                 shares.abort()
                 raise
@@ -300,7 +308,7 @@ def scan(
         for unit in units:
             run(unit)
     else:
-        with backends.single_threaded_blas():
+        with backends.single_threaded_blas() if backend.calls_blas else nullcontext():
             if shares is not None:
                 run_shared(units[0], shares)
             elif workers > 1 and len(units) > 1:

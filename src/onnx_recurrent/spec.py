@@ -175,6 +175,7 @@ class Inputs:
     P: np.ndarray | None  # [num_directions, peepholes*hidden] or None
     dtype: np.dtype  # of X and of the outputs
     compute_dtype: np.dtype
+    ragged: bool = False  # some sequence_lens below seq_length
 
 
 def as_float_array(name: str, value: Any) -> np.ndarray:
@@ -240,6 +241,7 @@ def check_inputs(
         B = same_type("B", B)
         _check_shape("B", B, (D, 2 * G * H), f"[num_directions, {2 * G}*hidden_size]")
 
+    ragged = False
     if sequence_lens is None:
         lens = np.empty(N, np.int64)
         lens.fill(T)
@@ -255,6 +257,7 @@ def check_inputs(
                 f"sequence_lens must lie in [0, seq_length={T}], got sequence_lens[{b}]={lens[b]}"
             )
         lens = lens.astype(np.int64)
+        ragged = bool((lens < T).any())
 
     states = []
     state_dims = (
@@ -286,4 +289,5 @@ def check_inputs(
         P=P,
         dtype=dtype,
         compute_dtype=ct,
+        ragged=ragged,
     )

@@ -30,6 +30,7 @@ _chosen: contextvars.ContextVar[str | None] = contextvars.ContextVar("backend", 
 
 class Backend(Protocol):
     name: str
+    calls_blas: bool  # NumPy's BLAS, to keep on one thread while our threads split work
 
     def supports(self, spec: RecSpec, dtype: np.dtype) -> str | None: ...
 

@@ -499,6 +499,7 @@ def _empty(dt: np.dtype) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 class NumbaBackend:
     name = "numba"
+    calls_blas = False  # products of its own (packed.py)
 
     def supports(self, spec, dtype) -> str | None:
         if spec.cell.name not in _KIND:

@@ -7,6 +7,7 @@ import numpy as np
 
 class NumpyBackend:
     name = "numpy"
+    calls_blas = True  # NumPy products: BLAS kept to one thread when ours split the work
 
     def supports(self, spec, dtype) -> str | None:
         return None
