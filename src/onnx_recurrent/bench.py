@@ -335,7 +335,7 @@ class Ours(Runtime):
         parts.append(_blas_info())
         if "numba" in sys.modules:
             parts.append(f"numba {sys.modules['numba'].__version__}")
-        parts.append(f"own threads {num_threads()} (its BLAS calls stay on them)")
+        parts.append(f"own threads {num_threads()}")
         return ", ".join(parts)
 
 
