@@ -57,13 +57,14 @@ def test_weights_changed_in_place_are_prepared_again(
 def test_equal_weights_reuse_the_prepared_ones():
     """Equal weights (another array, the same bits) are prepared once; changed ones
     again; nothing kept aliases the caller's arrays."""
-    feeds = random_inputs("GRU", T=2, N=1, I=3, H=4, D=1)
+    feeds = random_inputs("GRU", T=2, N=1, I=3, H=4, D=2)
     spec = _spec(feeds["R"], 1)
-    W, R, B = feeds["W"][0], feeds["R"][0], feeds["B"][0]
+    W, R, B = feeds["W"], feeds["R"], feeds["B"]
     first = prepared.weights(spec, W, R, B, None)
+    assert len(first) == 2
     assert prepared.weights(spec, W.copy(), R.copy(), B.copy(), None) is first
-    assert not any(np.shares_memory(first.W, a) for a in (W, R, B))
-    R[0, 0] = -R[0, 0]
+    assert not any(np.shares_memory(w.W, a) for w in first for a in (W, R, B))
+    R[1, 0, 0] = -R[1, 0, 0]
     assert prepared.weights(spec, W, R, B, None) is not first
     other = _spec(feeds["R"], 0)
     assert prepared.weights(other, W, R, B, None) is not first
@@ -72,7 +73,7 @@ def test_equal_weights_reuse_the_prepared_ones():
 def _spec(R, linear_before_reset):
     none = dict.fromkeys(["hidden_size", "activations", "activation_alpha", "activation_beta"])
     return make_spec(
-        GRU, R, **none, direction="forward", clip=None, layout=0,
+        GRU, R, **none, direction="bidirectional", clip=None, layout=0,
         linear_before_reset=linear_before_reset,
     )  # fmt: skip
 

@@ -30,7 +30,6 @@ def _settings(n):
 #: internal size thresholds of the library, (module, name, value that forces the path)
 KNOBS = [
     ("onnx_recurrent.scan", "BLOCK_BYTES", 1),  # input projection in blocks of 16 steps
-    ("onnx_recurrent.backends.numba_backend", "FUSED_MACS", 0),  # BLAS step, not fused
     ("onnx_recurrent.scan", "PARALLEL_MACS", 0),  # units (direction x rows) on threads
     ("onnx_recurrent.scan", "MIN_SHARE", 2),  # two threads may share the hidden units
 ]

@@ -1,6 +1,6 @@
 """Prepared weights, kept across calls while the weights passed stay the same.
 
-Preparing one direction's weights (the cell's ``prepare``, the backend's packed panels,
+Preparing a call's weights (the cell's ``prepare``, the backend's packed panels,
 the threads' shares of hidden units) costs as much as a short call: on this project's
 machine 50-450 µs, mostly page faults in fresh buffers. Most callers pass the same
 weights at every call (a model's initializers), so prepared weights are kept, each
@@ -32,7 +32,7 @@ class _Entry:
     key: tuple
     copies: tuple[np.ndarray | None, ...]  # W, R, B, P as prepared (C order, our own)
     snapshots: tuple[bytes | None, ...]  # the small copies' bytes
-    prepared: Weights
+    prepared: tuple[Weights, ...]  # one per direction
 
     def matches(self, arrays: tuple[np.ndarray | None, ...]) -> bool:
         """Bit for bit (NaNs and signed zeros included)."""
@@ -62,10 +62,10 @@ _entries: list[_Entry] = []  # least recently used first
 
 def weights(
     spec: RecSpec, W: np.ndarray, R: np.ndarray, B: np.ndarray, P: np.ndarray | None
-) -> Weights:
-    """``spec.cell.prepare(spec, W, R, B, P)`` for one direction, or the same weights
-    prepared by an earlier call (see the module's docstring). Nothing returned aliases
-    the arrays passed."""
+) -> tuple[Weights, ...]:
+    """``spec.cell.prepare`` for each direction of ``W, R, B, P`` (``[num_directions,
+    ...]``), or the same weights prepared by an earlier call (see the module's
+    docstring). Nothing returned aliases the arrays passed."""
     cell = spec.cell
     key = (cell.name, spec.hidden_size, spec.linear_before_reset, W.dtype, W.shape)
     arrays = (W, R, B, P)
@@ -80,7 +80,12 @@ def weights(
             return entry.prepared
     copies = tuple(None if a is None else np.array(a, order="C") for a in arrays)
     snapshots = tuple(None if c is None or c.nbytes > SMALL else c.tobytes() for c in copies)
-    entry = _Entry(key, copies, snapshots, cell.prepare(spec, *copies))
+    Wc, Rc, Bc, Pc = copies
+    prepared = tuple(
+        cell.prepare(spec, Wc[d], Rc[d], Bc[d], None if Pc is None else Pc[d])
+        for d in range(W.shape[0])
+    )
+    entry = _Entry(key, copies, snapshots, prepared)
     if entry.nbytes <= MAX_BYTES:
         with _lock:
             _entries.append(entry)

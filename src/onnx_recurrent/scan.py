@@ -25,7 +25,7 @@ from functools import cache
 
 import numpy as np
 
-from . import backends, cells, prepared
+from . import backends, prepared
 from .spec import Inputs, RecSpec
 
 #: bytes of input projection computed at once (at least MIN_BLOCK steps)
@@ -218,11 +218,9 @@ def scan(
 
     def initial(d: int, s: Schedule) -> tuple[np.ndarray, ...]:
         rows = slice(None) if s.whole else s.order
-        return tuple(np.array(init[d][rows], dtype=ct) for init in x.initial_states)
+        return tuple(np.array(init[d][rows], dtype=ct, order="C") for init in x.initial_states)
 
-    def weights(d: int) -> cells.Weights:
-        P = x.P[d] if x.P is not None else None
-        return prepared.weights(spec, x.W[d], x.R[d], x.B[d], P)
+    directions = prepared.weights(spec, x.W, x.R, x.B, x.P)
 
     def run(
         unit: tuple[int, np.ndarray], states=None, share=None, w=None
@@ -232,7 +230,7 @@ def scan(
         d, rows = unit
         s = Schedule.of(rows, x.sequence_lens, T, ragged)
         reverse = spec.direction == "reverse" or d == 1
-        w = weights(d) if w is None else w
+        w = directions[d] if w is None else w
         states = initial(d, s) if states is None else states
         cols = slice(None)
         if share is not None:
@@ -273,7 +271,7 @@ def scan(
         parties = shares.parties
         bounds = [i * H // parties for i in range(parties + 1)]
 
-        w = weights(d)
+        w = directions[d]
 
         def part(i: int) -> None:
             try:

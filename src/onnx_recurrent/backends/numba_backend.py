@@ -1,16 +1,11 @@
 """The numba backend: each cell's step compiled and fused, one pass per gate element.
 
-A block of time steps is one compiled call: the input projection, then the steps, with
-no Python and no GIL in between. The products are :mod:`.packed`'s, on ``W^T`` and
-``R^T`` packed once per call. Two step loops share the same per-row cell code:
-
-- small problems (``batch * gates * hidden * hidden`` under ``FUSED_MACS``): the ``R``
-  product row by row in the loop itself (latency: one sequence, small hidden sizes);
-- larger ones (:func:`_part_block`): ``Ht-1 R^T`` one product per step, for all the
-  hidden units or, for threads that split one direction between them, a share of
-  them (a barrier per step).
-
-Activations are passed as codes (:data:`CODES`) with their alpha and beta.
+A block of time steps is one compiled call (:func:`_part_block`): the input projection,
+then per step ``Ht-1 R^T`` (one product) and the cell's update row by row, with no
+Python and no GIL in between. The products are :mod:`.packed`'s, on ``W^T`` and ``R^T``
+packed once. The call computes all the hidden units or, for threads that split one
+direction between them, a share of them (a barrier per step). Activations are passed
+as codes (:data:`CODES`) with their alpha and beta.
 """
 
 from __future__ import annotations
@@ -30,11 +25,8 @@ from ..activations import TABLE
 from . import packed
 
 CODES = {name: i for i, name in enumerate(TABLE)}
-FUSED_MACS = 1 << 18
 _f32 = np.float32
-_jit = numba.njit(
-    cache=True, fastmath={"reassoc", "contract", "nsz"}, nogil=True, error_model="numpy"
-)
+_jit = numba.njit(cache=True, fastmath={"contract", "nsz"}, nogil=True, error_model="numpy")
 
 
 def _item_pointer(context, builder, array_type, array, index):
@@ -210,17 +202,6 @@ def _pre(dst, x, hr, clip):
         dst[j] = min(max(x[j] + hr[j], -clip), clip)
 
 
-@_jit
-def _matvec(R, r0, r1, v, out, zero):
-    """``out[j - r0] = R[j] . v`` for rows r0..r1-1 (``zero``: 0 of the dtype)."""
-    H = v.shape[0]
-    for j in range(r0, r1):
-        acc = zero
-        for q in range(H):
-            acc += R[j, q] * v[q]
-        out[j - r0] = acc
-
-
 # --- per-row cell updates; hr: the row's recurrent product; g: scratch [gates*hidden] ---
 
 
@@ -329,43 +310,7 @@ def _project(xb, Wp, bias, xw, active):
         packed.mm(a, size, active[k], Wp, c, width, bias.ctypes.data)
 
 
-# --- whole blocks, R product inside (small problems) ---
-
-
-@_jit
-def _fused_steps(kind, xw, R, rbh, P, input_forget, h, c, active, Y, write_Y, a, clip, fast, zero):
-    """A block of steps, R product included: no Python per step."""
-    H = h.shape[1]
-    G = R.shape[0]
-    hr = np.empty(G, h.dtype)
-    g = np.empty(G, h.dtype)
-    rh = np.empty(H, h.dtype)
-    for k in range(xw.shape[0]):
-        for b in range(active[k]):
-            x, hb = xw[k, b], h[b]
-            if kind == 1 and rbh.shape[0] == 0:  # GRU, reset before the product
-                _matvec(R, 0, 2 * H, hb, hr, zero)
-                _gru_zr_row(x, hr, hb, g, rh, a, clip, fast)
-                _matvec(R, 2 * H, 3 * H, rh, hr, zero)
-                _gru_h_row(x, hr, hb, g, a, clip, fast)
-            else:
-                _matvec(R, 0, G, hb, hr, zero)
-                _row(kind, x, hr, rbh, P, input_forget, hb, c[b], g, a, clip, fast)
-            if write_Y:
-                Y[k, b] = hb
-
-
-@_jit
-def _fused_block(
-    kind, xb, Wp, bias, R, rbh, P, input_forget, h, c, active, Y, write_Y, a, clip, fast, zero
-):
-    """:func:`_project` then :func:`_fused_steps`: a whole small call in one compiled call."""
-    xw = np.empty((xb.shape[0], xb.shape[1], _width(Wp)), h.dtype)
-    _project(xb, Wp, bias, xw, active)
-    _fused_steps(kind, xw, R, rbh, P, input_forget, h, c, active, Y, write_Y, a, clip, fast, zero)
-
-
-# --- larger problems: R product per step, hidden units shared by 1 or more threads ---
+# --- the step loop: R product per step, hidden units shared by 1 or more threads ---
 
 
 @_jit
@@ -525,21 +470,11 @@ class NumbaBackend:
         lbr = spec.cell.name == "GRU" and spec.linear_before_reset
         none = _empty(dt)
         rbh = np.ascontiguousarray(w.extra["Rbh"], dt) if lbr else none[0]
-        P = none[1]
-        if "Pi" in w.extra:
-            P = np.stack([w.extra["Pi"], w.extra["Po"], w.extra["Pf"]]).astype(dt, copy=False)
-        elif kind == 2:
-            P = np.zeros((3, w.R.shape[0] // 4), dt)
         Y = Yb if Yb is not None else none[2]
         xb = np.ascontiguousarray(xb, dt)
         args = (a, clip, fast)
-        fused = share is None and xb.shape[1] * w.R.shape[0] * H <= FUSED_MACS
         split = kind == 1 and not lbr
-        Wp, bias, R, Rh = _arranged(w, dt, fused, split)
-        if fused:
-            flags = (spec.input_forget, h, c, active, Y, Yb is not None)
-            _fused_block(kind, xb, Wp, bias, R, rbh, P, *flags, *args, dt.type(0))
-            return
+        Wp, bias, R, Rh, P = _arranged(w, dt, split, kind == 2)
         # w: the weights of hidden units j0..j1-1 only, when shared
         shares, j0, j1 = share if share is not None else (self.shares(spec, len(h), dt, 1), 0, H)
         _part_block(
@@ -569,23 +504,26 @@ class NumbaBackend:
         )
 
 
-def _arranged(w, dt: np.dtype, fused: bool, split: bool) -> tuple[np.ndarray, ...]:
-    """``(W^T, bias, R, Rh)`` as the step loops read them, made once (kept in
-    ``w.derived``): ``W^T`` packed and the bias padded to it; fused: ``R`` itself; else
-    ``R^T`` packed, its ``z r`` and ``h`` columns apart when ``split`` (GRU, reset gate
-    before the product)."""
-    key = ("numba", dt, fused, split)
+def _arranged(w, dt: np.dtype, split: bool, lstm: bool) -> tuple:
+    """``(W^T, bias, R^T, Rh^T, P)`` as the step loop reads them, made once (kept in
+    ``w.derived``): ``W^T`` packed and the bias padded to it; ``R^T`` packed, its ``z r``
+    and ``h`` columns apart when ``split`` (GRU, reset gate before the product); LSTM's
+    peepholes as rows ``Pi, Po, Pf`` (zeros when absent)."""
+    key = ("numba", dt, split)
     if key not in w.derived:
         RT = w.R.T
-        if fused:
-            R, Rh = np.ascontiguousarray(w.R, dt), None
-        elif split:
+        if split:
             Hs = RT.shape[1] // 3
             R, Rh = packed.panels(RT[:, : 2 * Hs], dt), packed.panels(RT[:, 2 * Hs :], dt)
         else:
             R, Rh = packed.panels(RT, dt), packed.panels(RT[:, :0], dt)
+        P = _empty(dt)[1]
+        if "Pi" in w.extra:
+            P = np.stack([w.extra["Pi"], w.extra["Po"], w.extra["Pf"]]).astype(dt)
+        elif lstm:
+            P = np.zeros((3, w.R.shape[0] // 4), dt)
         bias = packed.padded_vector(w.bias, dt)
-        w.derived[key] = (packed.panels(w.W.T, dt), bias, R, Rh)
+        w.derived[key] = (packed.panels(w.W.T, dt), bias, R, Rh, P)
     return w.derived[key]
 
 
