@@ -105,7 +105,7 @@ class Weights:
         return padded(self.R.T)[:, : self.R.shape[0]]
 
 
-#: bytes added to each row of a matrix that BLAS reads or writes
+#: bytes added to each row of a matrix that a product reads or writes
 ROW_PAD = 64
 
 

@@ -222,15 +222,12 @@ def scan(
 
     directions = prepared.weights(spec, x.W, x.R, x.B, x.P)
 
-    def run(
-        unit: tuple[int, np.ndarray], states=None, share=None, w=None
-    ) -> tuple[np.ndarray, ...]:
-        """One unit (``share``: hidden units ``j0..j1-1`` of it, with other threads;
-        ``w``: its direction's weights, if already prepared)."""
+    def run(unit: tuple[int, np.ndarray], states=None, share=None) -> tuple[np.ndarray, ...]:
+        """One unit (``share``: hidden units ``j0..j1-1`` of it, with other threads)."""
         d, rows = unit
         s = Schedule.of(rows, x.sequence_lens, T, ragged)
         reverse = spec.direction == "reverse" or d == 1
-        w = directions[d] if w is None else w
+        w = directions[d]
         states = initial(d, s) if states is None else states
         cols = slice(None)
         if share is not None:
@@ -271,11 +268,9 @@ def scan(
         parties = shares.parties
         bounds = [i * H // parties for i in range(parties + 1)]
 
-        w = directions[d]
-
         def part(i: int) -> None:
             try:
-                run(unit, states, (shares, bounds[i], bounds[i + 1]), w)
+                run(unit, states, (shares, bounds[i], bounds[i + 1]))
             except BaseException:
                 shares.abort()
                 raise

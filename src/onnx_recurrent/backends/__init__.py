@@ -54,7 +54,6 @@ class Backend(Protocol):
 
 
 @functools.cache
-@functools.cache
 def _load(name: str) -> Backend | str:
     """The backend, or why it cannot be loaded."""
     try:
