@@ -58,11 +58,14 @@ def _call(op, direction, acts, clip, flag, feeds):
     return FUNCTIONS[op](**feeds, **kwargs)
 
 
+@pytest.mark.parametrize("project_below", [0, 100], ids=["fused", "projected"])
 @pytest.mark.parametrize("lens", [[7, 3, 0, 7, 1], [7, 3, 0, 7, 1, 6, 2, 7, 5, 4, 7]])
 @pytest.mark.parametrize(("op", "direction", "acts", "clip", "flag"), CASES)
-def test_numba_equals_numpy(lens, op, direction, acts, clip, flag):
+def test_numba_equals_numpy(monkeypatch, project_below, lens, op, direction, acts, clip, flag):
     """The numba backend's step loop against the NumPy one: every activation, clip,
-    flag and direction; rows finishing at every step (product tiles of 8, 4, 2, 1)."""
+    flag and direction; rows finishing at every step (product tiles of 8, 4, 2, 1);
+    gate inputs from one product per step or with the block's input projection ahead."""
+    monkeypatch.setattr(numba_backend, "PROJECT_BELOW", project_below)
     D = 2 if direction == "bidirectional" else 1
     feeds = random_inputs(op, T=7, N=len(lens), I=4, H=6, D=D, seed=len(op) + acts)
     feeds["sequence_lens"] = np.array(lens, np.int32)
@@ -96,29 +99,53 @@ def test_numba_dtypes(op, dtype):
         np.testing.assert_allclose(g.astype(np.float64), e.astype(np.float64), atol=tol)
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=120, deadline=None)
 @given(
     m=st.integers(0, 20),
     K=st.integers(1, 40),
-    N=st.integers(1, 70),
+    N=st.integers(1, 100),
     lda_extra=st.integers(0, 3),
+    split=st.floats(0, 1),
+    skip=st.integers(0, 5),
+    start=st.sampled_from(["zeros", "bias", "add"]),
     dtype=st.sampled_from([np.float32, np.float64]),
 )
-def test_packed_products(m, K, N, lda_extra, dtype):
-    """``packed.mm`` computes ``A B`` for any sizes (partial tiles and panels), ``B`` of
-    any strides and ``A`` with spaced rows; it writes zeros in the padding columns of
-    its last panel and nothing past row ``m``."""
+def test_packed_products(m, K, N, lda_extra, split, skip, start, dtype):
+    """``packed.mm2`` computes ``start + [A, A2] B[k0:k0+K]`` for any sizes (partial
+    tiles and panels), any split of those ``K`` rows between ``A`` and ``A2`` (0 and
+    ``K`` included), ``B`` of any strides and rows of ``A`` spaced; ``start``: zeros, a
+    bias, or ``C`` itself. It writes zeros (or the bias) in the padding columns of its
+    last panel and nothing past row ``m``; each row's result is the same, bit for bit,
+    whatever tile computes it."""
     rng = np.random.default_rng(m * 10_000 + K * 100 + N)
-    A = rng.standard_normal((m, K + lda_extra)).astype(dtype)
-    B = rng.standard_normal((N, K)).astype(dtype).T
+    K1 = round(split * K)
+    k0 = skip
+    A = rng.standard_normal((m, K1 + lda_extra)).astype(dtype)
+    A2 = rng.standard_normal((m, K - K1 + 2 * lda_extra)).astype(dtype)
+    B = rng.standard_normal((N, k0 + K + skip)).astype(dtype).T
     Bp = packed.panels(B, dtype)
     assert Bp.ctypes.data % packed.ALIGN == 0
+    v = rng.standard_normal(N).astype(dtype) if start == "bias" else np.zeros(N, dtype)
+    vp = packed.padded_vector(v, dtype)
     width = packed.columns(N, dtype)
     C = np.full((m + 1, width), np.nan, dtype)
-    packed.mm(A.ctypes.data, K + lda_extra, m, Bp, C.ctypes.data, width)
-    np.testing.assert_allclose(C[:m, :N], A[:, :K] @ B, rtol=1e-5, atol=1e-5)
+    C[:m, : Bp.shape[0] * Bp.shape[2]] = 0.0
+    if start == "add":
+        C[:m, :N] = rng.standard_normal((m, N))
+    C0 = C.copy()
+    lda, lda2 = K1 + lda_extra, K - K1 + 2 * lda_extra
+    args = (Bp, k0, C.ctypes.data, width, vp.ctypes.data if start == "bias" else 0, start == "add")
+    packed.mm2(A.ctypes.data, lda, K1, A2.ctypes.data, lda2, K - K1, m, *args)
+    full = np.concatenate([A[:, :K1], A2[:, : K - K1]], axis=1)
+    expected = full @ B[k0 : k0 + K] + v + C0[:m, :N]
+    np.testing.assert_allclose(C[:m, :N], expected, rtol=1e-5, atol=1e-5)
     assert (C[:m, N : Bp.shape[0] * Bp.shape[2]] == 0).all()
     assert np.isnan(C[m]).all() and np.isnan(C[:, Bp.shape[0] * Bp.shape[2] :]).all()
+    for i in range(m if m > 1 else 0):  # the same rows one at a time
+        row = C0[i : i + 1].copy()
+        a, a2 = A[i : i + 1].ctypes.data, A2[i : i + 1].ctypes.data
+        packed.mm2(a, lda, K1, a2, lda2, K - K1, 1, Bp, k0, row.ctypes.data, width, *args[4:])
+        assert (row[0, :N] == C[i, :N]).all()
 
 
 @pytest.mark.parametrize("shape", [(50, 1, 64, 64), (5, 4, 256, 256)], ids=["S", "M"])

@@ -8,8 +8,9 @@ In a unit the rows are sorted by length, longest first, so the rows
 still running at step ``k`` are a prefix ``[:active[k]]`` and finished sequences
 cost nothing. A reverse direction reads each sequence from its own last valid step
 back to 0 (not ``np.flip``, which is right only for full-length sequences). The
-inputs go to the backend a block of time steps at a time (it projects them, ``X W^T +
-b``, at once), so working memory grows with the block, not with ``seq_length``.
+inputs go to the backend a block of time steps at a time (the NumPy backend projects
+them, ``X W^T + b``, at once), so working memory grows with the block, not with
+``seq_length``.
 """
 
 from __future__ import annotations

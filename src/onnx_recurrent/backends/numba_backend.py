@@ -1,11 +1,12 @@
 """The numba backend: each cell's step compiled and fused, one pass per gate element.
 
-A block of time steps is one compiled call (:func:`_part_block`): the input projection,
-then per step ``Ht-1 R^T`` (one product) and the cell's update row by row, with no
-Python and no GIL in between. The products are :mod:`.packed`'s, on ``W^T`` and ``R^T``
-packed once. The call computes all the hidden units or, for threads that split one
-direction between them, a share of them (a barrier per step). Activations are passed
-as codes (:data:`CODES`) with their alpha and beta.
+A block of time steps is one compiled call (:func:`_part_block`): per step, the gates'
+inputs ``[Xt, Ht-1] [W^T; R^T] + b`` as one product, then the cell's update row by
+row, with no Python and no GIL in between (with fewer than :data:`PROJECT_BELOW` rows,
+``Xt W^T`` of the whole block comes first, as one product). The products are
+:mod:`.packed`'s, on ``[W^T; R^T]`` packed once. The call computes all the hidden units
+or, for threads that split one direction between them, a share of them (a barrier per
+step). Activations are passed as codes (:data:`CODES`) with their alpha and beta.
 """
 
 from __future__ import annotations
@@ -26,6 +27,10 @@ from . import packed
 
 CODES = {name: i for i, name in enumerate(TABLE)}
 _f32 = np.float32
+#: rows below which a block's ``Xt W^T`` is one product ahead of its steps: a product
+#: of 1-3 rows is bound by reading ``B``, which the block's rows then share (measured:
+#: 10-20% faster at 1 row, equal at 4, slower above)
+PROJECT_BELOW = 4
 _jit = numba.njit(cache=True, fastmath={"contract", "nsz"}, nogil=True, error_model="numpy")
 
 
@@ -196,76 +201,79 @@ def _gate(a, i, v, fast):
 
 
 @_jit
-def _pre(dst, x, hr, clip):
-    """``dst = clip(x + hr)``."""
+def _clip(dst, pre, clip):
+    """``dst = clip(pre)``."""
     for j in range(dst.shape[0]):
-        dst[j] = min(max(x[j] + hr[j], -clip), clip)
+        dst[j] = min(max(pre[j], -clip), clip)
 
 
-# --- per-row cell updates; hr: the row's recurrent product; g: scratch [gates*hidden] ---
+# --- per-row cell updates. pre: the row's gate inputs, Xt W^T + Ht-1 R^T + biases;
+# g: scratch [gates*hidden]; hp: the row of Ht-1 (may be h itself: each element is
+# read before it is written) ---
 
 
 @_jit
-def _rnn_row(x, hr, h, g, a, clip, fast):
-    _pre(h, x, hr, clip)
+def _rnn_row(pre, h, a, clip, fast):
+    _clip(h, pre, clip)
     _gate(a, 0, h, fast)
 
 
 @_jit
-def _gru_zr_row(x, hr, h, g, rh, a, clip, fast):
+def _gru_zr_row(pre, hp, g, rh, a, clip, fast):
     """z, r into g[:2H]; r . Ht-1 into rh (linear_before_reset = 0)."""
-    H = h.shape[0]
-    _pre(g[: 2 * H], x, hr, clip)
+    H = hp.shape[0]
+    _clip(g[: 2 * H], pre, clip)
     _gate(a, 0, g[: 2 * H], fast)
     for j in range(H):
-        rh[j] = g[H + j] * h[j]
+        rh[j] = g[H + j] * hp[j]
 
 
 @_jit
-def _gru_h_row(x, hh, h, g, a, clip, fast):
-    """ht from hh = (r . Ht-1) Rh^T, then Ht (linear_before_reset = 0)."""
+def _gru_h_row(pre_h, hp, h, g, a, clip, fast):
+    """ht from its input Xt Wh^T + (r . Ht-1) Rh^T + biases, then Ht (z in g[:H])."""
     H = h.shape[0]
     n = g[2 * H :]
-    _pre(n, x[2 * H :], hh, clip)
+    _clip(n, pre_h, clip)
     _gate(a, 1, n, fast)
     for j in range(H):
-        h[j] = n[j] + g[j] * (h[j] - n[j])
+        h[j] = n[j] + g[j] * (hp[j] - n[j])
 
 
 @_jit
-def _gru_lbr_row(x, hr, rbh, h, g, a, clip, fast):
+def _gru_lbr_row(pre, xh, hh, hp, h, g, a, clip, fast):
+    """linear_before_reset: ``xh`` = Xt Wh^T + Wbh, ``hh`` = Ht-1 Rh^T + Rbh."""
     H = h.shape[0]
-    _pre(g[: 2 * H], x, hr, clip)
+    _clip(g[: 2 * H], pre, clip)
     _gate(a, 0, g[: 2 * H], fast)
     n = g[2 * H :]
     for j in range(H):
-        n[j] = min(max(x[2 * H + j] + g[H + j] * (hr[2 * H + j] + rbh[j]), -clip), clip)
+        n[j] = min(max(xh[j] + g[H + j] * hh[j], -clip), clip)
     _gate(a, 1, n, fast)
     for j in range(H):
-        h[j] = n[j] + g[j] * (h[j] - n[j])
+        h[j] = n[j] + g[j] * (hp[j] - n[j])
 
 
 @_jit
-def _lstm_row(x, hr, h, c, P, input_forget, g, a, clip, fast):
+def _lstm_row(pre, h, c, P, input_forget, g, a, clip, fast):
     """Gates i o f c; P rows Pi, Po, Pf (zeros when absent)."""
     H = h.shape[0]
-    i, o, f, cc = g[:H], g[H : 2 * H], g[2 * H : 3 * H], g[3 * H :]
+    i, o, f, cc = g[:H], g[H : 2 * H], g[2 * H : 3 * H], g[3 * H : 4 * H]
     for j in range(H):
-        i[j] = min(max(x[j] + hr[j] + P[0, j] * c[j], -clip), clip)
+        i[j] = min(max(pre[j] + P[0, j] * c[j], -clip), clip)
     _gate(a, 0, i, fast)
     if input_forget:
         for j in range(H):
             f[j] = _f32(1) - i[j]
     else:
         for j in range(H):
-            f[j] = min(max(x[2 * H + j] + hr[2 * H + j] + P[2, j] * c[j], -clip), clip)
+            f[j] = min(max(pre[2 * H + j] + P[2, j] * c[j], -clip), clip)
         _gate(a, 0, f, fast)
-    _pre(cc, x[3 * H :], hr[3 * H :], clip)
+    _clip(cc, pre[3 * H :], clip)
     _gate(a, 1, cc, fast)
     for j in range(H):
         c[j] = f[j] * c[j] + i[j] * cc[j]
     for j in range(H):
-        o[j] = min(max(x[H + j] + hr[H + j] + P[1, j] * c[j], -clip), clip)
+        o[j] = min(max(pre[H + j] + P[1, j] * c[j], -clip), clip)
     _gate(a, 0, o, fast)
     for j in range(H):
         cc[j] = c[j]  # h(Ct): the cell state itself is not clipped
@@ -274,17 +282,7 @@ def _lstm_row(x, hr, h, c, P, input_forget, g, a, clip, fast):
         h[j] = o[j] * cc[j]
 
 
-@_jit
-def _row(kind, x, hr, rbh, P, input_forget, h, c, g, a, clip, fast):
-    if kind == 0:
-        _rnn_row(x, hr, h, g, a, clip, fast)
-    elif kind == 1:
-        _gru_lbr_row(x, hr, rbh, h, g, a, clip, fast)
-    else:
-        _lstm_row(x, hr, h, c, P, input_forget, g, a, clip, fast)
-
-
-# --- the input projection of a block ---
+# --- the step loop: one product per step, hidden units shared by 1 or more threads ---
 
 
 @_jit
@@ -294,23 +292,19 @@ def _width(Bp):
 
 
 @_jit
-def _project(xb, Wp, bias, xw, active):
-    """``xw[k, :active[k], :G] = xb[k, :active[k]] W^T + bias`` (``Wp``: ``W^T`` packed;
-    ``bias`` padded to it): one product, or one per step where rows finish."""
-    steps, rows, size = xb.shape
-    A, C, width = xb.ctypes.data, xw.ctypes.data, xw.shape[2]
+def _project(xb, F, I, bias, xw, active):
+    """``xw[k, :active[k]] = xb[k, :active[k]] W^T + bias``, ``W^T``: the first ``I``
+    panel rows of ``F``: one product, or one per step where rows finish."""
+    steps, rows, _ = xb.shape
+    A, C, ld, size = xb.ctypes.data, xw.ctypes.data, xw.shape[2], xw.itemsize
     if steps == 0:
         return
     if active[steps - 1] == rows:
-        packed.mm(A, size, steps * rows, Wp, C, width, bias.ctypes.data)
+        packed.mm2(A, I, I, A, I, 0, steps * rows, F, 0, C, ld, bias, False)
         return
     for k in range(steps):
-        a = A + k * rows * size * xb.itemsize
-        c = C + k * rows * width * xw.itemsize
-        packed.mm(a, size, active[k], Wp, c, width, bias.ctypes.data)
-
-
-# --- the step loop: R product per step, hidden units shared by 1 or more threads ---
+        a, c = A + k * rows * I * size, C + k * rows * ld * size
+        packed.mm2(a, I, I, a, I, 0, active[k], F, 0, c, ld, bias, False)
 
 
 @_jit
@@ -320,11 +314,13 @@ def _part_block(
     yield_addr,
     kind,
     xb,
-    Wp,
+    project,
+    F,
     bias,
-    Rp,
-    Rhp,
-    rbh,
+    Fh,
+    bias_h,
+    Fr,
+    bias_r,
     P,
     input_forget,
     h,
@@ -341,63 +337,86 @@ def _part_block(
     clip,
     fast,
 ):
-    """Hidden units ``j0..j0+Hs-1`` of every row (weights of those units only), ``Ht-1
-    R^T`` one product per step: each step reads the whole ``Ht-1`` that all parties
-    wrote, then waits for them (:func:`_barrier`; one party: all units, no waiting).
-    ``h`` and ``spare`` alternate as ``Ht-1`` and ``Ht``; ``h`` holds the state at the end.
-    ``Wp``, ``Rp``: the share's ``W^T`` and ``R^T`` packed (:func:`.packed.panels`).
-    ``split``: GRU with the reset gate before the product (two barriers per step); ``Rp``
-    then holds the ``z r`` columns and ``Rhp`` the ``h`` ones."""
-    steps, rows, _ = xb.shape
+    """Hidden units ``j0..j0+Hs-1`` of every row (weights of those units only): at each
+    step, the gates' inputs ``[Xt, Ht-1] [W^T; R^T] + b`` (``F``; ``Ht-1`` whole, as all
+    parties wrote it), then the cell's update row by row; then the parties wait for each
+    other (:func:`_barrier`; one party: all units, no waiting). The product is one per
+    step, or, if ``project`` (few rows: a product of one row is bound by reading
+    ``B``), ``Xt W^T + b`` for the whole block at once and ``Ht-1 R^T`` added per step.
+    ``h`` and ``spare`` alternate as ``Ht-1`` and ``Ht``; ``h`` holds the state at the
+    end. GRU (``kind`` 1): ``F`` gives ``z r``; with the reset gate before the product
+    (``split``, two barriers per step) ``Fh`` gives ht's input from ``[Xt, r . Ht-1]``;
+    else ``Fh`` gives ``Xt Wh^T + Wbh`` and ``Fr`` ``Ht-1 Rh^T + Rbh``. Panels as
+    :func:`_arranged` made them."""
+    steps, rows, I = xb.shape
     H = h.shape[1]
     j1 = j0 + Hs
-    xw = np.empty((steps, rows, _width(Wp)), h.dtype)
-    _project(xb, Wp, bias, xw, active)
-    hr = np.empty((rows, _width(Rp)), h.dtype)
-    g = np.empty((rows, bias.shape[0]), h.dtype)  # bias: gates * Hs, padded
-    ldo = hr.shape[1]
-    alone = parties == 1  # Ht in place: each product is read before the rows change
+    size = h.itemsize
+    gru = kind == 1
+    lbr = gru and not split
+    ahead = steps if project else 1  # steps of gate inputs kept
+    pre_b = np.empty((ahead, rows, _width(F)), h.dtype)
+    pre_hb = np.empty((ahead if gru else 0, rows, _width(Fh)), h.dtype)
+    hh = np.empty((rows if lbr else 0, _width(Fr)), h.dtype)
+    # scratch: one row (in L1), or one per row where z waits for the second product
+    g = np.empty((rows if split else 1, _width(F) + _width(Fh)), h.dtype)
+    bF, bFh, bFr = bias.ctypes.data, bias_h.ctypes.data, bias_r.ctypes.data
+    if project:
+        _project(xb, F, I, bF, pre_b, active)
+        if gru:
+            _project(xb, Fh, I, bFh, pre_hb, active)
+    K1 = 0 if project else I  # rows of Xt in each product
     for k in range(steps):
         n = active[k]
-        old, new = (h, h) if alone else (h, spare) if k % 2 == 0 else (spare, h)
-        packed.mm(old.ctypes.data, H, n, Rp, hr.ctypes.data, ldo)
-        if not alone:
-            for b in range(rows):
-                new[b, j0:j1] = old[b, j0:j1]
+        x = xb.ctypes.data + k * rows * I * size
+        pre = pre_b[k if project else 0]
+        pre_h = pre_hb[k if project else 0] if gru else pre_hb[0:0, 0]
+        old, new = (h, h) if parties == 1 else (h, spare) if k % 2 == 0 else (spare, h)
+        hp0, ld = old.ctypes.data, pre.shape[1]
+        packed.mm2(x, I, K1, hp0, H, H, n, F, I - K1, pre.ctypes.data, ld, bF, project)
+        if lbr:
+            if not project:
+                ldh = pre_h.shape[1]
+                packed.mm2(x, I, I, x, I, 0, n, Fh, 0, pre_h.ctypes.data, ldh, bFh, False)
+            packed.mm2(x, I, 0, hp0, H, H, n, Fr, 0, hh.ctypes.data, hh.shape[1], bFr, False)
+        if parties > 1:  # finished rows keep their state
+            _copy(old, new, n, rows, j0, j1)
         for b in range(n):
-            hb = new[b, j0:j1]
-            if split:
-                _gru_zr_row(xw[k, b], hr[b], hb, g[b], rh[b, j0:j1], a, clip, fast)
+            hp, hb = old[b, j0:j1], new[b, j0:j1]
+            if kind == 0:
+                _rnn_row(pre[b], hb, a, clip, fast)
+            elif split:
+                _gru_zr_row(pre[b], hp, g[b], rh[b, j0:j1], a, clip, fast)
+            elif gru:
+                _gru_lbr_row(pre[b], pre_h[b], hh[b], hp, hb, g[0], a, clip, fast)
             else:
-                _row(
-                    kind,
-                    xw[k, b],
-                    hr[b],
-                    rbh,
-                    P,
-                    input_forget,
-                    hb,
-                    c[b, j0:j1],
-                    g[b],
-                    a,
-                    clip,
-                    fast,
-                )
+                _lstm_row(pre[b], hb, c[b, j0:j1], P, input_forget, g[0], a, clip, fast)
         if split:
-            if not _barrier(sync, parties, yield_addr):  # rh complete
+            if not _barrier(sync, parties, yield_addr):  # r . Ht-1 complete
                 return
-            packed.mm(rh.ctypes.data, H, n, Rhp, hr.ctypes.data, ldo)
+            ldh, rh0 = pre_h.shape[1], rh.ctypes.data
+            packed.mm2(x, I, K1, rh0, H, H, n, Fh, I - K1, pre_h.ctypes.data, ldh, bFh, project)
             for b in range(n):
-                _gru_h_row(xw[k, b], hr[b], new[b, j0:j1], g[b], a, clip, fast)
+                _gru_h_row(pre_h[b], old[b, j0:j1], new[b, j0:j1], g[b], a, clip, fast)
         if write_Y:
             for b in range(n):
-                Y[k, b] = new[b, j0:j1]
+                yb, hb = Y[k, b], new[b, j0:j1]
+                for j in range(Hs):
+                    yb[j] = hb[j]
         if not _barrier(sync, parties, yield_addr):  # Ht complete
             return
-    if steps % 2 == 1 and not alone:  # the last Ht is in spare
-        for b in range(rows):
-            h[b, j0:j1] = spare[b, j0:j1]
+    if steps % 2 == 1 and parties > 1:  # the last Ht is in spare
+        _copy(spare, h, 0, rows, j0, j1)
         _barrier(sync, parties, yield_addr)
+
+
+@_jit
+def _copy(src, dst, b0, b1, j0, j1):
+    """``dst[b0:b1, j0:j1] = src[b0:b1, j0:j1]`` (a loop: NumPy-style slice assignment
+    in numba costs about a cycle per element)."""
+    for b in range(b0, b1):
+        for j in range(j0, j1):
+            dst[b, j] = src[b, j]
 
 
 _KIND = {"RNN": 0, "GRU": 1, "LSTM": 2}
@@ -437,9 +456,9 @@ def _sched_yield() -> int:
 
 
 @functools.cache
-def _empty(dt: np.dtype) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Placeholders for absent vectors: no Rbh, no peepholes, no Y (never written)."""
-    return np.zeros(0, dt), np.zeros((3, 0), dt), np.zeros((0, 0, 0), dt)
+def _empty(dt: np.dtype) -> tuple[np.ndarray, np.ndarray]:
+    """Placeholders: no peepholes, no Y (never written)."""
+    return np.zeros((3, 0), dt), np.zeros((0, 0, 0), dt)
 
 
 class NumbaBackend:
@@ -463,18 +482,11 @@ class NumbaBackend:
         h = states[0]
         dt = h.dtype
         H = spec.hidden_size
-        a = _table(acts, dt)
         clip = dt.type(np.inf if spec.clip is None else spec.clip)
-        fast = dt == np.float32
         c = states[1] if len(states) > 1 else h
-        lbr = spec.cell.name == "GRU" and spec.linear_before_reset
-        none = _empty(dt)
-        rbh = np.ascontiguousarray(w.extra["Rbh"], dt) if lbr else none[0]
-        Y = Yb if Yb is not None else none[2]
+        split = kind == 1 and not spec.linear_before_reset
+        Y = Yb if Yb is not None else _empty(dt)[1]
         xb = np.ascontiguousarray(xb, dt)
-        args = (a, clip, fast)
-        split = kind == 1 and not lbr
-        Wp, bias, R, Rh, P = _arranged(w, dt, split, kind == 2)
         # w: the weights of hidden units j0..j1-1 only, when shared
         shares, j0, j1 = share if share is not None else (self.shares(spec, len(h), dt, 1), 0, H)
         _part_block(
@@ -483,12 +495,8 @@ class NumbaBackend:
             _sched_yield(),
             kind,
             xb,
-            Wp,
-            bias,
-            R,
-            Rh,
-            rbh,
-            P,
+            len(h) < PROJECT_BELOW,
+            *_arranged(w, dt, kind, split),
             spec.input_forget,
             h,
             shares.spare,
@@ -500,30 +508,38 @@ class NumbaBackend:
             active,
             Y,
             Yb is not None,
-            *args,
+            _table(acts, dt),
+            clip,
+            dt == np.float32,
         )
 
 
-def _arranged(w, dt: np.dtype, split: bool, lstm: bool) -> tuple:
-    """``(W^T, bias, R^T, Rh^T, P)`` as the step loop reads them, made once (kept in
-    ``w.derived``): ``W^T`` packed and the bias padded to it; ``R^T`` packed, its ``z r``
-    and ``h`` columns apart when ``split`` (GRU, reset gate before the product); LSTM's
-    peepholes as rows ``Pi, Po, Pf`` (zeros when absent)."""
+def _arranged(w, dt: np.dtype, kind: int, split: bool) -> tuple:
+    """``(F, bias, Fh, bias_h, Fr, bias_r, P)`` as :func:`_part_block` reads them, made
+    once (kept in ``w.derived``): the panels of ``[W^T; R^T]`` (``Fh``, ``Fr``: GRU's
+    ``h`` columns, see there; else empty) and their biases; LSTM's peepholes as rows
+    ``Pi, Po, Pf`` (zeros when absent)."""
     key = ("numba", dt, split)
     if key not in w.derived:
-        RT = w.R.T
-        if split:
+        WT, RT = w.W.T, w.R.T
+        f = fh = fr = (RT[:, :0], w.bias[:0])  # none
+        if kind == 1:  # GRU: z r | h
             Hs = RT.shape[1] // 3
-            R, Rh = packed.panels(RT[:, : 2 * Hs], dt), packed.panels(RT[:, 2 * Hs :], dt)
+            zr, hc = slice(0, 2 * Hs), slice(2 * Hs, None)
+            f = np.vstack([WT[:, zr], RT[:, zr]]), w.bias[zr]
+            if split:
+                fh = np.vstack([WT[:, hc], RT[:, hc]]), w.bias[hc]
+            else:
+                fh, fr = (WT[:, hc], w.bias[hc]), (RT[:, hc], w.extra["Rbh"])
         else:
-            R, Rh = packed.panels(RT, dt), packed.panels(RT[:, :0], dt)
-        P = _empty(dt)[1]
+            f = np.vstack([WT, RT]), w.bias
+        P = _empty(dt)[0]
         if "Pi" in w.extra:
             P = np.stack([w.extra["Pi"], w.extra["Po"], w.extra["Pf"]]).astype(dt)
-        elif lstm:
+        elif kind == 2:
             P = np.zeros((3, w.R.shape[0] // 4), dt)
-        bias = packed.padded_vector(w.bias, dt)
-        w.derived[key] = (packed.panels(w.W.T, dt), bias, R, Rh, P)
+        arranged = [(packed.panels(B, dt), packed.padded_vector(v, dt)) for B, v in (f, fh, fr)]
+        w.derived[key] = (*arranged[0], *arranged[1], *arranged[2], P)
     return w.derived[key]
 
 

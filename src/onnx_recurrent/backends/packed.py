@@ -5,7 +5,8 @@
 contiguous for each ``k``, zero-padded. :func:`mm` runs a micro-kernel written in LLVM
 IR over them: a tile of ``MR`` rows by ``L`` columns over the whole ``K``, its
 ``2 MR`` vector accumulators in registers, one broadcast of ``A`` and two fused
-multiply-adds per row and ``k``.
+multiply-adds per row and ``k``. :func:`mm2` reads ``A`` from two matrices side by
+side, ``[Xt, Ht-1]``, so that a step's input and recurrent products are one.
 
 Why not BLAS: a BLAS ``gemm`` packs ``B`` again at every call, i.e. at every time step.
 On one Zen 4 core, at the per-step shapes (``[32, 256] x [256, 384..1024]``, float32),
@@ -83,23 +84,25 @@ def _tile_of(R: int):
     """The micro-kernel for tiles of up to ``R`` rows (an intrinsic)."""
 
     @intrinsic
-    def tile(typingctx, A, lda, mr, Bp, offset, C, ldc, bias):
-        """``C[:mr, :L] = bias + A[:mr, :K] Bp.flat[offset:offset + K L]`` (one panel),
-        ``mr <= R``; ``A``, ``C``, ``bias``: addresses (``bias``: ``L`` values, 0: none)
-        of row-major matrices with row strides ``lda``, ``ldc`` elements. Rows past
-        ``mr`` compute row 0 again and are not stored."""
+    def tile(typingctx, A, lda, K1, A2, lda2, K2, mr, Bp, offset, C, ldc, bias, add):
+        """``C[:mr, :L] = start + [A[:mr, :K1], A2[:mr, :K2]] B`` for the panel rows
+        ``Bp.flat[offset:offset + (K1 + K2) L]``, ``mr <= R``; ``start``: ``C`` itself
+        if ``add``, else ``bias`` (``L`` values; 0: zeros). ``A``, ``A2``, ``C``,
+        ``bias``: addresses of row-major matrices with row strides ``lda``, ``lda2``,
+        ``ldc`` elements. Rows past ``mr`` compute row 0 again and are not stored."""
         if not isinstance(Bp, types.Array) or not isinstance(Bp.dtype, types.Float):
             return None
-        int64 = types.int64
-        return types.void(int64, int64, int64, Bp, int64, int64, int64, int64), _codegen(R)
+        i64 = types.int64
+        args = (i64, i64, i64, i64, i64, i64, i64, Bp, i64, i64, i64, i64, types.boolean)
+        return types.void(*args), _codegen(R)
 
     return tile
 
 
 def _codegen(R: int):
     def codegen(context, builder, signature, args):
-        A_, lda_, mr_, Bp_, offset_, C_, ldc_, bias_ = args
-        Bp = signature.args[3]
+        A_, lda_, K1_, A2_, lda2_, K2_, mr_, Bp_, offset_, C_, ldc_, bias_, add_ = args
+        Bp = signature.args[7]
         i32, i64 = ir.IntType(32), ir.IntType(64)
         size = Bp.dtype.bitwidth // 8
         real = ir.FloatType() if size == 4 else ir.DoubleType()
@@ -110,19 +113,22 @@ def _codegen(R: int):
             ir.FunctionType(vector, [vector] * 3),
             f"llvm.fma.v{lanes}f{8 * size}",
         )
-        panel = context.make_array(Bp)(context, builder, Bp_)
-        K = cgutils.unpack_tuple(builder, panel.shape)[1]
-        B = builder.bitcast(builder.gep(panel.data, [offset_]), vector.as_pointer())
 
         def const(v):
             return ir.Constant(i64, v)
 
-        rows = []
-        for r in range(R):
-            used = builder.icmp_signed("<", const(r), mr_)
-            row = builder.select(used, const(r), const(0))
-            address = builder.add(A_, builder.mul(row, builder.mul(lda_, const(size))))
-            rows.append(builder.inttoptr(address, real.as_pointer()))
+        def rows_of(address, stride):
+            """Pointers to the tile's rows (rows past ``mr``: row 0)."""
+            rows = []
+            for r in range(R):
+                used = builder.icmp_signed("<", const(r), mr_)
+                row = builder.select(used, const(r), const(0))
+                at = builder.add(address, builder.mul(row, builder.mul(stride, const(size))))
+                rows.append(builder.inttoptr(at, real.as_pointer()))
+            return rows
+
+        panel = context.make_array(Bp)(context, builder, Bp_)
+        B = builder.bitcast(builder.gep(panel.data, [offset_]), vector.as_pointer())
         start = [cgutils.alloca_once_value(builder, ir.Constant(vector, [0.0] * lanes))
                  for _ in range(2)]  # fmt: skip
         with builder.if_then(builder.icmp_unsigned("!=", bias_, const(0))):
@@ -130,31 +136,43 @@ def _codegen(R: int):
             for v in range(2):
                 builder.store(builder.load(builder.gep(first, [const(v)]), align=size), start[v])
         acc = [cgutils.alloca_once(builder, vector) for _ in range(2 * R)]
-        for i, a in enumerate(acc):
-            builder.store(builder.load(start[i % 2]), a)
+        out = rows_of(C_, ldc_)
+        with builder.if_else(add_) as (added, started):
+            with added:
+                for r in range(R):
+                    for v in range(2):
+                        at = builder.bitcast(
+                            builder.gep(out[r], [const(v * lanes)]), vector.as_pointer()
+                        )
+                        builder.store(builder.load(at, align=size), acc[2 * r + v])
+            with started:
+                for i, a in enumerate(acc):
+                    builder.store(builder.load(start[i % 2]), a)
         undef = ir.Constant(vector, ir.Undefined)
         splat = ir.Constant(ir.VectorType(i32, lanes), [0] * lanes)
-        with cgutils.for_range(builder, K) as loop:
-            k2 = builder.mul(loop.index, const(2))
-            b = [builder.load(builder.gep(B, [builder.add(k2, const(v))]), align=size)
-                 for v in range(2)]  # fmt: skip
-            for r in range(R):
-                a = builder.load(builder.gep(rows[r], [loop.index]))
-                a = builder.shuffle_vector(
-                    builder.insert_element(undef, a, ir.Constant(i32, 0)), undef, splat
-                )
-                for v in range(2):
-                    total = builder.call(fma, [a, b[v], builder.load(acc[2 * r + v])])
-                    builder.store(total, acc[2 * r + v])
-        out = builder.inttoptr(C_, real.as_pointer())
+        for rows, first, count in (  # K1 panel rows times A, then K2 times A2
+            (rows_of(A_, lda_), const(0), K1_),
+            (rows_of(A2_, lda2_), K1_, K2_),
+        ):
+            with cgutils.for_range(builder, count) as loop:
+                k2 = builder.mul(builder.add(first, loop.index), const(2))
+                b = [builder.load(builder.gep(B, [builder.add(k2, const(v))]), align=size)
+                     for v in range(2)]  # fmt: skip
+                for r in range(R):
+                    a = builder.load(builder.gep(rows[r], [loop.index]))
+                    a = builder.shuffle_vector(
+                        builder.insert_element(undef, a, ir.Constant(i32, 0)), undef, splat
+                    )
+                    for v in range(2):
+                        total = builder.call(fma, [a, b[v], builder.load(acc[2 * r + v])])
+                        builder.store(total, acc[2 * r + v])
         for r in range(R):
             with builder.if_then(builder.icmp_signed("<", const(r), mr_)):
-                row = builder.gep(out, [builder.mul(const(r), ldc_)])
                 for v in range(2):
-                    ptr = builder.bitcast(
-                        builder.gep(row, [const(v * lanes)]), vector.as_pointer()
+                    at = builder.bitcast(
+                        builder.gep(out[r], [const(v * lanes)]), vector.as_pointer()
                     )
-                    builder.store(builder.load(acc[2 * r + v]), ptr, align=size)
+                    builder.store(builder.load(acc[2 * r + v]), at, align=size)
         return context.get_dummy_value()
 
     return codegen
@@ -167,20 +185,29 @@ _tile, _tile4, _tile2, _tile1 = (_tile_of(R) for R in (MR, 4, 2, 1))
 def mm(A, lda, n, Bp, C, ldc, bias=0):
     """``C[:n, :P L] = bias + A[:n, :K] B`` for ``Bp`` = :func:`panels` of ``B``; ``A``,
     ``C``: addresses of row-major matrices (row strides ``lda``, ``ldc`` elements; ``C``'s
-    rows at least :func:`columns` long); ``bias``: address of ``P L`` values, or 0.
-    Panel by panel, so that one stays in cache."""
+    rows at least :func:`columns` long); ``bias``: address of ``P L`` values, or 0."""
+    mm2(A, lda, Bp.shape[1], A, lda, 0, n, Bp, 0, C, ldc, bias, False)
+
+
+@_jit
+def mm2(A, lda, K1, A2, lda2, K2, n, Bp, k0, C, ldc, bias, add):
+    """:func:`mm` of ``[A[:n, :K1], A2[:n, :K2]]`` and rows ``k0..k0+K1+K2-1`` of ``B``,
+    onto ``C`` itself if ``add`` (``bias`` then ignored). Panel by panel, so that one
+    stays in cache."""
     P, K, L = Bp.shape
     size = Bp.itemsize
     for p in range(P):
         b0 = bias + p * L * size if bias != 0 else 0
+        offset = (p * K + k0) * L
         for b in range(0, n, MR):
             m = min(MR, n - b)
-            a, c, offset = A + b * lda * size, C + (b * ldc + p * L) * size, p * K * L
+            a, a2 = A + b * lda * size, A2 + b * lda2 * size
+            c = C + (b * ldc + p * L) * size
             if m > 4:
-                _tile(a, lda, m, Bp, offset, c, ldc, b0)
+                _tile(a, lda, K1, a2, lda2, K2, m, Bp, offset, c, ldc, b0, add)
             elif m > 2:  # a last, short tile: fewer rows computed for nothing
-                _tile4(a, lda, m, Bp, offset, c, ldc, b0)
+                _tile4(a, lda, K1, a2, lda2, K2, m, Bp, offset, c, ldc, b0, add)
             elif m == 2:
-                _tile2(a, lda, m, Bp, offset, c, ldc, b0)
+                _tile2(a, lda, K1, a2, lda2, K2, m, Bp, offset, c, ldc, b0, add)
             else:
-                _tile1(a, lda, m, Bp, offset, c, ldc, b0)
+                _tile1(a, lda, K1, a2, lda2, K2, m, Bp, offset, c, ldc, b0, add)
