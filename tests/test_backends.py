@@ -111,7 +111,7 @@ def test_numba_dtypes(op, dtype):
     dtype=st.sampled_from([np.float32, np.float64]),
 )
 def test_packed_products(m, K, N, lda_extra, split, skip, start, dtype):
-    """``packed.mm2`` computes ``start + [A, A2] B[k0:k0+K]`` for any sizes (partial
+    """``packed.mm`` computes ``start + [A, A2] B[k0:k0+K]`` for any sizes (partial
     tiles and panels), any split of those ``K`` rows between ``A`` and ``A2`` (0 and
     ``K`` included), ``B`` of any strides and rows of ``A`` spaced; ``start``: zeros, a
     bias, or ``C`` itself. It writes zeros (or the bias) in the padding columns of its
@@ -135,7 +135,7 @@ def test_packed_products(m, K, N, lda_extra, split, skip, start, dtype):
     C0 = C.copy()
     lda, lda2 = K1 + lda_extra, K - K1 + 2 * lda_extra
     args = (Bp, k0, C.ctypes.data, width, vp.ctypes.data if start == "bias" else 0, start == "add")
-    packed.mm2(A.ctypes.data, lda, K1, A2.ctypes.data, lda2, K - K1, m, *args)
+    packed.mm(A.ctypes.data, lda, K1, A2.ctypes.data, lda2, K - K1, m, *args)
     full = np.concatenate([A[:, :K1], A2[:, : K - K1]], axis=1)
     expected = full @ B[k0 : k0 + K] + v + C0[:m, :N]
     np.testing.assert_allclose(C[:m, :N], expected, rtol=1e-5, atol=1e-5)
@@ -144,7 +144,7 @@ def test_packed_products(m, K, N, lda_extra, split, skip, start, dtype):
     for i in range(m if m > 1 else 0):  # the same rows one at a time
         row = C0[i : i + 1].copy()
         a, a2 = A[i : i + 1].ctypes.data, A2[i : i + 1].ctypes.data
-        packed.mm2(a, lda, K1, a2, lda2, K - K1, 1, Bp, k0, row.ctypes.data, width, *args[4:])
+        packed.mm(a, lda, K1, a2, lda2, K - K1, 1, Bp, k0, row.ctypes.data, width, *args[4:])
         assert (row[0, :N] == C[i, :N]).all()
 
 

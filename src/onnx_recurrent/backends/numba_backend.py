@@ -300,11 +300,11 @@ def _project(xb, F, I, bias, xw, active):
     if steps == 0:
         return
     if active[steps - 1] == rows:
-        packed.mm2(A, I, I, A, I, 0, steps * rows, F, 0, C, ld, bias, False)
+        packed.mm(A, I, I, A, I, 0, steps * rows, F, 0, C, ld, bias, False)
         return
     for k in range(steps):
         a, c = A + k * rows * I * size, C + k * rows * ld * size
-        packed.mm2(a, I, I, a, I, 0, active[k], F, 0, c, ld, bias, False)
+        packed.mm(a, I, I, a, I, 0, active[k], F, 0, c, ld, bias, False)
 
 
 @_jit
@@ -356,7 +356,7 @@ def _part_block(
     lbr = gru and not split
     ahead = steps if project else 1  # steps of gate inputs kept
     pre_b = np.empty((ahead, rows, _width(F)), h.dtype)
-    pre_hb = np.empty((ahead if gru else 0, rows, _width(Fh)), h.dtype)
+    pre_hb = np.empty((ahead, rows if gru else 0, _width(Fh)), h.dtype)
     hh = np.empty((rows if lbr else 0, _width(Fr)), h.dtype)
     # scratch: one row (in L1), or one per row where z waits for the second product
     g = np.empty((rows if split else 1, _width(F) + _width(Fh)), h.dtype)
@@ -369,16 +369,16 @@ def _part_block(
     for k in range(steps):
         n = active[k]
         x = xb.ctypes.data + k * rows * I * size
-        pre = pre_b[k if project else 0]
-        pre_h = pre_hb[k if project else 0] if gru else pre_hb[0:0, 0]
+        at = k if project else 0
+        pre, pre_h = pre_b[at], pre_hb[at]
         old, new = (h, h) if parties == 1 else (h, spare) if k % 2 == 0 else (spare, h)
         hp0, ld = old.ctypes.data, pre.shape[1]
-        packed.mm2(x, I, K1, hp0, H, H, n, F, I - K1, pre.ctypes.data, ld, bF, project)
+        packed.mm(x, I, K1, hp0, H, H, n, F, I - K1, pre.ctypes.data, ld, bF, project)
         if lbr:
             if not project:
                 ldh = pre_h.shape[1]
-                packed.mm2(x, I, I, x, I, 0, n, Fh, 0, pre_h.ctypes.data, ldh, bFh, False)
-            packed.mm2(x, I, 0, hp0, H, H, n, Fr, 0, hh.ctypes.data, hh.shape[1], bFr, False)
+                packed.mm(x, I, I, x, I, 0, n, Fh, 0, pre_h.ctypes.data, ldh, bFh, False)
+            packed.mm(x, I, 0, hp0, H, H, n, Fr, 0, hh.ctypes.data, hh.shape[1], bFr, False)
         if parties > 1:  # finished rows keep their state
             _copy(old, new, n, rows, j0, j1)
         for b in range(n):
@@ -395,7 +395,7 @@ def _part_block(
             if not _barrier(sync, parties, yield_addr):  # r . Ht-1 complete
                 return
             ldh, rh0 = pre_h.shape[1], rh.ctypes.data
-            packed.mm2(x, I, K1, rh0, H, H, n, Fh, I - K1, pre_h.ctypes.data, ldh, bFh, project)
+            packed.mm(x, I, K1, rh0, H, H, n, Fh, I - K1, pre_h.ctypes.data, ldh, bFh, project)
             for b in range(n):
                 _gru_h_row(pre_h[b], old[b, j0:j1], new[b, j0:j1], g[b], a, clip, fast)
         if write_Y:

@@ -5,8 +5,8 @@
 contiguous for each ``k``, zero-padded. :func:`mm` runs a micro-kernel written in LLVM
 IR over them: a tile of ``MR`` rows by ``L`` columns over the whole ``K``, its
 ``2 MR`` vector accumulators in registers, one broadcast of ``A`` and two fused
-multiply-adds per row and ``k``. :func:`mm2` reads ``A`` from two matrices side by
-side, ``[Xt, Ht-1]``, so that a step's input and recurrent products are one.
+multiply-adds per row and ``k``. ``A`` may be two matrices side by side, ``[Xt,
+Ht-1]``, so that a step's input and recurrent products are one.
 
 Why not BLAS: a BLAS ``gemm`` packs ``B`` again at every call, i.e. at every time step.
 On one Zen 4 core, at the per-step shapes (``[32, 256] x [256, 384..1024]``, float32),
@@ -182,18 +182,12 @@ _tile, _tile4, _tile2, _tile1 = (_tile_of(R) for R in (MR, 4, 2, 1))
 
 
 @_jit
-def mm(A, lda, n, Bp, C, ldc, bias=0):
-    """``C[:n, :P L] = bias + A[:n, :K] B`` for ``Bp`` = :func:`panels` of ``B``; ``A``,
-    ``C``: addresses of row-major matrices (row strides ``lda``, ``ldc`` elements; ``C``'s
-    rows at least :func:`columns` long); ``bias``: address of ``P L`` values, or 0."""
-    mm2(A, lda, Bp.shape[1], A, lda, 0, n, Bp, 0, C, ldc, bias, False)
-
-
-@_jit
-def mm2(A, lda, K1, A2, lda2, K2, n, Bp, k0, C, ldc, bias, add):
-    """:func:`mm` of ``[A[:n, :K1], A2[:n, :K2]]`` and rows ``k0..k0+K1+K2-1`` of ``B``,
-    onto ``C`` itself if ``add`` (``bias`` then ignored). Panel by panel, so that one
-    stays in cache."""
+def mm(A, lda, K1, A2, lda2, K2, n, Bp, k0, C, ldc, bias, add):
+    """``C[:n, :P L] = start + [A[:n, :K1], A2[:n, :K2]] B[k0:k0 + K1 + K2]`` for ``Bp``
+    = :func:`panels` of ``B``; ``start``: ``C`` itself if ``add``, else ``bias`` (the
+    address of ``P L`` values; 0: zeros). ``A``, ``A2``, ``C``: addresses of row-major
+    matrices (row strides ``lda``, ``lda2``, ``ldc`` elements; ``C``'s rows at least
+    :func:`columns` long). Panel by panel, so that one stays in cache."""
     P, K, L = Bp.shape
     size = Bp.itemsize
     for p in range(P):
