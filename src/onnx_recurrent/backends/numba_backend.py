@@ -229,14 +229,21 @@ def _gru_zr_row(pre, hp, g, rh, a, clip, fast):
 
 
 @_jit
-def _gru_h_row(pre_h, hp, h, g, a, clip, fast):
-    """ht from its input Xt Wh^T + (r . Ht-1) Rh^T + biases, then Ht (z in g[:H])."""
+def _gru_out(g, hp, h, a, fast):
+    """ht = g(its clipped input, in g[2H:]), then Ht = ht + z (Ht-1 - ht) (z in g[:H])."""
     H = h.shape[0]
-    n = g[2 * H :]
-    _clip(n, pre_h, clip)
+    n = g[2 * H : 3 * H]
     _gate(a, 1, n, fast)
     for j in range(H):
         h[j] = n[j] + g[j] * (hp[j] - n[j])
+
+
+@_jit
+def _gru_h_row(pre_h, hp, h, g, a, clip, fast):
+    """Ht from ht's input Xt Wh^T + (r . Ht-1) Rh^T + biases (linear_before_reset = 0)."""
+    H = h.shape[0]
+    _clip(g[2 * H : 3 * H], pre_h, clip)
+    _gru_out(g, hp, h, a, fast)
 
 
 @_jit
@@ -245,12 +252,9 @@ def _gru_lbr_row(pre, xh, hh, hp, h, g, a, clip, fast):
     H = h.shape[0]
     _clip(g[: 2 * H], pre, clip)
     _gate(a, 0, g[: 2 * H], fast)
-    n = g[2 * H :]
     for j in range(H):
-        n[j] = min(max(xh[j] + g[H + j] * hh[j], -clip), clip)
-    _gate(a, 1, n, fast)
-    for j in range(H):
-        h[j] = n[j] + g[j] * (hp[j] - n[j])
+        g[2 * H + j] = min(max(xh[j] + g[H + j] * hh[j], -clip), clip)
+    _gru_out(g, hp, h, a, fast)
 
 
 @_jit
