@@ -1,0 +1,253 @@
+"""The cases: shapes, operators, variants, their inputs and single-node models."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+OPS = ("gru", "lstm", "rnn")
+GATES = {"GRU": 3, "LSTM": 4, "RNN": 1}
+OUTPUTS = {"GRU": ("Y", "Y_h"), "LSTM": ("Y", "Y_h", "Y_c"), "RNN": ("Y", "Y_h")}
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One size class: ``T`` steps, ``N`` batch, ``I`` input, ``H`` hidden."""
+
+    name: str
+    T: int
+    N: int
+    I: int
+    H: int
+
+    def __str__(self) -> str:
+        return f"{self.name} (T={self.T}, N={self.N}, I={self.I}, H={self.H})"
+
+
+SHAPES = {
+    "S": Shape("S", 50, 1, 64, 64),
+    "M": Shape("M", 100, 32, 128, 256),
+    "L": Shape("L", 200, 64, 512, 512),
+    # hidden: for the tests; has the variants of M so that every kind of row appears
+    "tiny": Shape("tiny", 4, 3, 3, 5),
+}
+PUBLIC_SHAPES = ("S", "M", "L")
+VARIANT_SHAPES = ("M", "tiny")  # shapes that also get ragged, layout=1 and float64 cases
+# Default time budget per shape class, in seconds (warm-ups and model loading included).
+DEFAULT_BUDGET = {"S": 25.0, "M": 150.0, "L": 280.0, "tiny": 0.0}
+MIN_REPEATS = 3
+MAX_REPEATS = 200
+TOLERANCE = 1e-4  # a competitor's outputs farther than this from ours are flagged with "!"
+DOUBLE_ACCURACY = 1e-10  # float64 outputs farther than this were not computed in double
+OTHERS_WARNING = 0.10  # flag cases during which other processes used more of the CPUs
+
+
+@dataclass(frozen=True)
+class Target:
+    """``ours / runtime <= bound`` (kind "ratio") or ``runtime / ours >= bound`` ("speedup")."""
+
+    runtime: str
+    kind: str
+    bound: float
+
+    def text(self) -> str:
+        return f"≤ {self.bound:.1f}" if self.kind == "ratio" else f"≥ {self.bound:g}x"
+
+    def met(self, ratio: float) -> bool:
+        """Whether ``ratio`` (always ours / runtime) meets the target."""
+        return ratio <= self.bound if self.kind == "ratio" else 1.0 / ratio >= self.bound
+
+
+@dataclass(frozen=True)
+class Case:
+    """One benchmark case: an operator at a shape, with its attributes and variant."""
+
+    op: str  # "GRU", "LSTM" or "RNN"
+    shape: Shape
+    direction: str = "forward"
+    linear_before_reset: int = 0
+    ragged: bool = False
+    layout: int = 0
+    dtype: str = "float32"
+
+    @property
+    def num_directions(self) -> int:
+        return 2 if self.direction == "bidirectional" else 1
+
+    @property
+    def label(self) -> str:
+        parts = [self.op]
+        if self.op == "GRU":
+            parts.append(f"lbr={self.linear_before_reset}")
+        parts.append({"forward": "fwd", "bidirectional": "bidi", "reverse": "rev"}[self.direction])
+        if self.ragged:
+            parts.append("ragged")
+        if self.layout:
+            parts.append(f"layout={self.layout}")
+        if self.dtype != "float32":
+            parts.append(self.dtype)
+        return " ".join(parts)
+
+    @property
+    def baseline(self) -> str:
+        """The runtime the ratio column is taken against."""
+        return "openvino" if self.layout == 1 or self.dtype != "float32" else "onnxruntime"
+
+    @property
+    def targets(self) -> tuple[Target, ...]:
+        """The speed targets of the issue for this case."""
+        if self.shape.name == "S":
+            return (Target("onnxruntime", "ratio", 1.5),)
+        if self.ragged:
+            return (Target("onnxruntime", "ratio", 0.7),)
+        reference = Target("reference", "speedup", 10.0)
+        if self.baseline == "openvino":
+            return (Target("openvino", "ratio", 1.0), reference)
+        return (Target("onnxruntime", "ratio", 1.0), reference)
+
+
+def parse_list(text: str, allowed: Iterable[str], what: str) -> list[str]:
+    """Split ``a,b,c``; every item must be in ``allowed`` (compared case-insensitively)."""
+    by_key = {a.lower(): a for a in allowed}
+    items = []
+    for raw in text.split(","):
+        item = raw.strip()
+        if not item:
+            continue
+        if item.lower() not in by_key:
+            shown = ", ".join(a for a in allowed if a != "tiny")
+            raise ValueError(f"unknown {what} {item!r}; choose from {shown}")
+        items.append(by_key[item.lower()])
+    if not items:
+        raise ValueError(f"no {what} given")
+    return items
+
+
+def make_cases(ops: Sequence[str] = OPS, shapes: Sequence[str] = ("S", "M")) -> list[Case]:
+    """The cases of the issue, grouped by shape in the order given.
+
+    At every shape: GRU (linear_before_reset 0 and 1), LSTM and RNN, forward and
+    bidirectional. At M (and tiny) also: ragged ``sequence_lens`` (both directions),
+    ``layout=1`` and float64 (forward).
+    """
+    variants: list[tuple[str, int]] = []
+    for op in ops:
+        op = op.lower()
+        if op == "gru":
+            variants += [("GRU", 0), ("GRU", 1)]
+        elif op in ("lstm", "rnn"):
+            variants.append((op.upper(), 0))
+        else:
+            raise ValueError(f"unknown op {op!r}; choose from {', '.join(OPS)}")
+    cases = []
+    for name in shapes:
+        shape = SHAPES[name]
+        for extra in ({}, {"ragged": True}, {"layout": 1}, {"dtype": "float64"}):
+            if extra and name not in VARIANT_SHAPES:
+                continue
+            directions = ("forward", "bidirectional")
+            if "layout" in extra or "dtype" in extra:
+                directions = ("forward",)
+            for op, lbr in variants:
+                for direction in directions:
+                    cases.append(Case(op, shape, direction, lbr, **extra))
+    return cases
+
+
+def make_inputs(case: Case, seed: int = 0) -> dict[str, np.ndarray]:
+    """Seeded feeds, by ONNX input name: X, W, R, B and (ragged) sequence_lens."""
+    s = case.shape
+    rng = np.random.default_rng(seed)
+    dtype = np.dtype(case.dtype)
+    D, G = case.num_directions, GATES[case.op]
+    scale = 1.0 / math.sqrt(s.H)
+
+    def uniform(*shape: int, bound: float) -> np.ndarray:
+        return rng.uniform(-bound, bound, shape).astype(dtype)
+
+    x_shape = (s.N, s.T, s.I) if case.layout == 1 else (s.T, s.N, s.I)
+    feeds = {
+        "X": uniform(*x_shape, bound=1.0),
+        "W": uniform(D, G * s.H, s.I, bound=scale),
+        "R": uniform(D, G * s.H, s.H, bound=scale),
+        "B": uniform(D, 2 * G * s.H, bound=scale),
+    }
+    if case.ragged:
+        feeds["sequence_lens"] = rng.integers(1, s.T + 1, s.N).astype(np.int32)
+    return feeds
+
+
+def attributes(case: Case) -> dict[str, Any]:
+    """The node's attributes (also the keyword arguments of the functional API)."""
+    attrs: dict[str, Any] = {
+        "hidden_size": case.shape.H,
+        "direction": case.direction,
+        "layout": case.layout,
+    }
+    if case.op == "GRU":
+        attrs["linear_before_reset"] = case.linear_before_reset
+    return attrs
+
+
+def make_model(case: Case, feeds: dict[str, np.ndarray], opset: int = 22):
+    """The single-node ONNX model that every competitor runs (ir_version 8)."""
+    from onnx import helper
+
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(case.dtype))
+    inputs = list(feeds)
+    outputs = list(OUTPUTS[case.op])
+    graph = helper.make_graph(
+        [helper.make_node(case.op, inputs, outputs, **attributes(case))],
+        f"bench_{case.op.lower()}",
+        [
+            helper.make_tensor_value_info(
+                n, helper.np_dtype_to_tensor_dtype(a.dtype), list(a.shape)
+            )
+            for n, a in feeds.items()
+        ],
+        [helper.make_tensor_value_info(n, elem, None) for n in outputs],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
+
+
+def output_shapes(case: Case) -> list[tuple[int, ...]]:
+    """The shapes of Y, Y_h[, Y_c] that the specification gives for ``case``."""
+    s, D = case.shape, case.num_directions
+    if case.layout == 1:
+        y, h = (s.N, s.T, D, s.H), (s.N, D, s.H)
+    else:
+        y, h = (s.T, D, s.N, s.H), (D, s.N, s.H)
+    return [y, h, h] if case.op == "LSTM" else [y, h]
+
+
+def make_transposed_model(case: Case, feeds: dict[str, np.ndarray], opset: int = 22):
+    """A ``layout=1`` case as Transposes around the same node with ``layout=0``.
+
+    Same inputs and outputs as :func:`make_model`'s model, for runtimes that compute
+    ``layout=1`` wrongly (OpenVINO 2026.4 ignores it).
+    """
+    from onnx import helper
+
+    if case.layout != 1:
+        raise ValueError("only layout=1 cases have a transposed equivalent")
+    model = make_model(case, feeds, opset)
+    graph = model.graph
+    node = graph.node[0]
+    outputs = list(node.output)
+    inner = helper.make_node(
+        case.op,
+        ["X_time_major", *list(node.input)[1:]],
+        [f"{o}_time_major" for o in outputs],
+        **{**attributes(case), "layout": 0},
+    )
+    nodes = [helper.make_node("Transpose", ["X"], ["X_time_major"], perm=[1, 0, 2]), inner]
+    for o in outputs:
+        perm = [2, 0, 1, 3] if o == "Y" else [1, 0, 2]
+        nodes.append(helper.make_node("Transpose", [f"{o}_time_major"], [o], perm=perm))
+    del graph.node[:]
+    graph.node.extend(nodes)
+    return model

@@ -1,0 +1,163 @@
+"""The ``onnx-recurrent bench`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from .cases import DEFAULT_BUDGET, MIN_REPEATS, OPS, SHAPES, make_cases, parse_list
+from .driver import run_bench
+from .plot import check_plot_support, plot_ratios
+from .runtimes import COMPETITORS
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    """The ``bench`` subcommand; returns the exit status."""
+    try:
+        ops = parse_list(args.ops, OPS, "op")
+        shapes = parse_list(args.shapes, SHAPES, "shape")
+        runtimes = parse_list(args.runtimes, COMPETITORS, "runtime") if args.runtimes else []
+        skip_reference = (
+            parse_list(args.skip_reference, SHAPES, "shape") if args.skip_reference else []
+        )
+        if args.plot:
+            check_plot_support()
+    except (ValueError, ImportError) as e:
+        print(f"onnx-recurrent bench: error: {e}", file=sys.stderr)
+        return 2
+    if args.list:
+        for case in make_cases(ops, shapes):
+            if not args.k or args.k.lower() in f"{case.shape.name} {case.label}".lower():
+                print(f"{case.shape.name} {case.label}")
+        return 0
+
+    def progress(text: str) -> None:
+        print(text, file=sys.stderr, flush=True)
+
+    bench = run_bench(
+        ops,
+        shapes,
+        runtimes=runtimes,
+        repeat=args.repeat,
+        budget=args.budget,
+        warmup=args.warmup,
+        threads=args.threads,
+        skip_reference=skip_reference,
+        reference_limit=args.reference_limit,
+        select=args.k,
+        seed=args.seed,
+        opset=args.opset,
+        order=args.order,
+        settle_between=not args.no_settle,
+        progress=None if args.quiet else progress,
+    )
+    print(bench.report())
+    for note in bench.info.get("notes", []):
+        print(note)
+    if args.json:
+        Path(args.json).write_text(json.dumps(bench.to_json(), indent=1))
+        print(f"saved: {args.json}")
+    if args.plot:
+        info = bench.info
+        plot_ratios(
+            bench.results,
+            args.plot,
+            f"onnx-recurrent bench on {info['cpu']} ({info['usable_cpus']} CPUs)",
+        )
+        print(f"saved: {args.plot}")
+    return 0 if all(r.error is None for r in bench.results) else 1
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register the ``bench`` subcommand on ``subparsers`` (from ``add_subparsers()``)."""
+    p = subparsers.add_parser(
+        "bench",
+        help="time GRU/LSTM/RNN against onnxruntime, OpenVINO and onnx.reference",
+        description=(
+            "Time onnx-recurrent's GRU, LSTM and RNN against onnxruntime, OpenVINO (CPU, "
+            "f32 precision) and onnx.reference, each where installed and where it supports "
+            "the case, on the same single-node ONNX models. Prints a table of median times, "
+            "ratios to onnxruntime (OpenVINO where onnxruntime has no kernel) with the "
+            "targets, and each competitor's largest difference from our outputs."
+        ),
+    )
+    p.add_argument("--ops", default=",".join(OPS), help="operators (default: gru,lstm,rnn)")
+    p.add_argument(
+        "--shapes",
+        default="S,M",
+        help="shape classes: S (T=50 N=1 I=64 H=64), M (T=100 N=32 I=128 H=256; also "
+        "ragged, layout=1, float64), L (T=200 N=64 I=512 H=512); default S,M",
+    )
+    p.add_argument(
+        "--runtimes",
+        default=",".join(COMPETITORS),
+        help="competitors to run besides ours (default: session,onnxruntime,openvino,"
+        "reference; 'session' is ours through InferenceSession)",
+    )
+    p.add_argument(
+        "--repeat",
+        type=int,
+        metavar="N",
+        help="timed rounds per case (default: adaptive to the time budget, at least "
+        f"{MIN_REPEATS})",
+    )
+    p.add_argument(
+        "--budget",
+        type=float,
+        metavar="SECONDS",
+        help="target duration of the whole run, split over the shapes (default: "
+        + ", ".join(f"{s} {v:g} s" for s, v in DEFAULT_BUDGET.items() if s != "tiny")
+        + ")",
+    )
+    p.add_argument("--warmup", type=int, default=1, help="untimed calls first (default 1)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        metavar="N",
+        help="threads for every runtime (onnxruntime intra_op_num_threads, OpenVINO "
+        "INFERENCE_NUM_THREADS, ours ONNX_RECURRENT_NUM_THREADS, NumPy's BLAS through "
+        "threadpoolctl); default: each one's own default (the thread counts are printed)",
+    )
+    p.add_argument(
+        "--skip-reference",
+        metavar="SHAPES",
+        default="",
+        help="shapes at which not to run onnx.reference (e.g. L)",
+    )
+    p.add_argument(
+        "--reference-limit",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="skip onnx.reference in a case when one call takes longer (default 30)",
+    )
+    p.add_argument("-k", metavar="TEXT", help="only the cases whose label contains TEXT")
+    p.add_argument("--list", action="store_true", help="list the cases and exit")
+    p.add_argument("--seed", type=int, default=0, help="seed of the inputs (default 0)")
+    p.add_argument(
+        "--opset", type=int, default=22, choices=(14, 22), help="ONNX opset of the models"
+    )
+    p.add_argument(
+        "--order",
+        choices=("alternate", "blocks"),
+        default="alternate",
+        help="alternate: one call of each runtime per round (default); blocks: all of one "
+        "runtime's calls, then the next one's (to see how much they disturb one another)",
+    )
+    p.add_argument(
+        "--no-settle",
+        action="store_true",
+        help="alternate without the untimed pause after each call until no thread spins "
+        "(onnxruntime's spin ~40 ms after each call and slow down whatever runs next)",
+    )
+    p.add_argument("--json", metavar="FILE", help="save the raw results (every time) as JSON")
+    p.add_argument(
+        "--plot",
+        metavar="FILE.png",
+        help="save a bar chart of the ratios (needs matplotlib: pip install onnx-recurrent[plot])",
+    )
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
+    p.set_defaults(handler=cmd_bench)

@@ -1,0 +1,105 @@
+"""What the report says about the machine: CPU, cores, BLAS, commit."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from .runtimes import Runtime
+
+
+def blas_info() -> str:
+    try:
+        from threadpoolctl import threadpool_info
+
+        pools = [p for p in threadpool_info() if p.get("user_api") == "blas"]
+        if pools:
+            p = pools[0]
+            return f"BLAS {p.get('internal_api')} threads {p.get('num_threads')}"
+    except ImportError:
+        pass
+    name = "?"
+    with contextlib.suppress(Exception):
+        config = np.show_config(mode="dicts")
+        blas = config["Build Dependencies"]["blas"]
+        name = f"{blas['name']} {blas.get('version', '')}".strip()
+    names = ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS")
+    env = [f"{v}={os.environ[v]}" for v in names if v in os.environ]
+    return f"BLAS {name} threads " + (", ".join(env) if env else "default (one per core)")
+
+
+def cpu_model() -> str:
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine() or "unknown CPU"
+
+
+def physical_cores() -> int:
+    cores = set()
+    with contextlib.suppress(OSError):
+        physical = core = None
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            key = key.strip()
+            if key == "physical id":
+                physical = value.strip()
+            elif key == "core id":
+                core = value.strip()
+                cores.add((physical, core))
+    return len(cores) or (os.cpu_count() or 1)
+
+
+def git_commit() -> str | None:
+    """The checkout's short commit (with '+ changes' if the tree is dirty), if any."""
+    root = Path(__file__).resolve().parents[2]
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return f"{head} + uncommitted changes" if dirty else head
+
+
+def machine_info(runtimes: Sequence[Runtime]) -> dict[str, Any]:
+    try:
+        affinity = len(os.sched_getaffinity(0))
+    except AttributeError:
+        affinity = os.cpu_count() or 1
+    info = {
+        "cpu": cpu_model(),
+        "logical_cpus": os.cpu_count(),
+        "usable_cpus": affinity,
+        "physical_cores": physical_cores(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "commit": git_commit(),
+        "runtimes": {},
+    }
+    for r in runtimes:
+        if r.missing() is None:
+            with contextlib.suppress(Exception):
+                info["runtimes"][r.name] = r.info()
+    return info

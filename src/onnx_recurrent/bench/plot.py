@@ -1,0 +1,73 @@
+"""The bar chart of ratios (matplotlib, an optional extra)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+import numpy as np
+
+from .timing import CaseResult
+
+
+def check_plot_support() -> None:
+    """Raise ImportError with the install hint if matplotlib is missing."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError as e:
+        raise ImportError(
+            "--plot needs matplotlib: pip install onnx-recurrent[plot] (or pip install matplotlib)"
+        ) from e
+
+
+def plot_ratios(results: Sequence[CaseResult], path: str | os.PathLike, title: str = "") -> None:
+    """A bar chart of ours/baseline per case (log scale, targets marked) and, where
+    onnx.reference ran, of its time over ours."""
+    check_plot_support()
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter
+
+    rows = [r for r in results if r.error is None]
+    labels = [f"{r.case.shape.name} {r.case.label}" for r in rows]
+    x = np.arange(len(rows))
+    fig, axes = plt.subplots(2, 1, figsize=(max(8.0, 0.38 * len(rows) + 2), 9), sharex=True)
+    panels = (("ratio", axes[0]), ("speedup", axes[1]))
+    for kind, ax in panels:
+        values, colors, bounds = [], [], []
+        for r in rows:
+            if kind == "ratio":
+                value = r.ratio(r.case.baseline)
+            else:
+                ratio = r.ratio("reference")
+                value = None if ratio is None else 1.0 / ratio
+            target = next((t for t in r.case.targets if t.kind == kind), None)
+            met = (
+                None
+                if target is None or value is None
+                else target.met(value if kind == "ratio" else 1.0 / value)
+            )
+            values.append(np.nan if value is None else value)
+            colors.append("tab:gray" if met is None else ("tab:green" if met else "tab:red"))
+            bounds.append(np.nan if target is None else target.bound)
+        hatches = ["//" if (kind == "ratio" and r.case.baseline in r.notes) else "" for r in rows]
+        ax.bar(x, values, color=colors, hatch=hatches)
+        ax.scatter(x, bounds, marker="_", s=300, color="black", label="target", zorder=3)
+        ax.axhline(1.0, color="gray", linewidth=0.8)
+        ax.set_yscale("log")
+        plain = FuncFormatter(lambda v, _: f"{v:g}")
+        ax.yaxis.set_major_formatter(plain)
+        ax.yaxis.set_minor_formatter(plain)
+        ax.legend(loc="best")
+        if kind == "ratio":
+            ax.set_ylabel("ours / baseline time\n(onnxruntime; OpenVINO where none)")
+            ax.set_title(title or "onnx-recurrent bench: lower is better")
+        else:
+            ax.set_ylabel("onnx.reference time / ours\n(higher is better)")
+    axes[1].set_xticks(x)
+    axes[1].set_xticklabels(labels, rotation=70, ha="right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -1,0 +1,223 @@
+"""The report: table, notes, header."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from .cases import OTHERS_WARNING, SHAPES, TOLERANCE
+from .runtimes import Runtime
+from .timing import CaseResult
+
+
+def fmt_ms(seconds: float | None) -> str:
+    if seconds is None:
+        return "—"
+    ms = seconds * 1e3
+    return f"{ms:.3g}" if ms < 100 else f"{ms:.0f}"
+
+
+def _others(result: CaseResult) -> str:
+    if result.other_cpu is None:
+        return "—"
+    flag = " !" if result.other_cpu > OTHERS_WARNING else ""
+    return f"{result.other_cpu:.0%}{flag}"
+
+
+def fmt_ratio(value: float) -> str:
+    return f"{value:.2f}" if value < 10 else f"{value:.0f}"
+
+
+def _speedup(value: float) -> str:
+    return (f"{value:.2g}" if value < 10 else f"{value:.0f}") + "x"
+
+
+def _diff(value: float | None) -> str:
+    if value is None:
+        return "—"
+    flag = " !" if not value <= TOLERANCE else ""
+    return f"{value:.1e}{flag}"
+
+
+SHORT_NAMES = {"onnxruntime": "ort", "openvino": "ov", "reference": "ref"}
+
+
+def _verdict_cells(result: CaseResult) -> tuple[str, str, str, str]:
+    base_ratio = base_target = ref_ratio = ref_target = "—"
+    for target, ratio, met in result.verdicts():
+        word = "n/a" if met is None else ("PASS" if met else "MISS")
+        if target.kind == "ratio":
+            if ratio is not None:
+                base_ratio = f"{fmt_ratio(ratio)} ({SHORT_NAMES[target.runtime]})"
+            base_target = f"{target.text()} {word}"
+        else:
+            if ratio is not None:
+                ref_ratio = _speedup(1.0 / ratio)
+            ref_target = f"{target.text()} {word}"
+    if base_ratio == "—":  # no baseline target (not expected, but show the ratio anyway)
+        r = result.ratio(result.case.baseline)
+        if r is not None:
+            base_ratio = f"{fmt_ratio(r)} ({SHORT_NAMES[result.case.baseline]})"
+    if ref_ratio == "—":
+        r = result.ratio("reference")
+        if r is not None:
+            ref_ratio = _speedup(1.0 / r)
+    return base_ratio, base_target, ref_ratio, ref_target
+
+
+def table_columns(runtimes: Sequence[Runtime]) -> list[str]:
+    competitors = [r for r in runtimes if r.name != "ours"]
+    return [
+        "shape",
+        "case",
+        "reps",
+        "other CPU",
+        *[r.title for r in runtimes],
+        "ours/base",
+        "target",
+        "ref/ours",
+        "target",
+        *[r.short for r in competitors],
+    ]
+
+
+def format_table(results: Sequence[CaseResult], runtimes: Sequence[Runtime]) -> str:
+    """A Markdown table: one row per case, median times and ratios, targets, differences."""
+    columns = table_columns(runtimes)
+    rows = []
+    for res in results:
+        if res.error:
+            cells = [res.case.shape.name, res.case.label, "0", "—", f"error: {res.error}"]
+            cells += ["—"] * (len(columns) - len(cells))
+        else:
+            cells = [res.case.shape.name, res.case.label, str(res.repeats), _others(res)]
+            cells += [
+                fmt_ms(res.median(r.name)) + (" *" if r.name in res.notes else "")
+                for r in runtimes
+            ]
+            cells += list(_verdict_cells(res))
+            cells += [_diff(res.diffs.get(r.name)) for r in runtimes if r.name != "ours"]
+        rows.append(cells)
+    widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(columns)]
+
+    def line(cells: Sequence[str]) -> str:
+        return "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)) + " |"
+
+    out = [line(columns), "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
+    out += [line(r) for r in rows]
+    return "\n".join(out)
+
+
+def format_notes(results: Sequence[CaseResult], runtimes: Sequence[Runtime]) -> str:
+    """Skipped competitors (grouped by reason), disagreeing outputs, target summary."""
+    titles = {r.name: r.title.removesuffix(" ms") for r in runtimes}
+    grouped: dict[tuple[str, str], list[str]] = {}
+    for res in results:
+        for name, reason in res.skipped.items():
+            grouped.setdefault((name, reason), []).append(
+                f"{res.case.shape.name} {res.case.label}"
+            )
+    caveats: dict[tuple[str, str], list[str]] = {}
+    for res in results:
+        for name, note in res.notes.items():
+            caveats.setdefault((name, note), []).append(f"{res.case.shape.name} {res.case.label}")
+    lines = []
+    for heading, groups in (("Skipped ('—'):", grouped), ("Timed with a caveat ('*'):", caveats)):
+        if groups:
+            lines.append(heading)
+        for (name, reason), labels in groups.items():
+            which = "all cases" if len(labels) == len(results) else ", ".join(labels)
+            lines.append(f"- {titles.get(name, name)}: {reason} — {which}")
+    wrong = [
+        f"{res.case.shape.name} {res.case.label} ({titles.get(n, n)} {d:.1e})"
+        for res in results
+        for n, d in res.diffs.items()
+        if not d <= TOLERANCE
+    ]
+    if wrong:
+        lines.append(f"Outputs farther than {TOLERANCE:g} from ours (!): " + ", ".join(wrong))
+    passed = missed = 0
+    misses = []
+    for res in results:
+        for target, ratio, met in res.verdicts():
+            if met is None:
+                continue
+            if met:
+                passed += 1
+            else:
+                missed += 1
+                shown = fmt_ratio(ratio) if target.kind == "ratio" else _speedup(1 / ratio)
+                misses.append(
+                    f"{res.case.shape.name} {res.case.label} "
+                    f"vs {titles.get(target.runtime, target.runtime)} {shown} "
+                    f"(target {target.text()})"
+                )
+    lines.append(f"Targets: {passed} PASS, {missed} MISS.")
+    lines += [f"- MISS {m}" for m in misses]
+    return "\n".join(lines)
+
+
+def format_header(info: dict[str, Any], shapes: Sequence[str]) -> str:
+    lines = [
+        f"CPU: {info['cpu']}; {info['logical_cpus']} logical CPUs, "
+        f"{info['physical_cores']} physical cores, {info['usable_cpus']} usable by this process",
+        f"Python {info['python']} on {info['platform']}",
+    ]
+    if info.get("commit"):
+        lines.append(f"onnx-recurrent commit: {info['commit']}")
+    for text in info["runtimes"].values():
+        lines.append(f"- {text}")
+    lines.append("Shapes: " + "; ".join(str(SHAPES[s]) for s in shapes))
+    before, after = info.get("load_average_before"), info.get("load_average_after")
+    if before and after:
+        lines.append(
+            f"Load average (1, 5, 15 min) before: {', '.join(map(str, before))}; "
+            f"after: {', '.join(map(str, after))} (other work on the machine skews the times)"
+        )
+    others = info.get("other_cpu")
+    if others is not None:
+        lines.append(f"CPU time used by other processes during the run: {others:.0%}")
+        if others > OTHERS_WARNING:
+            lines.append(
+                "WARNING: other work was running on this machine, the times are unreliable "
+                "(see the column 'other CPU'; thread pools slow down badly when a core is "
+                "taken)"
+            )
+    if "order" in info:
+        how = {
+            "alternate": "rounds of one call of each runtime, in a shuffled order",
+            "blocks": "all of one runtime's calls, then the next one's",
+        }[info["order"]]
+        if info.get("settle"):
+            how += "; after each call, an untimed pause until no thread of this process spins"
+        lines.append(f"Timing: {info.get('warmup', 1)} warm-up call(s), then {how}")
+    if "duration_s" in info:
+        lines.append(f"Duration: {info['duration_s']:.0f} s")
+    return "\n".join(lines)
+
+
+LEGEND = (
+    "Times are medians in ms over `reps` timed calls of each runtime; other CPU: the share of the "
+    f"CPUs that other processes used meanwhile ('!' above {OTHERS_WARNING:.0%}: unreliable). "
+    "ours/base: our time over the "
+    "baseline's (ort = onnxruntime; ov = OpenVINO, used where onnxruntime has no kernel); "
+    "ref/ours: how many times faster than onnx.reference. Δ: largest absolute difference "
+    "of that runtime's outputs (Y, Y_h[, Y_c]) from ours; '!' marks one above "
+    f"{TOLERANCE:g}. '—': not run, '*': timed with a caveat (see below)."
+)
+
+
+def format_report(
+    results: Sequence[CaseResult],
+    runtimes: Sequence[Runtime],
+    info: dict[str, Any],
+    shapes: Sequence[str],
+) -> str:
+    return "\n\n".join(
+        [
+            format_header(info, shapes),
+            format_table(results, runtimes),
+            LEGEND,
+            format_notes(results, runtimes),
+        ]
+    )

@@ -1,0 +1,234 @@
+"""The competitors: how each prepares one call of a case, and what it cannot run."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from .cases import Case, attributes, make_transposed_model, output_shapes
+from .machine import blas_info, physical_cores
+
+Call = Callable[[], Sequence[np.ndarray]]
+
+
+class Runtime:
+    """A competitor. Subclasses say whether they are installed, what they cannot run,
+    and how to prepare one call of a case."""
+
+    name = ""  # key, used in --runtimes and the JSON
+    title = ""  # column title
+    short = ""  # column title of its difference from ours
+    module: str | None = None  # imported to see whether it is installed
+    install = ""  # pip name
+
+    def __init__(self, threads: int | None = None) -> None:
+        self.threads = threads
+
+    def missing(self) -> str | None:
+        """None if installed, else why not."""
+        if self.module is None:
+            return None
+        try:
+            importlib.import_module(self.module)
+        except ImportError as e:
+            return f"not installed ({e}; pip install {self.install})"
+        return None
+
+    def unsupported(self, case: Case) -> str | None:
+        """None if it can run ``case``, else why not."""
+        return None
+
+    def prepare(self, case: Case, model: Any, feeds: dict[str, np.ndarray]) -> Call:
+        raise NotImplementedError
+
+    def info(self) -> str:
+        return ""
+
+
+class Ours(Runtime):
+    name, title, short = "ours", "ours ms", ""
+
+    def prepare(self, case, model, feeds):
+        import onnx_recurrent
+
+        fn = getattr(onnx_recurrent, case.op.lower())
+        args = [feeds["X"], feeds["W"], feeds["R"], feeds["B"], feeds.get("sequence_lens")]
+        kwargs = {**attributes(case), "output_sequence": True}
+        return lambda: fn(*args, **kwargs)
+
+    def info(self) -> str:
+        import onnx_recurrent
+        from onnx_recurrent.scan import num_threads
+
+        parts = [f"onnx-recurrent {onnx_recurrent.__version__}", f"NumPy {np.__version__}"]
+        parts.append(blas_info())
+        if "numba" in sys.modules:
+            parts.append(f"numba {sys.modules['numba'].__version__}")
+        parts.append(f"own threads {num_threads()}")
+        return ", ".join(parts)
+
+
+class OursSession(Runtime):
+    name, title, short = "session", "session ms", "Δ session"
+
+    def prepare(self, case, model, feeds):
+        import onnx_recurrent
+
+        session = onnx_recurrent.InferenceSession(model)
+        return lambda: session.run(None, feeds)
+
+    def info(self) -> str:
+        return "ours through onnx_recurrent.InferenceSession"
+
+
+class OnnxRuntime(Runtime):
+    name, title, short = "onnxruntime", "onnxruntime ms", "Δ ort"
+    module, install = "onnxruntime", "onnxruntime"
+
+    def unsupported(self, case):
+        if case.layout == 1:
+            return "no CPU kernel for layout=1"
+        if case.dtype == "float64":
+            return "no CPU kernel for double"
+        return None
+
+    def _options(self):
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.log_severity_level = 3
+        if self.threads:
+            options.intra_op_num_threads = self.threads
+        return options
+
+    def prepare(self, case, model, feeds):
+        import onnxruntime as ort
+
+        session = ort.InferenceSession(
+            model.SerializeToString(), self._options(), providers=["CPUExecutionProvider"]
+        )
+        return lambda: session.run(None, feeds)
+
+    def info(self) -> str:
+        import onnxruntime as ort
+
+        n = self._options().intra_op_num_threads
+        threads = (
+            f"intra_op_num_threads {n}"
+            if n
+            else f"intra_op_num_threads default (0: one per physical core, {physical_cores()})"
+        )
+        return f"onnxruntime {ort.__version__} CPUExecutionProvider, {threads}"
+
+
+class OpenVINO(Runtime):
+    name, title, short = "openvino", "OpenVINO ms", "Δ ov"
+    module, install = "openvino", "openvino"
+
+    def __init__(self, threads: int | None = None) -> None:
+        super().__init__(threads)
+        self.threads_used: int | None = None
+
+    def prepare(self, case, model, feeds):
+        import openvino as ov
+
+        core = ov.Core()
+        config: dict[str, Any] = {"INFERENCE_PRECISION_HINT": "f32"}
+        if self.threads:
+            config["INFERENCE_NUM_THREADS"] = self.threads
+
+        def compile_call(onnx_model) -> Call:
+            compiled = core.compile_model(
+                core.read_model(onnx_model.SerializeToString()), "CPU", config
+            )
+            with contextlib.suppress(Exception):
+                self.threads_used = int(compiled.get_property("INFERENCE_NUM_THREADS"))
+            request = compiled.create_infer_request()
+            count = len(compiled.outputs)
+
+            def call():
+                request.infer(feeds, share_inputs=True)
+                return [request.get_output_tensor(i).data for i in range(count)]
+
+            return call
+
+        call = compile_call(model)
+        if case.layout == 1:
+            # OpenVINO 2026.4 ignores layout=1 (it computes as if X were time-major):
+            # if its outputs have the wrong shapes, time the equivalent model instead.
+            got = [tuple(o.shape) for o in call()]
+            if got != output_shapes(case):
+                call = compile_call(
+                    make_transposed_model(case, feeds, model.opset_import[0].version)
+                )
+                call.note = (
+                    "ignores layout=1 (computes as if X were [T, N, I]; wrong output shapes):"
+                    " timed instead on the equivalent model, Transposes around a layout=0 node"
+                )
+        return call
+
+    def info(self) -> str:
+        import openvino as ov
+
+        version = ov.__version__.split("-")[0]
+        threads = self.threads_used if self.threads_used is not None else "?"
+        return (
+            f"OpenVINO {version} CPU, INFERENCE_PRECISION_HINT f32, "
+            f"INFERENCE_NUM_THREADS {threads}, one reused infer request"
+        )
+
+
+class Reference(Runtime):
+    name, title, short = "reference", "onnx.reference ms", "Δ ref"
+    module, install = "onnx.reference", "onnx"
+
+    def __init__(self, threads: int | None = None, skip_shapes: Iterable[str] = ()) -> None:
+        super().__init__(threads)
+        self.skip_shapes = set(skip_shapes)
+
+    def unsupported(self, case):
+        if case.ragged:
+            return "ignores sequence_lens (wrong semantics): not run on ragged cases"
+        if case.shape.name in self.skip_shapes:
+            return f"skipped at {case.shape.name} (--skip-reference)"
+        return None
+
+    def prepare(self, case, model, feeds):
+        from onnx.reference import ReferenceEvaluator
+
+        evaluator = ReferenceEvaluator(model)
+        return lambda: evaluator.run(None, feeds)
+
+    def info(self) -> str:
+        import onnx
+
+        return f"onnx {onnx.__version__} (onnx.reference.ReferenceEvaluator)"
+
+
+RUNTIMES: dict[str, type[Runtime]] = {
+    r.name: r for r in (Ours, OursSession, OnnxRuntime, OpenVINO, Reference)
+}
+COMPETITORS = ("session", "onnxruntime", "openvino", "reference")
+
+
+def make_runtimes(
+    names: Sequence[str] = COMPETITORS,
+    *,
+    threads: int | None = None,
+    skip_reference: Iterable[str] = (),
+) -> list[Runtime]:
+    """Ours first, then the named competitors in the standard column order."""
+    runtimes: list[Runtime] = [Ours(threads)]
+    for name in COMPETITORS:
+        if name not in names:
+            continue
+        if name == "reference":
+            runtimes.append(Reference(threads, skip_reference))
+        else:
+            runtimes.append(RUNTIMES[name](threads))
+    return runtimes

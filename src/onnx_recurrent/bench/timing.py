@@ -1,0 +1,287 @@
+"""Timing: alternating calls, settling between them, one case's result."""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .cases import (
+    DOUBLE_ACCURACY,
+    MAX_REPEATS,
+    MIN_REPEATS,
+    TOLERANCE,
+    Case,
+    Target,
+    make_inputs,
+    make_model,
+)
+from .runtimes import Call, Runtime
+
+
+def settle(
+    *,
+    max_wait: float = 0.25,
+    quantum: float = 0.01,
+    busy_share: float = 0.5,
+    clock: Callable[[], float] = time.perf_counter,
+    cpu: Callable[[], float] = time.process_time,
+    sleep: Callable[[float], object] = time.sleep,
+) -> float:
+    """Wait until this process's threads stop using CPU; return how long that took.
+
+    onnxruntime's worker threads spin for about 40 ms after each call (its default
+    ``session.intra_op.allow_spinning``): on 2 cores that takes a core from whatever
+    runs next, which then takes up to twice as long. Sleep ``quantum`` seconds at a time
+    until one passes in which the process used less than ``busy_share`` of a CPU (at
+    most ``max_wait`` seconds). Every runtime gets at least one quantum of idle time.
+    """
+    start = clock()
+    while clock() - start < max_wait:
+        c0, w0 = cpu(), clock()
+        sleep(quantum)
+        if cpu() - c0 < busy_share * (clock() - w0):
+            break
+    return clock() - start
+
+
+def time_alternating(
+    calls: dict[str, Callable[[], object]],
+    *,
+    min_repeats: int = MIN_REPEATS,
+    max_repeats: int = MAX_REPEATS,
+    budget: float = 0.0,
+    clock: Callable[[], float] = time.perf_counter,
+    order: str = "alternate",
+    seed: int = 0,
+    between: Callable[[], object] | None = None,
+) -> dict[str, list[float]]:
+    """Call each runtime once per round, in turn, and return each one's call times.
+
+    Rounds go on while fewer than ``min_repeats`` are done, or while another round (at
+    the mean round time so far) still fits in ``budget`` seconds, up to ``max_repeats``.
+    The order within a round is shuffled (seeded), so that no runtime always runs right
+    after the same other one: what ran just before (its caches, its spinning threads)
+    changes the time of a call.
+
+    ``between`` (such as :func:`settle`) is called, untimed, after every call when
+    alternating.
+
+    ``order="blocks"`` instead runs all of one runtime's calls, then the next one's, each
+    with an equal share of the budget: a cross-check of how much the runtimes' thread
+    pools disturb one another when they alternate.
+    """
+    names = list(calls)
+    samples: dict[str, list[float]] = {n: [] for n in names}
+    if not names:
+        return samples
+    if order == "blocks":
+        for name in names:
+            samples[name] = time_alternating(
+                {name: calls[name]},
+                min_repeats=min_repeats,
+                max_repeats=max_repeats,
+                budget=budget / len(names),
+                clock=clock,
+            )[name]
+        return samples
+    if order != "alternate":
+        raise ValueError(f"order must be 'alternate' or 'blocks', not {order!r}")
+    shuffler = random.Random(seed)
+    start = clock()
+    done = 0
+    while done < max_repeats:
+        if done >= min_repeats:
+            spent = clock() - start
+            if spent + spent / done > budget:
+                break
+        round_order = list(names)
+        shuffler.shuffle(round_order)
+        for name in round_order:
+            t0 = clock()
+            calls[name]()
+            samples[name].append(clock() - t0)
+            if between is not None:
+                between()
+        done += 1
+    return samples
+
+
+def max_abs_diff(ours: Sequence[np.ndarray], theirs: Sequence[np.ndarray]) -> float:
+    """The largest absolute difference over all outputs (inf if the shapes disagree)."""
+    if len(ours) != len(theirs):
+        return math.inf
+    worst = 0.0
+    for a, b in zip(ours, theirs, strict=True):
+        a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+        if a.shape != b.shape:
+            return math.inf
+        if a.size:
+            worst = max(worst, float(np.max(np.abs(a - b))))
+    return worst
+
+
+@dataclass
+class CaseResult:
+    """What one case measured. Times in seconds."""
+
+    case: Case
+    samples: dict[str, list[float]] = field(default_factory=dict)
+    diffs: dict[str, float] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+    notes: dict[str, str] = field(default_factory=dict)  # runtimes timed with a caveat
+    error: str | None = None
+    other_cpu: float | None = None  # share of the CPUs other processes used meanwhile
+
+    @property
+    def repeats(self) -> int:
+        return max((len(s) for s in self.samples.values()), default=0)
+
+    def median(self, name: str) -> float | None:
+        s = self.samples.get(name)
+        return float(np.median(s)) if s else None
+
+    def ratio(self, name: str) -> float | None:
+        """ours / ``name`` (median times)."""
+        ours, theirs = self.median("ours"), self.median(name)
+        if ours is None or not theirs:
+            return None
+        return ours / theirs
+
+    def verdicts(self) -> list[tuple[Target, float | None, bool | None]]:
+        """Each target with the measured ratio ours / runtime and whether it is met."""
+        out = []
+        for t in self.case.targets:
+            r = self.ratio(t.runtime)
+            out.append((t, r, None if r is None else t.met(r)))
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        c = self.case
+        return {
+            "label": c.label,
+            "shape": c.shape.name,
+            "T": c.shape.T,
+            "N": c.shape.N,
+            "I": c.shape.I,
+            "H": c.shape.H,
+            "op": c.op,
+            "direction": c.direction,
+            "linear_before_reset": c.linear_before_reset,
+            "ragged": c.ragged,
+            "layout": c.layout,
+            "dtype": c.dtype,
+            "baseline": c.baseline,
+            "repeats": self.repeats,
+            "samples_s": self.samples,
+            "median_s": {n: self.median(n) for n in self.samples},
+            "max_abs_diff": self.diffs,
+            "skipped": self.skipped,
+            "notes": self.notes,
+            "error": self.error,
+            "other_cpu": self.other_cpu,
+            "targets": [
+                {
+                    "runtime": t.runtime,
+                    "kind": t.kind,
+                    "bound": t.bound,
+                    "ours_over_runtime": r,
+                    "met": met,
+                }
+                for t, r, met in self.verdicts()
+            ],
+        }
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0] if text else ''}"[:200]
+
+
+def run_case(
+    case: Case,
+    runtimes: Sequence[Runtime],
+    *,
+    warmup: int = 1,
+    min_repeats: int = MIN_REPEATS,
+    max_repeats: int = MAX_REPEATS,
+    budget: float = 0.0,
+    reference_limit: float = math.inf,
+    seed: int = 0,
+    opset: int = 22,
+    order: str = "alternate",
+    before_timing: Callable[[], None] | None = None,
+    settle_between: bool = True,
+) -> CaseResult:
+    """Prepare, warm up, check and time one case; ``runtimes[0]`` must be ours.
+
+    A competitor that is missing, cannot run the case, or fails is skipped with its
+    reason; onnx.reference is also skipped when one of its calls takes longer than
+    ``reference_limit`` seconds. ``budget`` is the case's time in seconds, loading and
+    warm-up included: the timed rounds get what is left of it.
+    """
+    start = time.perf_counter()
+    result = CaseResult(case)
+    feeds = make_inputs(case, seed)
+    model = make_model(case, feeds, opset)
+    calls: dict[str, Call] = {}
+    reference_outputs = None
+    for runtime in runtimes:
+        reason = runtime.missing() or runtime.unsupported(case)
+        if reason is None:
+            try:
+                call = runtime.prepare(case, model, feeds)
+                outputs = None
+                for _ in range(max(1, warmup)):
+                    t0 = time.perf_counter()
+                    outputs = call()
+                    took = time.perf_counter() - t0
+                    if runtime.name == "reference" and took > reference_limit:
+                        reason = (
+                            f"one call took {took:.1f} s > {reference_limit:g} s "
+                            "(--reference-limit)"
+                        )
+                        break
+                outputs = [np.array(o, copy=True) for o in outputs]
+            except Exception as e:
+                reason = f"failed: {_first_line(e)}"
+        if reason is not None:
+            if runtime is runtimes[0]:
+                result.error = reason
+                return result
+            result.skipped[runtime.name] = reason
+            continue
+        calls[runtime.name] = call
+        if getattr(call, "note", None):
+            result.notes[runtime.name] = call.note
+        if reference_outputs is None:
+            reference_outputs = outputs
+        else:
+            diff = max_abs_diff(reference_outputs, outputs)
+            result.diffs[runtime.name] = diff
+            if case.dtype == "float64" and DOUBLE_ACCURACY < diff <= TOLERANCE:
+                result.notes.setdefault(
+                    runtime.name,
+                    f"float64 outputs only float32-accurate (Δ > {DOUBLE_ACCURACY:g}): "
+                    "computes double in float32",
+                )
+    if before_timing is not None:
+        before_timing()
+    try:
+        result.samples = time_alternating(
+            calls,
+            min_repeats=min_repeats,
+            max_repeats=max_repeats,
+            budget=budget - (time.perf_counter() - start),
+            order=order,
+            seed=seed,
+            between=settle if settle_between else None,
+        )
+    except Exception as e:  # a runtime that ran its warm-up but failed later
+        result.error = f"failed while timing: {_first_line(e)}"
+    return result
