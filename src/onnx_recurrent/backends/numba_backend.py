@@ -77,7 +77,9 @@ def _call_void(typingctx, addr):
 def _barrier(sync, parties, yield_addr):
     """Wait until all ``parties`` threads have arrived: ``sync = [arrived, generation,
     aborted]``. Spins, then yields the CPU (``yield_addr``: ``sched_yield``, or 0).
-    Returns False if a party gave up (``aborted``)."""
+    Returns False if a party gave up (``aborted``); one party returns at once."""
+    if parties == 1:
+        return True
     generation = _atomic_load(sync, 1)
     if _atomic_add(sync, 0, 1) == parties - 1:
         _atomic_add(sync, 0, -parties)
