@@ -1,0 +1,252 @@
+"""``onnx-recurrent check``: one model on onnx-recurrent and on every installed peer.
+
+The peers are onnxruntime, onnx.reference and OpenVINO (CPU, ``INFERENCE_PRECISION_HINT``
+f32), each imported lazily and skipped when absent. Before running, each recurrent node
+is linted against what a peer is known to get wrong for it (SEMANTICS.md, last
+section). The report is a table of the largest absolute and relative difference per
+output and peer, or the peer's error. With ``trace``, each main-graph recurrent node
+whose ``Y`` differs is located: the first time step, direction and batch entry where
+the peer leaves the tolerance, and the gate that explains it, recomputed in float64
+from the node's inputs (:func:`cell_step`). Modules: ``peers`` (running them), ``lint``,
+``trace`` (comparing outputs, the float64 cell step, the trace); here, the report and
+the command line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+
+from ..errors import RecurrentError, RecurrentTypeError
+from ..runtime.feeds import load_feeds, parse_pairs, random_feeds
+from ..runtime.session import InferenceSession, _load
+from .lint import Finding, lint
+from .peers import PEERS, installed_peers, one_line
+from .trace import Comparison, Divergence, cell_step, compare, trace
+
+__all__ = [
+    "PEERS",
+    "Report",
+    "add_parser",
+    "cell_step",
+    "check",
+    "installed_peers",
+    "lint",
+    "trace",
+]
+
+
+@dataclass
+class Report:
+    """What :func:`check` found."""
+
+    findings: list[Finding]
+    comparisons: list[Comparison]
+    divergences: list[Divergence] = field(default_factory=list)
+    trace_errors: list[str] = field(default_factory=list)
+    atol: float = 1e-4
+    rtol: float = 1e-3
+
+    @property
+    def exceeds(self) -> bool:
+        """Whether any peer's output leaves the tolerance."""
+        return any(c.exceeds for c in self.comparisons)
+
+    def table(self) -> list[str]:
+        """The comparisons as aligned text lines, a header first."""
+        numbers = {
+            id(c): (f"{c.max_abs:.3g}", f"{c.max_rel:.3g}")
+            for c in self.comparisons
+            if c.error is None
+        }
+        w_out = max([len("output")] + [len(c.output) for c in self.comparisons])
+        w_peer = max([len("peer")] + [len(c.peer) for c in self.comparisons])
+        w_abs = max([len("max abs")] + [len(a) for a, _ in numbers.values()])
+        w_rel = max([len("max rel")] + [len(r) for _, r in numbers.values()])
+        lines = [f"  {'output':<{w_out}}  {'peer':<{w_peer}}  {'max abs':>{w_abs}}  max rel"]
+        for c in self.comparisons:
+            line = f"  {c.output:<{w_out}}  {c.peer:<{w_peer}}  "
+            if c.error is not None:
+                line += ("DIFFERS: " if c.exceeds else "error: ") + c.error
+            else:
+                a, r = numbers[id(c)]
+                line += f"{a:>{w_abs}}  {r:>{w_rel}}  {'DIFFERS' if c.exceeds else 'ok'}"
+            lines.append(line)
+        return lines
+
+
+def check(
+    model: str | os.PathLike | bytes | onnx.ModelProto,
+    feeds: Mapping[str, np.ndarray],
+    *,
+    peers: Sequence[str] | None = None,
+    atol: float = 1e-4,
+    rtol: float = 1e-3,
+    trace_nodes: bool = False,
+) -> Report:
+    """Run ``model`` on onnx-recurrent and on each peer, and compare every output.
+
+    Parameters
+    ----------
+    model : str, os.PathLike, bytes or onnx.ModelProto
+    feeds : dict of str to ndarray
+        Every graph input.
+    peers : sequence of str, optional
+        Names from :data:`PEERS`; default every installed one.
+    atol, rtol : float
+        A peer differs where ``|theirs - ours| > atol + rtol * |ours|``.
+    trace_nodes : bool
+        Also locate the first divergent step of each recurrent node (:func:`trace`).
+
+    Returns
+    -------
+    Report
+
+    Raises
+    ------
+    ValueError
+        Bad feeds, an unknown peer, or a model onnx-recurrent rejects.
+    """
+    proto = _load(model)
+    peers = installed_peers() if peers is None else list(peers)
+    unknown = [p for p in peers if p not in PEERS]
+    if unknown:
+        raise RecurrentError(f"unknown peer(s) {unknown}; known: {list(PEERS)}")
+    if atol < 0 or rtol < 0:
+        raise RecurrentError(f"atol and rtol must be >= 0, got {atol}, {rtol}")
+    session = InferenceSession(proto)
+    names = [o.name for o in session.get_outputs()]
+    ours = session.run(None, feeds)
+    report = Report(lint(proto), [], atol=atol, rtol=rtol)
+    for peer in peers:
+        try:
+            theirs = PEERS[peer][1](proto, feeds, names)
+        except Exception as e:
+            report.comparisons.append(Comparison("(all)", peer, error=one_line(e)))
+            continue
+        for name, a, b in zip(names, ours, theirs, strict=True):
+            report.comparisons.append(compare(name, peer, np.asarray(a), b, atol, rtol))
+    if trace_nodes:
+        differing = [p for p in peers if any(c.exceeds for c in report.comparisons if c.peer == p)]
+        report.divergences, report.trace_errors = trace(
+            proto, feeds, differing, atol=atol, rtol=rtol
+        )
+    return report
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    """``onnx-recurrent check``: print the lint, the table and the trace; 1 if a peer differs."""
+    try:
+        return _cmd_check(args)
+    except (RecurrentError, RecurrentTypeError, FileNotFoundError) as e:
+        print(f"onnx-recurrent check: error: {e}", file=sys.stderr)
+        return 2
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    path = Path(args.model)
+    if not path.exists():
+        raise FileNotFoundError(f"model: no such file {args.model!r}")
+    try:
+        model = onnx.load(path)
+    except Exception as e:
+        raise RecurrentError(f"model {args.model!r}: not an ONNX model ({one_line(e)})") from None
+    feeds = load_feeds(parse_pairs(args.input, "-i"))
+    session = InferenceSession(model)
+    missing = [i for i in session.get_inputs() if i.name not in feeds]
+    opset = ", ".join(f"{o.domain or 'ai.onnx'} {o.version}" for o in model.opset_import)
+    producer = " ".join(filter(None, (model.producer_name, model.producer_version)))
+    print(f"model: {args.model} (producer {producer or 'unknown'}; opset {opset})")
+    drawn = {}
+    if missing:
+        try:
+            dims = {k: int(v) for k, v in parse_pairs(args.dim, "--dim").items()}
+        except ValueError as e:
+            raise RecurrentError(f"--dim: {e}") from None
+        drawn = random_feeds(missing, dims, seed=args.seed)
+        feeds.update(drawn)
+    for name, value in feeds.items():
+        how = f"random (seed {args.seed})" if name in drawn else "given"
+        print(f"input {name}: {list(value.shape)} {value.dtype}, {how}")
+    peers = args.peer or installed_peers()
+    print(f"peers: {', '.join(peers) if peers else 'none installed'}")
+
+    report = check(
+        model, feeds, peers=peers, atol=args.atol, rtol=args.rtol, trace_nodes=args.trace
+    )
+    print("\nlint:" if report.findings else "\nlint: nothing known to go wrong for these nodes")
+    for f in report.findings:
+        print(f"  {f}")
+    print(f"\ndifferences from onnx-recurrent (atol {args.atol:g}, rtol {args.rtol:g}):")
+    for line in report.table():
+        print(line)
+    if args.trace:
+        print("\ntrace:")
+        if not report.divergences and not report.trace_errors:
+            print("  no recurrent node's outputs differ")
+        for div in report.divergences:
+            for line in div.lines():
+                print(f"  {line}")
+        for err in report.trace_errors:
+            print(f"  {err}")
+    failing = list(dict.fromkeys(c.peer for c in report.comparisons if c.exceeds))
+    failed = [c.peer for c in report.comparisons if c.error is not None and not c.exceeds]
+    note = f" ({', '.join(failed)} could not run it)" if failed else ""
+    if failing:
+        print(f"\nresult: {', '.join(failing)} beyond the tolerance{note}")
+        return 1
+    print(f"\nresult: every peer that ran agrees within the tolerance{note}")
+    return 0
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register the ``check`` subcommand on an ``argparse`` subparsers object."""
+    p = subparsers.add_parser(
+        "check",
+        help="compare a model's outputs on onnx-recurrent and every installed peer",
+        description=(
+            "Run MODEL on onnx-recurrent and on onnxruntime, onnx.reference and OpenVINO "
+            "(those installed), lint its recurrent nodes for what each peer is known to "
+            "get wrong, and print the largest differences. Exit status 1 when a peer "
+            "differs beyond --atol/--rtol, 2 for a usage error."
+        ),
+    )
+    p.add_argument("model", help="path to an .onnx model")
+    p.add_argument(
+        "-i",
+        "--input",
+        action="append",
+        default=[],
+        metavar="NAME=FILE.npy",
+        help="an input from a .npy file (repeatable); float inputs not given are random",
+    )
+    p.add_argument(
+        "--dim",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="value of a named dimension for random inputs (default 1 for batch, else 8)",
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    p.add_argument("--atol", type=float, default=1e-4, help="absolute tolerance (1e-4)")
+    p.add_argument("--rtol", type=float, default=1e-3, help="relative tolerance (1e-3)")
+    p.add_argument(
+        "--trace",
+        action="store_true",
+        help="for each recurrent node that differs, the first step and the gate",
+    )
+    p.add_argument(
+        "--peer",
+        action="append",
+        choices=list(PEERS),
+        help="compare with this peer only (repeatable; default every installed one)",
+    )
+    p.set_defaults(handler=cmd_check)
