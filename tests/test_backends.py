@@ -85,6 +85,21 @@ def _as(feeds, dtype):
     return {k: v.astype(dtype) if v.dtype.kind == "f" else v for k, v in feeds.items()}
 
 
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+@pytest.mark.parametrize("op", FUNCTIONS)
+def test_input_size_zero(op, backend):
+    """``input_size`` 0 (``X W^T`` is zero): the same as one input of zeros, on every
+    backend (the NumPy one reshaped an empty block with ``-1`` and failed)."""
+    feeds = random_inputs(op, T=6, N=5, I=1, H=7, D=2, seed=3)
+    feeds["X"] = np.zeros_like(feeds["X"])
+    empty = {**feeds, "X": feeds["X"][..., :0], "W": feeds["W"][..., :0]}
+    with backends.use(backend):
+        expected = FUNCTIONS[op](**feeds, direction="bidirectional")
+        got = FUNCTIONS[op](**empty, direction="bidirectional")
+    for g, e in zip(got, expected, strict=True):
+        np.testing.assert_allclose(g, e, rtol=1e-6, atol=1e-7)
+
+
 @pytest.mark.parametrize("dtype", [np.float16, np.float64, ml_dtypes.bfloat16])
 @pytest.mark.parametrize("op", FUNCTIONS)
 def test_numba_dtypes(op, dtype):

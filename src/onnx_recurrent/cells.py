@@ -77,7 +77,7 @@ class Weights:
         steps, rows, size = xb.shape
         G = self.W.shape[0]
         xw = padded((steps * rows, G), dtype)
-        np.matmul(xb.reshape(-1, size).astype(dtype, copy=False), self.WT, out=xw[:, :G])
+        np.matmul(xb.reshape(steps * rows, size).astype(dtype, copy=False), self.WT, out=xw[:, :G])
         xw[:, :G] += self.bias
         return xw.reshape(steps, rows, -1)
 
