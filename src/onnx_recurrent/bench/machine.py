@@ -61,23 +61,17 @@ def physical_cores() -> int:
 
 def git_commit() -> str | None:
     """The checkout's short commit (with '+ changes' if the tree is dirty), if any."""
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]  # src/onnx_recurrent/bench/machine.py
+
+    def git(*args: str, check: bool = False) -> str:
+        done = subprocess.run(
+            ["git", *args], cwd=root, capture_output=True, text=True, timeout=10, check=check
+        )
+        return done.stdout.strip()
+
     try:
-        head = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            cwd=root,
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=root,
-            capture_output=True,
-            text=True,
-            timeout=10,
-        ).stdout.strip()
+        head = git("rev-parse", "--short", "HEAD", check=True)
+        dirty = git("status", "--porcelain", "--untracked-files=no")
     except (OSError, subprocess.SubprocessError):
         return None
     return f"{head} + uncommitted changes" if dirty else head
