@@ -149,7 +149,9 @@ def test_packed_products(m, K, N, lda_extra, split, skip, start, dtype):
         C[:m, :N] = rng.standard_normal((m, N))
     C0 = C.copy()
     lda, lda2 = K1 + lda_extra, K - K1 + 2 * lda_extra
-    args = (Bp, k0, C.ctypes.data, width, vp.ctypes.data if start == "bias" else 0, start == "add")
+    P = Bp.shape[0]
+    bias = vp.ctypes.data if start == "bias" else 0
+    args = (Bp, 0, P, k0, C.ctypes.data, width, bias, start == "add")
     packed.mm(A.ctypes.data, lda, K1, A2.ctypes.data, lda2, K - K1, m, *args)
     full = np.concatenate([A[:, :K1], A2[:, : K - K1]], axis=1)
     expected = full @ B[k0 : k0 + K] + v + C0[:m, :N]
@@ -159,8 +161,15 @@ def test_packed_products(m, K, N, lda_extra, split, skip, start, dtype):
     for i in range(m if m > 1 else 0):  # the same rows one at a time
         row = C0[i : i + 1].copy()
         a, a2 = A[i : i + 1].ctypes.data, A2[i : i + 1].ctypes.data
-        packed.mm(a, lda, K1, a2, lda2, K - K1, 1, Bp, k0, row.ctypes.data, width, *args[4:])
+        packed.mm(a, lda, K1, a2, lda2, K - K1, 1, Bp, 0, P, k0, row.ctypes.data, width, *args[6:])
         assert (row[0, :N] == C[i, :N]).all()
+    if P > 1 and start != "add":  # panels 1.. alone: their columns, from their own bias
+        part = C0[:m].copy()
+        at = bias + Bp.shape[2] * np.dtype(dtype).itemsize if bias else 0
+        packed.mm(A.ctypes.data, lda, K1, A2.ctypes.data, lda2, K - K1, m, Bp, 1, P, k0,
+                  part.ctypes.data, width, at, start == "add")  # fmt: skip
+        L = Bp.shape[2]
+        assert (part[:, : N - L] == C[:m, L:N]).all()
 
 
 @pytest.mark.parametrize("shape", [(50, 1, 64, 64), (5, 4, 256, 256)], ids=["S", "M"])
@@ -232,7 +241,7 @@ def test_two_threads_share_hidden_units(monkeypatch, direction, op, flag, H):
         kwargs["input_forget"] = int(flag)
     serial = FUNCTIONS[op](**feeds, **kwargs)
     monkeypatch.setattr(scan, "PARALLEL_MACS", 0)
-    monkeypatch.setattr(scan, "MIN_SHARE", 2)
+    monkeypatch.setattr(scan, "MIN_SHARE", 1)
     monkeypatch.setattr(scan, "BLOCK_BYTES", 1)  # blocks of 16 steps: odd ones too
     monkeypatch.setattr(scan, "MIN_BLOCK", 4)
     monkeypatch.setenv("ONNX_RECURRENT_NUM_THREADS", "2")
@@ -245,7 +254,7 @@ def test_two_threads_share_hidden_units(monkeypatch, direction, op, flag, H):
 
 def _spec_and_inputs(op, feeds, layout, direction="bidirectional"):
     from onnx_recurrent import cells
-    from onnx_recurrent.spec import check_inputs, make_spec
+    from onnx_recurrent.spec import check_call, check_X, make_spec
 
     cell = {"GRU": cells.GRU, "RNN": cells.RNN, "LSTM": cells.LSTM}[op]
     spec = make_spec(
@@ -260,16 +269,7 @@ def _spec_and_inputs(op, feeds, layout, direction="bidirectional"):
         layout=layout,
     )
     states = [(k, feeds.get(k)) for k in cell.state_names]
-    return spec, check_inputs(
-        spec,
-        feeds["X"],
-        feeds["W"],
-        feeds["R"],
-        feeds["B"],
-        feeds["sequence_lens"],
-        states,
-        feeds.get("P"),
-    )
+    return spec, check_call(spec, check_X(spec, feeds["X"]), feeds["sequence_lens"], states)
 
 
 def test_shared_hidden_units_from_many_threads(monkeypatch):

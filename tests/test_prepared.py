@@ -60,14 +60,16 @@ def test_equal_weights_reuse_the_prepared_ones():
     feeds = random_inputs("GRU", T=2, N=1, I=3, H=4, D=2)
     spec = _spec(feeds["R"], 1)
     W, R, B = feeds["W"], feeds["R"], feeds["B"]
-    first = prepared.weights(spec, W, R, B, None)
-    assert len(first) == 2
-    assert prepared.weights(spec, W.copy(), R.copy(), B.copy(), None) is first
-    assert not any(np.shares_memory(w.W, a) for w in first for a in (W, R, B))
+    first = prepared.layer(spec, {}, W, R, B, None)
+    assert len(first.directions()) == 2
+    assert prepared.layer(spec, {}, W.copy(), R.copy(), B.copy(), None) is first
+    kept = [first.W, first.R, first.B, *(w.W for w in first.directions())]
+    assert not any(np.shares_memory(k, a) for k in kept for a in (W, R, B))
+    assert prepared.layer(spec, {}, np.asfortranarray(W), R, B, None) is first
     R[1, 0, 0] = -R[1, 0, 0]
-    assert prepared.weights(spec, W, R, B, None) is not first
+    assert prepared.layer(spec, {}, W, R, B, None) is not first
     other = _spec(feeds["R"], 0)
-    assert prepared.weights(other, W, R, B, None) is not first
+    assert prepared.layer(other, {}, W, R, B, None) is not first
 
 
 def _spec(R, linear_before_reset):

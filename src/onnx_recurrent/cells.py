@@ -131,6 +131,8 @@ class Cell:
     default_activations: ClassVar[tuple[str, ...]]
     state_names: ClassVar[tuple[str, ...]] = ("initial_h",)
     n_peepholes: ClassVar[int] = 0
+    #: attributes beyond the ones every operator has
+    own_attributes: ClassVar[tuple[str, ...]] = ()
 
     def prepare(
         self, spec: RecSpec, W: np.ndarray, R: np.ndarray, B: np.ndarray, P: np.ndarray | None
@@ -180,6 +182,7 @@ class GRUCell(Cell):
     n_gates = 3
     n_activations = 2
     default_activations = ("Sigmoid", "Tanh")
+    own_attributes = ("linear_before_reset",)
 
     def prepare(self, spec, W, R, B, P):
         H = spec.hidden_size
@@ -245,6 +248,7 @@ class LSTMCell(Cell):
     default_activations = ("Sigmoid", "Tanh", "Tanh")
     state_names = ("initial_h", "initial_c")
     n_peepholes = 3
+    own_attributes = ("input_forget",)
 
     def prepare(self, spec, W, R, B, P):
         w = super().prepare(spec, W, R, B, P)
@@ -293,3 +297,15 @@ class LSTMCell(Cell):
 RNN = RNNCell()
 GRU = GRUCell()
 LSTM = LSTMCell()
+#: the cells by ONNX operator name
+CELLS: dict[str, Cell] = {cell.name: cell for cell in (GRU, LSTM, RNN)}
+#: the attributes every operator has
+COMMON_ATTRIBUTES = (
+    "hidden_size",
+    "direction",
+    "activations",
+    "activation_alpha",
+    "activation_beta",
+    "clip",
+    "layout",
+)

@@ -6,10 +6,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from . import cells
+from . import cells, prepared
 from .errors import RecurrentError
-from .scan import scan
-from .spec import as_float_array, check_inputs, make_spec
+from .spec import as_float_array, check_weights, check_X, make_spec
 
 _COMMON_DOC = """
     X : (seq_length, batch_size, input_size) ndarray
@@ -68,11 +67,13 @@ _ATTRIBUTES = (
 
 
 def _run(cell, arguments, X, W, R, B, sequence_lens, states, P=None):
-    """The common body of the public functions: parse, check, scan."""
+    """The common body of the public functions: parse, check, the kept layer's call."""
     attributes = {k: arguments[k] for k in _ATTRIBUTES if k in arguments}
-    spec = make_spec(cell, np.asarray(R), **attributes)
-    x = check_inputs(spec, X, W, R, B, sequence_lens, states, P)
-    return scan(spec, x, output_sequence=arguments["output_sequence"])
+    spec = make_spec(cell, R if type(R) is np.ndarray else np.asarray(R), **attributes)
+    X = check_X(spec, X)
+    W, R, B, P = check_weights(spec, W, R, B, P, dtype=X.dtype, input_size=X.shape[2])
+    layer = prepared.layer(spec, attributes, W, R, B, P)
+    return layer(X, sequence_lens, *states, output_sequence=arguments["output_sequence"])
 
 
 def _with_doc(doc: str):
@@ -132,7 +133,7 @@ def gru(
     linear_before_reset: int = 0,
     output_sequence: bool = True,
 ) -> tuple[np.ndarray | None, np.ndarray]:
-    Y, Y_h = _run(cells.GRU, locals(), X, W, R, B, sequence_lens, [("initial_h", initial_h)])
+    Y, Y_h = _run(cells.GRU, locals(), X, W, R, B, sequence_lens, [initial_h])
     return Y, Y_h
 
 
@@ -176,7 +177,7 @@ def rnn(
     layout: int = 0,
     output_sequence: bool = True,
 ) -> tuple[np.ndarray | None, np.ndarray]:
-    Y, Y_h = _run(cells.RNN, locals(), X, W, R, B, sequence_lens, [("initial_h", initial_h)])
+    Y, Y_h = _run(cells.RNN, locals(), X, W, R, B, sequence_lens, [initial_h])
     return Y, Y_h
 
 
@@ -235,7 +236,7 @@ def lstm(
     layout: int = 0,
     output_sequence: bool = True,
 ) -> tuple[np.ndarray | None, np.ndarray, np.ndarray]:
-    states = [("initial_h", initial_h), ("initial_c", initial_c)]
+    states = [initial_h, initial_c]
     Y, Y_h, Y_c = _run(cells.LSTM, locals(), X, W, R, B, sequence_lens, states, P)
     return Y, Y_h, Y_c
 

@@ -1,112 +1,37 @@
 """The one recurrence skeleton: directions, per-sequence reverse, lengths, layout, dtype.
 
 The work of a call is split into units, one per direction and slice of the batch
-(rows are independent in every recurrence), which run on threads when there is
-enough of it; two threads on one direction instead share its hidden units (each
-computes its half of every gate, for every row, and they meet after each step).
+(rows are independent in every recurrence), which threads take from a queue when
+there is enough of it; on one direction, threads instead share its hidden units
+(each takes shares of every step's gates, for every row, :mod:`.backends.sync`).
 In a unit the rows are sorted by length, longest first, so the rows
 still running at step ``k`` are a prefix ``[:active[k]]`` and finished sequences
 cost nothing. A reverse direction reads each sequence from its own last valid step
 back to 0 (not ``np.flip``, which is right only for full-length sequences). The
-inputs go to the backend a block of time steps at a time (the NumPy backend projects
-them, ``X W^T + b``, at once), so working memory grows with the block, not with
-``seq_length``.
+inputs go to the backend a block of time steps at a time, so working memory grows
+with the block, not with ``seq_length``, and a Ctrl-C is seen between blocks.
 """
 
 from __future__ import annotations
 
-import ctypes
-import os
-from collections.abc import Iterator
-from concurrent import futures
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
-from functools import cache
 
 import numpy as np
 
-from . import backends, prepared
+from . import backends, threads
+from .cells import Weights
 from .spec import Inputs, RecSpec
 
-#: bytes of input projection computed at once (at least MIN_BLOCK steps)
+#: bytes of gate inputs of one block (at least MIN_BLOCK steps)
 BLOCK_BYTES = 8 << 20
 MIN_BLOCK = 16
-#: multiply-adds of a call above which its units run on threads
+#: multiply-adds of one block at most: a block is one compiled call, and Python
+#: (Ctrl-C) runs between blocks (about 20 ms at 28 GMAC/s)
+BLOCK_MACS = 1 << 29
+#: multiply-adds of a call above which it runs on threads
 PARALLEL_MACS = 1 << 23
-#: hidden size from which two threads may share a direction's hidden units (>= 2)
+#: hidden units of one thread's share of a direction, at least
 MIN_SHARE = 16
-
-
-def num_threads() -> int:
-    """Threads for one call: ``ONNX_RECURRENT_NUM_THREADS``, else the CPU count."""
-    value = os.environ.get("ONNX_RECURRENT_NUM_THREADS")
-    return max(1, int(value)) if value else _cpu_count()
-
-
-@cache
-def _cpu_count() -> int:
-    return max(1, os.cpu_count() or 1)
-
-
-@cache
-def _executor(workers: int) -> ThreadPoolExecutor:
-    return ThreadPoolExecutor(workers, thread_name_prefix="onnx-recurrent")
-
-
-@cache
-def _sched_getcpu():
-    """libc's ``sched_getcpu``, or None where there is none."""
-    try:
-        fn = ctypes.CDLL(None).sched_getcpu
-    except (OSError, AttributeError, TypeError):
-        return None
-    fn.restype, fn.argtypes = ctypes.c_int, []
-    return fn
-
-
-def _cpu() -> int:
-    """The CPU this thread runs on (-1: unknown)."""
-    get = _sched_getcpu()
-    return get() if get is not None else -1
-
-
-Placement = tuple[set[int], set[int]] | None  # (CPUs for pool threads, the caller's mask)
-
-
-@contextmanager
-def _spread() -> Iterator[Placement]:
-    """Keep the calling thread on its CPU for the block; pool threads (:func:`_apart`)
-    keep off it. Yields their CPUs and the mask to restore, or None (cannot pin).
-
-    After a pause (tens of ms), Linux in a VM wakes threads that hand the GIL to each
-    other on one CPU and leaves them there for milliseconds: threads that wait for each
-    other at every step then run one after the other (measured: up to 2x slower)."""
-    cpu = _cpu()
-    try:
-        mask = os.sched_getaffinity(0)
-        if cpu not in mask or len(mask) < 2:
-            raise OSError
-        os.sched_setaffinity(0, {cpu})
-    except (OSError, AttributeError):  # no affinity on this platform, or not allowed
-        yield None
-        return
-    try:
-        yield mask - {cpu}, mask
-    finally:
-        os.sched_setaffinity(0, mask)
-
-
-def _apart(placement: Placement, fn, *args):
-    """``fn(*args)`` on a pool thread, on the CPUs of ``placement`` (:func:`_spread`)."""
-    if placement is None:
-        return fn(*args)
-    cpus, mask = placement
-    os.sched_setaffinity(0, cpus)
-    try:
-        return fn(*args)
-    finally:
-        os.sched_setaffinity(0, mask)
 
 
 @dataclass(frozen=True)
@@ -166,41 +91,77 @@ def _units(
     spec: RecSpec, x: Inputs, workers: int, can_share: bool = True
 ) -> tuple[list[tuple[int, np.ndarray]], bool, int]:
     """(direction, batch rows) pairs, whether the call is large enough for threads, and
-    how many threads share each unit's hidden units.
+    how many shares of hidden units each unit's steps are cut into.
 
-    Two threads on one direction of full-length sequences share its hidden units (both
-    products per step keep every row, which BLAS runs faster than half the rows; with
-    ragged lengths the rows' products shrink and the per-step barrier no longer pays,
-    measured); otherwise the rows of a
-    direction are dealt round-robin by length, so every slice gets a fair share of long
-    and short sequences.
+    On one direction of full-length sequences written straight into ``Y``, threads
+    share its hidden units (every thread's product keeps every row; the weights are
+    split between the threads' caches); otherwise the rows of a direction are dealt
+    round-robin by length, so every slice gets a fair share of long and short
+    sequences (with ragged lengths the rows' products shrink and a meeting per step no
+    longer pays, measured).
     """
     T, N, I = x.X.shape
     D, H, G = spec.num_directions, spec.hidden_size, spec.cell.n_gates
     large = T * N * D * G * H * (H + I) >= PARALLEL_MACS
-    ragged = x.ragged
-    if can_share and large and workers == 2 and D == 1 and H >= max(2, MIN_SHARE) and not ragged:
-        return [(0, np.arange(N))], large, 2
+    if workers > 1 and large and can_share and D == 1 and not x.ragged:
+        if x.dtype == x.compute_dtype and H >= 2 * max(1, MIN_SHARE):
+            return [(0, np.arange(N))], large, min(workers, H // max(1, MIN_SHARE))
     slices = 1
     if workers > 1 and large:
         slices = min(N, -(-workers // D))
-    if slices == 1:
+    if slices <= 1:
         return [(d, np.arange(N)) for d in range(D)], large, 1
     by_length = np.argsort(-x.sequence_lens, kind="stable")
     units = [(d, np.sort(by_length[i::slices])) for d in range(D) for i in range(slices)]
     return units, large, 1
 
 
+def block_steps(spec: RecSpec, N: int, I: int, ct: np.dtype) -> int:
+    """Steps of one block (:data:`BLOCK_BYTES`, :data:`BLOCK_MACS`)."""
+    G = spec.cell.n_gates * spec.hidden_size * N or 1
+    block = max(MIN_BLOCK, BLOCK_BYTES // (G * ct.itemsize))
+    return min(block, BLOCK_MACS // (G * (spec.hidden_size + I))) or 1
+
+
+def sequence(
+    spec: RecSpec,
+    directions: tuple[Weights, ...],
+    X: np.ndarray,
+    initial_states: tuple[np.ndarray | None, ...],
+    output_sequence: bool,
+) -> tuple[np.ndarray | None, ...] | None:
+    """:func:`scan` of a small forward call of full-length sequences, X ``[T, N, I]``
+    C-ordered in its compute type, states checked: one compiled call where the
+    backend has one (``run_sequence``), else None (use :func:`scan`)."""
+    T, N, I = X.shape
+    run = getattr(backends.select(spec, X.dtype), "run_sequence", None)
+    if run is None or T == 0:
+        return None
+    shape = (1, N, spec.hidden_size)
+    finals = [
+        np.zeros(shape, X.dtype) if init is None else np.array(init, order="C")
+        for init in initial_states
+    ]
+    Y = np.empty((T, *shape), X.dtype) if output_sequence else None
+    run(spec, directions[0], X, finals, Y, block_steps(spec, N, I, X.dtype))
+    return (Y, *finals)
+
+
 def scan(
-    spec: RecSpec, x: Inputs, *, output_sequence: bool = True
+    spec: RecSpec,
+    directions: tuple[Weights, ...],
+    x: Inputs,
+    *,
+    output_sequence: bool = True,
 ) -> tuple[np.ndarray | None, ...]:
-    """Run every direction over the whole sequence.
+    """Run every direction over the whole sequence (``directions``: each one's prepared
+    weights, :meth:`onnx_recurrent.Layer.directions`).
 
     Returns ``(Y, *final_states)`` in the caller's layout and X's dtype; ``Y`` is None
     when ``output_sequence`` is false (and is then never materialised).
     """
     cell = spec.cell
-    T, N, _ = x.X.shape
+    T, N, I = x.X.shape
     D, H = spec.num_directions, spec.hidden_size
     ct = x.compute_dtype
     ragged = x.ragged
@@ -214,111 +175,87 @@ def scan(
     finals = [np.empty((N, D, H) if spec.layout else (D, N, H), x.dtype) for _ in cell.state_names]
     finals_tm = [f.transpose(1, 0, 2) if spec.layout else f for f in finals]
     backend = backends.select(spec, ct)
-    per_step = N * cell.n_gates * H * ct.itemsize
-    block = max(MIN_BLOCK, BLOCK_BYTES // max(per_step, 1))
+    block = block_steps(spec, N, I, ct)
 
     def initial(d: int, s: Schedule) -> tuple[np.ndarray, ...]:
         rows = slice(None) if s.whole else s.order
-        return tuple(np.array(init[d][rows], dtype=ct, order="C") for init in x.initial_states)
+        return tuple(
+            np.zeros((len(s.order), H), ct)
+            if init is None
+            else np.array(init[d][rows], dtype=ct, order="C")
+            for init in x.initial_states
+        )
 
-    directions = prepared.weights(spec, x.W, x.R, x.B, x.P)
-
-    def run(unit: tuple[int, np.ndarray], states=None, share=None) -> tuple[np.ndarray, ...]:
-        """One unit (``share``: hidden units ``j0..j1-1`` of it, with other threads)."""
+    def run(unit, states=None, shared=None, stopped=lambda: False):
+        """One unit's steps, block by block (``shared``: with other threads, see
+        :mod:`.backends.sync`); returns its states and schedule."""
         d, rows = unit
         s = Schedule.of(rows, x.sequence_lens, T, ragged)
         reverse = spec.direction == "reverse" or d == 1
-        w = directions[d]
         states = initial(d, s) if states is None else states
-        cols = slice(None)
-        if share is not None:
-            cols = slice(share[1], share[2])
-            w = w.hidden_units(share[1], share[2], cell.n_gates)
-        width = len(range(H)[cols])
         direct = s.whole and ct == x.dtype  # Y written in place
         for k0 in range(0, s.steps, block):
+            if stopped():
+                break
             k1 = min(s.steps, k0 + block)
             n0 = int(s.active[k0])
             xb = s.inputs(x.X, k0, k1, n0, reverse)
             Yb = None
             if Y_tm is not None:
                 Yb = (
-                    s.outputs(Y_tm, d, k0, k1, reverse)[..., cols]
+                    s.outputs(Y_tm, d, k0, k1, reverse)
                     if direct
-                    else np.empty((k1 - k0, n0, width), ct)
+                    else np.empty((k1 - k0, n0, H), ct)
                 )
-            extra = () if share is None else (share,)
             backend.run_block(
-                spec, w, spec.activations[d], xb, states, s.active[k0:k1], Yb, *extra
-            )
+                spec, directions[d], spec.activations[d], xb, states, s.active[k0:k1], Yb,
+                shared, k0,
+            )  # fmt: skip
             if Yb is not None and not direct:
                 if s.whole:
-                    s.outputs(Y_tm[..., cols], d, k0, k1, reverse)[...] = Yb
+                    s.outputs(Y_tm, d, k0, k1, reverse)[...] = Yb
                 else:
-                    s.store(Y_tm[..., cols], d, Yb, k0, k1, reverse)
-        if share is None:
-            for final, state in zip(finals_tm, states, strict=True):
-                final[d, slice(None) if s.whole else s.order] = state
-        return states
+                    s.store(Y_tm, d, Yb, k0, k1, reverse)
+        return states, s
 
-    def run_shared(unit: tuple[int, np.ndarray], shares) -> None:
-        """Threads (this one and pool threads) share the unit's hidden units."""
-        d, rows = unit
-        s = Schedule.of(rows, x.sequence_lens, T, ragged)
-        states = initial(d, s)
-        parties = shares.parties
-        bounds = [i * H // parties for i in range(parties + 1)]
-
-        def part(i: int) -> None:
-            try:
-                run(unit, states, (shares, bounds[i], bounds[i + 1]))
-            except BaseException:
-                shares.abort()
-                raise
-
-        pool = _executor(parties - 1)
-        with _spread() as placement:
-            pending = [pool.submit(_apart, placement, part, i) for i in range(1, parties)]
-            try:
-                part(0)
-            finally:
-                futures.wait(pending)
-        for done in pending:
-            done.result()
+    def finish(d: int, states, s: Schedule) -> None:
         for final, state in zip(finals_tm, states, strict=True):
             final[d, slice(None) if s.whole else s.order] = state
 
-    workers = num_threads()
-    units, large, parties = _units(spec, x, workers)
-    shares = None
-    if parties > 1:
+    workers = threads.num_threads()
+    units, large, shares = _units(spec, x, workers)
+    if shares > 1:
         make = getattr(backend, "shares", None)
-        shares = None if make is None else make(spec, N, ct, parties)
-        if shares is None:
-            units, large, parties = _units(spec, x, workers, can_share=False)
-    # Per-step products are too small for BLAS's own threads to pay (measured: slower
-    # than one thread); our units use the cores instead.
-    if not large:
+        shared = None if make is None else make(spec, N, ct, shares)
+        if shared is None:  # this backend cannot share hidden units
+            units, large, shares = _units(spec, x, workers, can_share=False)
+    if shares > 1:
+        unit = units[0]
+        whole = Schedule.of(unit[1], x.sequence_lens, T, ragged)
+        states = initial(0, whole)
+
+        def party(i: int) -> None:
+            run(unit, states, shared, lambda: shared.aborted)
+
+        threads.run(shares, party, shared.abort)
+        shared.settle(states, T)
+        finish(0, states, whole)
+    elif len(units) == 1 or workers == 1 or not large:
         for unit in units:
-            run(unit)
+            finish(unit[0], *run(unit))
     else:
-        with backends.single_threaded_blas() if backend.calls_blas else nullcontext():
-            if shares is not None:
-                run_shared(units[0], shares)
-            elif workers > 1 and len(units) > 1:
-                # the caller's thread takes the first unit: one thread fewer to wake
-                pool = _executor(workers - 1)
-                with _spread() as placement:
-                    pending = [pool.submit(_apart, placement, run, unit) for unit in units[1:]]
-                    try:
-                        run(units[0])
-                    finally:
-                        futures.wait(pending)
-                for done in pending:
-                    done.result()
-            else:
-                for unit in units:
-                    run(unit)
+        queue = iter(units)  # taken by whichever thread is free (next() holds the GIL)
+        stop = []
+
+        def worker(i: int) -> None:
+            for unit in queue:
+                if stop:
+                    return
+                states, s = run(unit, stopped=lambda: bool(stop))
+                if not stop:
+                    finish(unit[0], states, s)
+
+        threads.run(min(workers, len(units)), worker, lambda: stop.append(True))
     if ragged or T == 0:  # no step ran: zeros, not initial_h (SEMANTICS.md, "Sequences")
         empty = x.sequence_lens == 0
         for final in finals_tm:

@@ -66,7 +66,8 @@ def make_spec(cell: Cell, R: np.ndarray, **attributes: Any) -> RecSpec:
     (unhashable values, such as arrays of activation parameters, are parsed every time).
     """
     items = tuple(
-        (k, type(v), tuple(v) if isinstance(v, list) else v) for k, v in attributes.items()
+        (k, v) if v is None else (k, type(v), tuple(v) if type(v) is list else v)
+        for k, v in attributes.items()
     )
     try:
         hash(items)
@@ -77,20 +78,20 @@ def make_spec(cell: Cell, R: np.ndarray, **attributes: Any) -> RecSpec:
 
 @functools.lru_cache(maxsize=256)
 def _parsed(cell: Cell, shape: tuple, items: tuple) -> RecSpec:
-    return _parse(cell, shape, **{k: v for k, _, v in items})
+    return _parse(cell, shape, **{item[0]: item[-1] for item in items})
 
 
 def _parse(
     cell: Cell,
     shape: tuple[int, ...],
     *,
-    hidden_size: int | None,
-    direction: str,
-    activations: Sequence[str] | None,
-    activation_alpha: Sequence[float] | None,
-    activation_beta: Sequence[float] | None,
-    clip: float | None,
-    layout: int,
+    hidden_size: int | None = None,
+    direction: str = "forward",
+    activations: Sequence[str] | None = None,
+    activation_alpha: Sequence[float] | None = None,
+    activation_beta: Sequence[float] | None = None,
+    clip: float | None = None,
+    layout: int = 0,
     linear_before_reset: Any = 0,
     input_forget: Any = 0,
 ) -> RecSpec:
@@ -160,19 +161,16 @@ def _resolve(names: tuple, alpha: tuple | None, beta: tuple | None) -> tuple[Act
 
 @dataclass(frozen=True)
 class Inputs:
-    """The inputs of one call, time-major, absent ones filled in.
+    """The inputs one call brings, time-major, absent ones filled in (the weights are
+    the layer's: :class:`onnx_recurrent.Layer`).
 
-    ``X`` is a (possibly strided) view of the caller's array; the weights are in the
-    compute dtype. Nothing here aliases an array that the kernels write to.
+    ``X`` is a (possibly strided) view of the caller's array; nothing here aliases an
+    array that the kernels write to.
     """
 
     X: np.ndarray  # [seq_length, batch_size, input_size], X's own dtype
-    W: np.ndarray  # [num_directions, gates*hidden, input_size], compute dtype
-    R: np.ndarray  # [num_directions, gates*hidden, hidden]
-    B: np.ndarray  # [num_directions, 2*gates*hidden]
     sequence_lens: np.ndarray  # [batch_size] int64
-    initial_states: tuple[np.ndarray, ...]  # each [num_directions, batch_size, hidden]
-    P: np.ndarray | None  # [num_directions, peepholes*hidden] or None
+    initial_states: tuple[np.ndarray | None, ...]  # each [num_directions, batch_size, hidden]
     dtype: np.dtype  # of X and of the outputs
     compute_dtype: np.dtype
     ragged: bool = False  # some sequence_lens below seq_length
@@ -180,7 +178,7 @@ class Inputs:
 
 def as_float_array(name: str, value: Any) -> np.ndarray:
     """``value`` as an array of one of the T types, or a clear TypeError."""
-    array = np.asarray(value)
+    array = value if type(value) is np.ndarray else np.asarray(value)
     if array.dtype not in COMPUTE_DTYPE:
         allowed = ", ".join(str(t) for t in COMPUTE_DTYPE)
         raise RecurrentTypeError(f"{name} must have a float dtype ({allowed}), got {array.dtype}")
@@ -194,25 +192,16 @@ def _check_shape(name: str, array: np.ndarray, expected: tuple[int, ...], meanin
         )
 
 
-def check_inputs(
-    spec: RecSpec,
-    X: Any,
-    W: Any,
-    R: Any,
-    B: Any = None,
-    sequence_lens: Any = None,
-    initial_states: Sequence[tuple[str, Any]] = (),
-    P: Any = None,
-) -> Inputs:
-    """Check every input against the spec and normalise it (time-major, filled in).
+def _same_type(name: str, value: Any, dtype: np.dtype, owner: str) -> np.ndarray:
+    array = as_float_array(name, value)
+    if array.dtype != dtype:
+        raise RecurrentTypeError(f"{name} must have {owner} dtype {dtype}, got {array.dtype}")
+    return array
 
-    ``initial_states`` pairs each state's input name with its value (or None).
-    """
-    cell = spec.cell
+
+def check_X(spec: RecSpec, X: Any) -> np.ndarray:
+    """X as a 3-D float array (the caller's layout), or a clear error."""
     X = as_float_array("X", X)
-    dtype = X.dtype
-    ct = COMPUTE_DTYPE[dtype]
-    D, H, G = spec.num_directions, spec.hidden_size, cell.n_gates
     if X.ndim != 3:
         dims = (
             "[batch_size, seq_length, input_size]"
@@ -222,29 +211,81 @@ def check_inputs(
         raise RecurrentError(
             f"X must be 3-D {dims} (layout={spec.layout}), got shape {list(X.shape)}"
         )
+    return X
+
+
+def check_weights(
+    spec: RecSpec,
+    W: Any,
+    R: Any,
+    B: Any,
+    P: Any,
+    *,
+    dtype: np.dtype,
+    input_size: int,
+    owner: str = "X's",
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None]:
+    """W, R, B, P checked against the spec, ``dtype`` and ``input_size`` (``owner``
+    names where those come from in messages); the arrays themselves, not copies."""
+    D, H, G = spec.num_directions, spec.hidden_size, spec.cell.n_gates
+    W = _same_type("W", W, dtype, owner)
+    R = _same_type("R", R, dtype, owner)
+    _check_shape("W", W, (D, G * H, input_size), f"[num_directions, {G}*hidden_size, input_size]")
+    _check_shape("R", R, (D, G * H, H), f"[num_directions, {G}*hidden_size, hidden_size]")
+    if B is not None:
+        B = _same_type("B", B, dtype, owner)
+        _check_shape("B", B, (D, 2 * G * H), f"[num_directions, {2 * G}*hidden_size]")
+    if P is not None:
+        npeep = spec.cell.n_peepholes
+        if not npeep:
+            raise RecurrentError(f"P (peepholes) is for LSTM only, not {spec.cell.name}")
+        P = _same_type("P", P, dtype, owner)
+        _check_shape("P", P, (D, npeep * H), f"[num_directions, {npeep}*hidden_size]")
+    return W, R, B, P
+
+
+def check_state(
+    name: str, value: Any, shape: tuple[int, int, int], dtype: np.dtype, layout: int = 0
+) -> np.ndarray:
+    """An initial state of ``shape`` and X's ``dtype``, or a clear error."""
+    value = _same_type(name, value, dtype, "X's")
+    dims = (
+        "[batch_size, num_directions, hidden_size]"
+        if layout
+        else "[num_directions, batch_size, hidden_size]"
+    )
+    _check_shape(name, value, shape, dims)
+    return value
+
+
+def check_call(
+    spec: RecSpec,
+    X: np.ndarray,
+    sequence_lens: Any = None,
+    initial_states: Sequence[tuple[str, Any]] = (),
+    *,
+    dtype: np.dtype | None = None,
+    input_size: int | None = None,
+) -> Inputs:
+    """Check what one call brings (X from :func:`check_X`, lengths, initial states)
+    and normalise it: time-major, missing lengths as full length. Absent initial
+    states stay None (zeros). ``dtype`` and ``input_size``: the layer's, if known."""
+    if dtype is not None and X.dtype != dtype:
+        raise RecurrentTypeError(f"X must have the layer's dtype {dtype} (W's), got {X.dtype}")
+    dtype = X.dtype
+    ct = COMPUTE_DTYPE[dtype]
+    D, H = spec.num_directions, spec.hidden_size
     X_tm = X.transpose(1, 0, 2) if spec.layout else X
     T, N, I = X_tm.shape
-
-    def same_type(name: str, value: Any) -> np.ndarray:
-        array = as_float_array(name, value)
-        if array.dtype != dtype:
-            raise RecurrentTypeError(f"{name} must have X's dtype {dtype}, got {array.dtype}")
-        return array
-
-    W = same_type("W", W)
-    R = same_type("R", R)
-    _check_shape("W", W, (D, G * H, I), f"[num_directions, {G}*hidden_size, input_size]")
-    _check_shape("R", R, (D, G * H, H), f"[num_directions, {G}*hidden_size, hidden_size]")
-    if B is None:
-        B = np.zeros((D, 2 * G * H), ct)
-    else:
-        B = same_type("B", B)
-        _check_shape("B", B, (D, 2 * G * H), f"[num_directions, {2 * G}*hidden_size]")
+    if input_size is not None and I != input_size:
+        raise RecurrentError(
+            f"X must have input_size={input_size} (W's last axis) on its last axis, "
+            f"got shape {list(X.shape)}"
+        )
 
     ragged = False
     if sequence_lens is None:
-        lens = np.empty(N, np.int64)
-        lens.fill(T)
+        lens = np.full(N, T, np.int64)
     else:
         lens = np.asarray(sequence_lens)
         if not np.issubdtype(lens.dtype, np.integer):
@@ -260,33 +301,19 @@ def check_inputs(
         ragged = bool((lens < T).any())
 
     states = []
-    state_dims = (
-        "[batch_size, num_directions, hidden_size]"
-        if spec.layout
-        else "[num_directions, batch_size, hidden_size]"
-    )
-    state_shape = (N, D, H) if spec.layout else (D, N, H)
     for name, value in initial_states:
         if value is None:
-            states.append(np.zeros((D, N, H), ct))
+            states.append(None)
             continue
-        value = same_type(name, value)
-        _check_shape(name, value, state_shape, state_dims)
-        states.append(value.transpose(1, 0, 2) if spec.layout else value)
-
-    if P is not None:
-        npeep = cell.n_peepholes
-        P = same_type("P", P)
-        _check_shape("P", P, (D, npeep * H), f"[num_directions, {npeep}*hidden_size]")
-        P = P.astype(ct)
+        if spec.layout:
+            value = check_state(name, value, (N, D, H), dtype, layout=1).transpose(1, 0, 2)
+        else:
+            value = check_state(name, value, (D, N, H), dtype)
+        states.append(value)
     return Inputs(
         X=X_tm,
-        W=W.astype(ct, copy=False),
-        R=R.astype(ct, copy=False),
-        B=B.astype(ct, copy=False),
         sequence_lens=lens,
         initial_states=tuple(states),
-        P=P,
         dtype=dtype,
         compute_dtype=ct,
         ragged=ragged,

@@ -16,7 +16,7 @@ import functools
 import importlib
 import os
 from collections.abc import Iterator
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -43,12 +43,16 @@ class Backend(Protocol):
         states: tuple[np.ndarray, ...],
         active: np.ndarray,
         Yb: np.ndarray | None,
+        shared: Any = None,
+        step0: int = 0,
     ) -> None:
         """Advance ``states`` (compute dtype) over the steps of the inputs ``xb``
         ``[steps, rows, input_size]`` (X's dtype; projected by the backend).
 
         Step ``k`` updates the first ``active[k]`` rows; ``Yb[k, :active[k]]`` (if
-        given) receives the hidden state after step ``k``.
+        given) receives the hidden state after step ``k``. ``shared``: what threads
+        that share the hidden units share (a backend's ``shares(spec, rows, dtype,
+        shares)``, where it has one), ``step0``: the first step's index in the call.
         """
         ...
 

@@ -11,19 +11,19 @@ step). Activations are passed as codes (:data:`CODES`) with their alpha and beta
 
 from __future__ import annotations
 
-import ctypes
 import functools
+import itertools
 import math
 from dataclasses import dataclass
 
 import numba
 import numpy as np
-from llvmlite import ir
-from numba.core import cgutils, types
-from numba.core.extending import intrinsic
+from numba.core import types
+from numba.experimental import structref
 
 from ..activations import TABLE
 from . import packed
+from .sync import Sync, claim, finish, wait
 
 CODES = {name: i for i, name in enumerate(TABLE)}
 _f32 = np.float32
@@ -32,67 +32,6 @@ _f32 = np.float32
 #: 10-20% faster at 1 row, equal at 4, slower above)
 PROJECT_BELOW = 4
 _jit = numba.njit(cache=True, fastmath={"contract", "nsz"}, nogil=True, error_model="numpy")
-
-
-def _item_pointer(context, builder, array_type, array, index):
-    ary = context.make_array(array_type)(context, builder, array)
-    return cgutils.get_item_pointer(context, builder, array_type, ary, [index])
-
-
-@intrinsic
-def _atomic_add(typingctx, array, index, value):
-    """``array[index] += value`` atomically (int64 array); returns the old value."""
-
-    def codegen(context, builder, signature, args):
-        ptr = _item_pointer(context, builder, signature.args[0], args[0], args[1])
-        return builder.atomic_rmw("add", ptr, args[2], "seq_cst")
-
-    return types.int64(array, index, types.int64), codegen
-
-
-@intrinsic
-def _atomic_load(typingctx, array, index):
-    """``array[index]``, read atomically (int64 array)."""
-
-    def codegen(context, builder, signature, args):
-        ptr = _item_pointer(context, builder, signature.args[0], args[0], args[1])
-        return builder.load_atomic(ptr, "seq_cst", 8)
-
-    return types.int64(array, index), codegen
-
-
-@intrinsic
-def _call_void(typingctx, addr):
-    """Call the ``void f(void)`` at ``addr``."""
-
-    def codegen(context, builder, signature, args):
-        fn = builder.inttoptr(args[0], ir.FunctionType(ir.VoidType(), []).as_pointer())
-        builder.call(fn, [])
-        return context.get_dummy_value()
-
-    return types.void(addr), codegen
-
-
-@_jit
-def _barrier(sync, parties, yield_addr):
-    """Wait until all ``parties`` threads have arrived: ``sync = [arrived, generation,
-    aborted]``. Spins, then yields the CPU (``yield_addr``: ``sched_yield``, or 0).
-    Returns False if a party gave up (``aborted``); one party returns at once."""
-    if parties == 1:
-        return True
-    generation = _atomic_load(sync, 1)
-    if _atomic_add(sync, 0, 1) == parties - 1:
-        _atomic_add(sync, 0, -parties)
-        _atomic_add(sync, 1, 1)
-        return True
-    spins = 0
-    while _atomic_load(sync, 1) == generation:
-        if _atomic_load(sync, 2) != 0:
-            return False
-        spins += 1
-        if spins > 2000 and yield_addr != 0:
-            _call_void(yield_addr)
-    return True
 
 
 @_jit
@@ -288,13 +227,7 @@ def _lstm_row(pre, h, c, P, input_forget, g, a, clip, fast):
         h[j] = o[j] * cc[j]
 
 
-# --- the step loop: one product per step, hidden units shared by 1 or more threads ---
-
-
-@_jit
-def _width(Bp):
-    """Row length of a product's output on panels ``Bp`` (:func:`.packed.columns`)."""
-    return Bp.shape[0] * Bp.shape[2] + packed.ALIGN // Bp.itemsize
+# --- the step loop: one product per step, hidden units in shares claimed by threads ---
 
 
 @_jit
@@ -303,117 +236,153 @@ def _project(xb, F, I, bias, xw, active):
     panel rows of ``F``: one product, or one per step where rows finish."""
     steps, rows, _ = xb.shape
     A, C, ld, size = xb.ctypes.data, xw.ctypes.data, xw.shape[2], xw.itemsize
+    P = F.shape[0]
     if steps == 0:
         return
     if active[steps - 1] == rows:
-        packed.mm(A, I, I, A, I, 0, steps * rows, F, 0, C, ld, bias, False)
+        packed.mm(A, I, I, A, I, 0, steps * rows, F, 0, P, 0, C, ld, bias, False)
         return
     for k in range(steps):
         a, c = A + k * rows * I * size, C + k * rows * ld * size
-        packed.mm(a, I, I, a, I, 0, active[k], F, 0, c, ld, bias, False)
+        packed.mm(a, I, I, a, I, 0, active[k], F, 0, P, 0, c, ld, bias, False)
 
 
 @_jit
-def _part_block(
-    sync,
-    parties,
-    yield_addr,
-    kind,
-    xb,
-    project,
-    F,
-    bias,
-    Fh,
-    bias_h,
-    Fr,
-    bias_r,
-    P,
-    input_forget,
-    h,
-    spare,
-    c,
-    rh,
-    j0,
-    Hs,
-    split,
-    active,
-    Y,
-    write_Y,
-    a,
-    clip,
-    fast,
-):
-    """Hidden units ``j0..j0+Hs-1`` of every row (weights of those units only): at each
-    step, the gates' inputs ``[Xt, Ht-1] [W^T; R^T] + b`` (``F``; ``Ht-1`` whole, as all
-    parties wrote it), then the cell's update row by row; then the parties wait for each
-    other (:func:`_barrier`; one party: all units, no waiting). The product is one per
-    step, or, if ``project`` (few rows: a product of one row is bound by reading
-    ``B``), ``Xt W^T + b`` for the whole block at once and ``Ht-1 R^T`` added per step.
-    ``h`` and ``spare`` alternate as ``Ht-1`` and ``Ht``; ``h`` holds the state at the
-    end. GRU (``kind`` 1): ``F`` gives ``z r``; with the reset gate before the product
-    (``split``, two barriers per step) ``Fh`` gives ht's input from ``[Xt, r . Ht-1]``;
-    else ``Fh`` gives ``Xt Wh^T + Wbh`` and ``Fr`` ``Ht-1 Rh^T + Rbh``. Panels as
-    :func:`_arranged` made them."""
+def _check(plan, xb, h, pre, pre_h, hh, project):
+    """The products' operands, once per block (:func:`.packed.check`)."""
+    rows, I, H = xb.shape[1], xb.shape[2], h.shape[1]
+    packed.check(plan.F, I + H, plan.bF, pre, rows, _most(plan.pF))
+    if plan.kind == 1:
+        packed.check(plan.Fh, I + H if plan.split else I, plan.bFh, pre_h, rows, _most(plan.pFh))
+        if not plan.split:
+            packed.check(plan.Fr, H, plan.bFr, hh, rows, _most(plan.pFr))
+    if h.shape[0] < rows or plan.bounds[plan.bounds.shape[0] - 1] != H:
+        raise ValueError("step loop: states and weights disagree")
+
+
+@_jit
+def _most(p):
+    """The most panels of one share (``p``: each share's first panel, and the end)."""
+    most = 0
+    for s in range(p.shape[0] - 1):
+        most = max(most, p[s + 1] - p[s])
+    return most
+
+
+@_jit
+def _part_block(plan, sync, calls, xb, h, spare, c, gz, rh, active, Y, write_Y, step0, project):
+    """Steps ``step0 ..`` of one direction (``xb``: their inputs), with the weights
+    and activations of ``plan`` (:func:`_plan`). Each step (GRU with the reset gate
+    before the product: two phases) is cut into the plan's shares of hidden units;
+    this thread computes the shares it claims (:mod:`.sync`; one share: all of it,
+    no waiting), then waits for the others'. A share is the gates' inputs
+    ``[Xt, Ht-1] [W^T; R^T] + b`` of its units as one product, then the cell's
+    update row by row; or, if ``project`` (one share, few rows: a product of one
+    row is bound by reading ``B``), ``Xt W^T + b`` for the whole block first.
+    With several shares ``h`` and ``spare`` alternate as ``Ht-1`` and ``Ht`` by the
+    step's parity (the caller settles which holds the end); with one, ``h`` is
+    updated in place. ``gz``: each share's row scratch (kept between GRU's two
+    phases), ``rh``: ``r . Ht-1``."""
     steps, rows, I = xb.shape
-    H = h.shape[1]
-    j1 = j0 + Hs
-    size = h.itemsize
-    gru = kind == 1
-    lbr = gru and not split
+    S = plan.bounds.shape[0] - 1
+    phases = 2 if plan.split else 1
+    dt = h.dtype
     ahead = steps if project else 1  # steps of gate inputs kept
-    pre_b = np.empty((ahead, rows, _width(F)), h.dtype)
-    pre_hb = np.empty((ahead, rows if gru else 0, _width(Fh)), h.dtype)
-    hh = np.empty((rows if lbr else 0, _width(Fr)), h.dtype)
-    # scratch: one row (in L1), or one per row where z waits for the second product
-    g = np.empty((rows if split else 1, _width(F) + _width(Fh)), h.dtype)
-    bF, bFh, bFr = bias.ctypes.data, bias_h.ctypes.data, bias_r.ctypes.data
+    pre_b = np.empty((ahead, rows, plan.width), dt)
+    pre_hb = np.empty((ahead, rows if plan.kind == 1 else 0, plan.width_h), dt)
+    hh = np.empty((rows if plan.kind == 1 and not plan.split else 0, plan.width_r), dt)
+    g = np.empty(plan.width + plan.width_h, dt)  # one row's scratch (in L1)
+    _check(plan, xb, h, pre_b[0], pre_hb[0], hh, project)
     if project:
-        _project(xb, F, I, bF, pre_b, active)
-        if gru:
-            _project(xb, Fh, I, bFh, pre_hb, active)
-    K1 = 0 if project else I  # rows of Xt in each product
+        _project(xb, plan.F, I, plan.bF.ctypes.data, pre_b, active)
+        if plan.kind == 1:
+            _project(xb, plan.Fh, I, plan.bFh.ctypes.data, pre_hb, active)
     for k in range(steps):
-        n = active[k]
-        x = xb.ctypes.data + k * rows * I * size
+        kg = step0 + k
+        old, new = (h, h) if S == 1 else (h, spare) if kg % 2 == 0 else (spare, h)
         at = k if project else 0
-        pre, pre_h = pre_b[at], pre_hb[at]
-        old, new = (h, h) if parties == 1 else (h, spare) if k % 2 == 0 else (spare, h)
-        hp0, ld = old.ctypes.data, pre.shape[1]
-        packed.mm(x, I, K1, hp0, H, H, n, F, I - K1, pre.ctypes.data, ld, bF, project)
+        for sub in range(phases):
+            phase = kg * phases + sub
+            s = 0 if S == 1 else claim(sync, phase, S)
+            while s >= 0:
+                _share(plan, s, sub, xb, k, active[k], old, new, c, gz, rh, pre_b[at],
+                       pre_hb[at], hh, g, Y, write_Y and sub == phases - 1, project)  # fmt: skip
+                if S == 1:
+                    break
+                finish(sync, phase, S, calls)
+                s = claim(sync, phase, S)
+            if S > 1 and not wait(sync, phase, S, calls):
+                return  # aborted
+
+
+@_jit
+def _sequence(plan, sync, calls, X, Yh, Yc, gz, rh, Y, write_Y, block, project):
+    """A whole forward call of full-length sequences on this thread: ``X`` ``[T, N,
+    I]`` C-ordered, ``Yh`` (``Yc``) ``[1, N, H]`` the initial states, updated in
+    place to the final ones, ``Y`` ``[T, 1, N, H]``; blocks of ``block`` steps."""
+    T, rows = X.shape[0], X.shape[1]
+    active = np.full(T, rows, np.int64)
+    h, c = Yh[0], Yc[0]
+    for k0 in range(0, T, block):
+        k1 = min(T, k0 + block)
+        Yb = Y[k0:k1, 0] if write_Y else Y[0:0, 0]
+        _part_block(plan, sync, calls, X[k0:k1], h, h, c, gz, rh, active[k0:k1], Yb, write_Y,
+                    k0, project)  # fmt: skip
+
+
+@_jit
+def _share(plan, s, sub, xb, k, n, old, new, c, gz, rh, pre, pre_h, hh, g, Y, write_Y, project):
+    """Share ``s`` of step ``k``'s phase ``sub`` for its ``n`` running rows."""
+    rows, I = xb.shape[1], xb.shape[2]
+    H = old.shape[1]
+    j0, j1 = plan.bounds[s], plan.bounds[s + 1]
+    size = old.itemsize
+    L = plan.F.shape[2]
+    x = xb.ctypes.data + k * rows * I * size
+    hp0 = old.ctypes.data
+    K1 = 0 if project else I  # rows of Xt in each product
+    a = (plan.codes, plan.alphas, plan.betas)
+    clip, fast, kind = plan.clip, plan.fast, plan.kind
+    q0, q1 = plan.pFh[s], plan.pFh[s + 1]
+    bFh, ldh = plan.bFh.ctypes.data + q0 * L * size, pre_h.shape[1]
+    if sub == 1:  # GRU: ht's input from [Xt, r . Ht-1], then Ht
+        rh0 = rh.ctypes.data
+        packed.mm(x, I, K1, rh0, H, H, n, plan.Fh, q0, q1, I - K1, pre_h.ctypes.data, ldh, bFh,
+                  project)  # fmt: skip
+        for b in range(n):
+            _gru_h_row(pre_h[b], old[b, j0:j1], new[b, j0:j1], gz[s, b], a, clip, fast)
+    else:
+        p0, p1 = plan.pF[s], plan.pF[s + 1]
+        bF = plan.bF.ctypes.data + p0 * L * size
+        packed.mm(x, I, K1, hp0, H, H, n, plan.F, p0, p1, I - K1, pre.ctypes.data, pre.shape[1],
+                  bF, project)  # fmt: skip
+        lbr = kind == 1 and not plan.split
         if lbr:
             if not project:
-                ldh = pre_h.shape[1]
-                packed.mm(x, I, I, x, I, 0, n, Fh, 0, pre_h.ctypes.data, ldh, bFh, False)
-            packed.mm(x, I, 0, hp0, H, H, n, Fr, 0, hh.ctypes.data, hh.shape[1], bFr, False)
-        if parties > 1:  # finished rows keep their state
+                packed.mm(x, I, I, x, I, 0, n, plan.Fh, q0, q1, 0, pre_h.ctypes.data, ldh, bFh,
+                          False)  # fmt: skip
+            r0, r1 = plan.pFr[s], plan.pFr[s + 1]
+            bFr = plan.bFr.ctypes.data + r0 * L * size
+            packed.mm(x, I, 0, hp0, H, H, n, plan.Fr, r0, r1, 0, hh.ctypes.data, hh.shape[1], bFr,
+                      False)  # fmt: skip
+        if old.ctypes.data != new.ctypes.data:  # finished rows keep their state
             _copy(old, new, n, rows, j0, j1)
         for b in range(n):
             hp, hb = old[b, j0:j1], new[b, j0:j1]
             if kind == 0:
                 _rnn_row(pre[b], hb, a, clip, fast)
-            elif split:
-                _gru_zr_row(pre[b], hp, g[b], rh[b, j0:j1], a, clip, fast)
-            elif gru:
-                _gru_lbr_row(pre[b], pre_h[b], hh[b], hp, hb, g[0], a, clip, fast)
+            elif plan.split:
+                _gru_zr_row(pre[b], hp, gz[s, b], rh[b, j0:j1], a, clip, fast)
+            elif lbr:
+                _gru_lbr_row(pre[b], pre_h[b], hh[b], hp, hb, g, a, clip, fast)
             else:
-                _lstm_row(pre[b], hb, c[b, j0:j1], P, input_forget, g[0], a, clip, fast)
-        if split:
-            if not _barrier(sync, parties, yield_addr):  # r . Ht-1 complete
-                return
-            ldh, rh0 = pre_h.shape[1], rh.ctypes.data
-            packed.mm(x, I, K1, rh0, H, H, n, Fh, I - K1, pre_h.ctypes.data, ldh, bFh, project)
-            for b in range(n):
-                _gru_h_row(pre_h[b], old[b, j0:j1], new[b, j0:j1], g[b], a, clip, fast)
-        if write_Y:
-            for b in range(n):
-                yb, hb = Y[k, b], new[b, j0:j1]
-                for j in range(Hs):
-                    yb[j] = hb[j]
-        if not _barrier(sync, parties, yield_addr):  # Ht complete
-            return
-    if steps % 2 == 1 and parties > 1:  # the last Ht is in spare
-        _copy(spare, h, 0, rows, j0, j1)
-        _barrier(sync, parties, yield_addr)
+                _lstm_row(pre[b], hb, c[b, j0:j1], plan.P[:, j0:j1], plan.input_forget, g, a,
+                          clip, fast)  # fmt: skip
+    if write_Y:
+        for b in range(n):
+            yb, hb = Y[k, b], new[b]
+            for j in range(j0, j1):
+                yb[j] = hb[j]
 
 
 @_jit
@@ -425,7 +394,96 @@ def _copy(src, dst, b0, b1, j0, j1):
             dst[b, j] = src[b, j]
 
 
+@structref.register
+class PlanType(types.StructRef):
+    def preprocess_fields(self, fields):
+        return tuple((name, types.unliteral(t)) for name, t in fields)
+
+
+class Plan(structref.StructRefProxy):
+    """One direction's weights and activations as the step loop reads them (one
+    record, made once per layer direction and number of shares: :func:`_plan`).
+
+    ``kind`` 0 RNN, 1 GRU, 2 LSTM; ``split``: GRU's reset gate before the product;
+    ``codes, alphas, betas``: the activations (:class:`ActivationCode`); ``bounds``:
+    share ``s`` is hidden units ``bounds[s]..bounds[s+1]-1``; ``F``: the panels of
+    ``[W^T; R^T]`` (GRU: ``z r`` only), share after share, each share's columns gate
+    after gate, share ``s`` in panels ``pF[s]..pF[s+1]-1``, ``bF`` its biases; ``Fh``:
+    GRU's ``h`` columns (of ``[W^T; R^T]``, or of ``W^T`` with ``Fr`` those of
+    ``R^T``); ``P``: LSTM's peepholes ``[Pi, Po, Pf]`` (zeros when absent); ``width*``:
+    the longest row a share's product writes."""
+
+
+_PLAN_FIELDS = (
+    *("kind", "split", "input_forget", "fast", "clip", "codes", "alphas", "betas", "bounds"),
+    *("F", "pF", "bF", "Fh", "pFh", "bFh", "Fr", "pFr", "bFr", "P"),
+    *("width", "width_h", "width_r"),
+)
+structref.define_proxy(Plan, PlanType, list(_PLAN_FIELDS))
+
 _KIND = {"RNN": 0, "GRU": 1, "LSTM": 2}
+
+
+def _share_panels(w, dt: np.dtype, kind: int, split: bool) -> tuple:
+    """``((F, bias), (Fh, bias_h), (Fr, bias_r))`` of one share's weights ``w``:
+    matrices ``[K, columns]`` and their biases (see :class:`Plan`)."""
+    WT, RT = w.W.T, w.R.T
+    f = fh = fr = (RT[:, :0], w.bias[:0])  # none
+    if kind == 1:  # GRU: z r | h
+        Hs = RT.shape[1] // 3
+        zr, hc = slice(0, 2 * Hs), slice(2 * Hs, None)
+        f = np.vstack([WT[:, zr], RT[:, zr]]), w.bias[zr]
+        if split:
+            fh = np.vstack([WT[:, hc], RT[:, hc]]), w.bias[hc]
+        else:
+            fh, fr = (WT[:, hc], w.bias[hc]), (RT[:, hc], w.extra["Rbh"])
+    else:
+        f = np.vstack([WT, RT]), w.bias
+    return f, fh, fr
+
+
+def _plan(spec, w, acts: tuple, dt: np.dtype, shares: int) -> Plan:
+    """The :class:`Plan` of one direction's prepared weights ``w`` cut into ``shares``
+    shares, made once (kept in ``w.derived``)."""
+    key = ("numba", dt, shares)
+    plan = w.derived.get(key)
+    if plan is not None:
+        return plan
+    kind = _KIND[spec.cell.name]
+    split = kind == 1 and not spec.linear_before_reset
+    H = spec.hidden_size
+    bounds = np.array([i * H // shares for i in range(shares + 1)], np.int64)
+    parts = [
+        _share_panels(w.hidden_units(int(j0), int(j1), spec.cell.n_gates), dt, kind, split)
+        for j0, j1 in itertools.pairwise(bounds)
+    ]
+    fields = []
+    widths = []
+    for which in range(3):
+        matrices = [part[which][0] for part in parts]
+        panels = [packed.panels(m, dt) for m in matrices]
+        first = np.cumsum([0] + [len(p) for p in panels]).astype(np.int64)
+        K, L = matrices[0].shape[0], packed.panel_width(dt)
+        # one aligned array: the shares' panels one after another
+        F = packed.panels(np.zeros((K, int(first[-1]) * L), dt), dt)
+        for p, a, b in zip(panels, first[:-1], first[1:], strict=True):
+            F[a:b] = p
+        bias = np.concatenate(
+            [packed.padded_vector(part[which][1], dt) for part in parts] + [np.zeros(0, dt)]
+        )
+        fields += [F, first, bias]
+        widths.append(packed.columns(int(np.diff(first).max(initial=0)) * L, dt))
+    P = np.zeros((3, H), dt)
+    if "Pi" in w.extra:
+        P = np.stack([w.extra["Pi"], w.extra["Po"], w.extra["Pf"]]).astype(dt)
+    codes, alphas, betas = _table(acts, dt)
+    clip = dt.type(np.inf if spec.clip is None else spec.clip)
+    plan = Plan(
+        kind, split, bool(spec.input_forget), dt == np.float32, clip, codes, alphas, betas,
+        bounds, *fields, P, *widths,
+    )  # fmt: skip
+    w.derived[key] = plan
+    return plan
 
 
 @functools.lru_cache(maxsize=256)
@@ -441,30 +499,41 @@ def _table(acts: tuple, dt: np.dtype) -> tuple[np.ndarray, np.ndarray, np.ndarra
 
 @dataclass
 class Shares:
-    """What the threads that share one unit's hidden units share (:func:`_part_block`)."""
+    """What the threads that share one direction's hidden units share
+    (:func:`_part_block`): the meeting point and the buffers of a step."""
 
-    parties: int
-    sync: np.ndarray  # [arrived, generation, aborted]
+    meeting: Sync
     spare: np.ndarray  # [rows, hidden]: Ht on every other step
+    gz: np.ndarray  # [shares, rows, 3 * share]: rows' scratch, kept between phases
     rh: np.ndarray  # [rows, hidden]: r . Ht-1 (GRU, linear_before_reset = 0)
 
+    @property
+    def shares(self) -> int:
+        return self.meeting.shares
+
+    @property
+    def aborted(self) -> bool:
+        return self.meeting.aborted
+
     def abort(self) -> None:
-        """A party failed: the others stop at their next barrier."""
-        self.sync[2] = 1
+        """A party failed or was interrupted: the others return at their next claim."""
+        self.meeting.abort()
+
+    def settle(self, states: tuple[np.ndarray, ...], steps: int) -> None:
+        """After ``steps`` steps: the last ``Ht`` into ``states[0]`` (it alternates
+        with ``spare``)."""
+        if self.shares > 1 and steps % 2 == 1:
+            states[0][...] = self.spare
+
+
+_ALONE = Sync.make(1)  # one share: never claimed nor waited for
 
 
 @functools.cache
-def _sched_yield() -> int:
-    try:
-        return ctypes.cast(ctypes.CDLL(None).sched_yield, ctypes.c_void_p).value or 0
-    except (OSError, AttributeError, TypeError):  # no C library by that name: spin only
-        return 0
-
-
-@functools.cache
-def _empty(dt: np.dtype) -> tuple[np.ndarray, np.ndarray]:
-    """Placeholders: no peepholes, no Y (never written)."""
-    return np.zeros((3, 0), dt), np.zeros((0, 0, 0), dt)
+def _alone(dt: np.dtype) -> Shares:
+    """One thread's call without buffers to share (nothing in it is written)."""
+    empty = np.empty((0, 0), dt)
+    return Shares(_ALONE, empty, np.empty((1, 0, 0), dt), empty)
 
 
 class NumbaBackend:
@@ -476,77 +545,51 @@ class NumbaBackend:
             return f"no numba kernel for {spec.cell.name}"
         return None
 
-    def shares(self, spec, rows, dtype, parties) -> Shares:
-        """Buffers for ``parties`` threads to split the hidden units of ``rows`` rows
-        (:meth:`run_block` with ``share``)."""
+    def shares(self, spec, rows, dtype, shares) -> Shares:
+        """Buffers for ``shares`` shares of the hidden units of ``rows`` rows
+        (:meth:`run_block` with ``shared``)."""
         H = spec.hidden_size
-        sync = np.zeros(3, np.int64)
-        return Shares(parties, sync, np.empty((rows, H), dtype), np.empty((rows, H), dtype))
+        split = spec.cell.name == "GRU" and not spec.linear_before_reset
+        if shares == 1 and not split:
+            return _alone(dtype)
+        most = -(-H // shares)
+        spare = np.empty((rows if shares > 1 else 0, H), dtype)
+        gz = np.empty((shares, rows if split else 0, 3 * most), dtype)
+        rh = np.empty((rows if split else 0, H), dtype)
+        return Shares(_ALONE if shares == 1 else Sync.make(shares), spare, gz, rh)
 
-    def run_block(self, spec, w, acts, xb, states, active, Yb, share=None) -> None:
-        kind = _KIND[spec.cell.name]
+    def run_sequence(self, spec, w, X, finals, Y, block) -> None:
+        """A whole forward call of full-length sequences on this thread, in the
+        compute dtype: ``X`` ``[T, N, I]`` C-ordered; ``finals``: ``Y_h`` (and
+        ``Y_c``) ``[1, N, H]``, the initial states, become the final ones; ``Y``
+        ``[T, 1, N, H]`` or None."""
+        dt = X.dtype
+        plan = w.derived.get(("numba", dt, 1)) or _plan(spec, w, spec.activations[0], dt, 1)
+        shared = self.shares(spec, X.shape[1], dt, 1)
+        _sequence(
+            plan, _ALONE.sync, _ALONE.calls, X, finals[0], finals[-1], shared.gz, shared.rh,
+            _no_Y(dt, 4) if Y is None else Y, Y is not None, block, X.shape[1] < PROJECT_BELOW,
+        )  # fmt: skip
+
+    def run_block(self, spec, w, acts, xb, states, active, Yb, shared=None, step0=0) -> None:
         h = states[0]
         dt = h.dtype
-        H = spec.hidden_size
-        clip = dt.type(np.inf if spec.clip is None else spec.clip)
         c = states[1] if len(states) > 1 else h
-        split = kind == 1 and not spec.linear_before_reset
-        Y = Yb if Yb is not None else _empty(dt)[1]
-        xb = np.ascontiguousarray(xb, dt)
-        # w: the weights of hidden units j0..j1-1 only, when shared
-        shares, j0, j1 = share if share is not None else (self.shares(spec, len(h), dt, 1), 0, H)
+        shared = shared if shared is not None else self.shares(spec, len(h), dt, 1)
+        plan = _plan(spec, w, acts, dt, shared.shares)
+        Y = Yb if Yb is not None else _no_Y(dt, 3)
+        project = len(h) < PROJECT_BELOW and shared.shares == 1
+        meeting = shared.meeting
         _part_block(
-            shares.sync,
-            shares.parties,
-            _sched_yield(),
-            kind,
-            xb,
-            len(h) < PROJECT_BELOW,
-            *_arranged(w, dt, kind, split),
-            spec.input_forget,
-            h,
-            shares.spare,
-            c,
-            shares.rh,
-            j0,
-            j1 - j0,
-            split,
-            active,
-            Y,
-            Yb is not None,
-            _table(acts, dt),
-            clip,
-            dt == np.float32,
-        )
+            plan, meeting.sync, meeting.calls, np.ascontiguousarray(xb, dt), h, shared.spare, c,
+            shared.gz, shared.rh, active, Y, Yb is not None, step0, project,
+        )  # fmt: skip
 
 
-def _arranged(w, dt: np.dtype, kind: int, split: bool) -> tuple:
-    """``(F, bias, Fh, bias_h, Fr, bias_r, P)`` as :func:`_part_block` reads them, made
-    once (kept in ``w.derived``): the panels of ``[W^T; R^T]`` (``Fh``, ``Fr``: GRU's
-    ``h`` columns, see there; else empty) and their biases; LSTM's peepholes as rows
-    ``Pi, Po, Pf`` (zeros when absent)."""
-    key = ("numba", dt, split)
-    if key not in w.derived:
-        WT, RT = w.W.T, w.R.T
-        f = fh = fr = (RT[:, :0], w.bias[:0])  # none
-        if kind == 1:  # GRU: z r | h
-            Hs = RT.shape[1] // 3
-            zr, hc = slice(0, 2 * Hs), slice(2 * Hs, None)
-            f = np.vstack([WT[:, zr], RT[:, zr]]), w.bias[zr]
-            if split:
-                fh = np.vstack([WT[:, hc], RT[:, hc]]), w.bias[hc]
-            else:
-                fh, fr = (WT[:, hc], w.bias[hc]), (RT[:, hc], w.extra["Rbh"])
-        else:
-            f = np.vstack([WT, RT]), w.bias
-        P = _empty(dt)[0]
-        if "Pi" in w.extra:
-            P = np.stack([w.extra["Pi"], w.extra["Po"], w.extra["Pf"]]).astype(dt)
-        elif kind == 2:
-            P = np.zeros((3, w.R.shape[0] // 4), dt)
-        arranged = [(packed.panels(B, dt), packed.padded_vector(v, dt)) for B, v in (f, fh, fr)]
-        w.derived[key] = (*arranged[0], *arranged[1], *arranged[2], P)
-    return w.derived[key]
+@functools.cache
+def _no_Y(dt: np.dtype, ndim: int) -> np.ndarray:
+    """A placeholder for Y when none is written."""
+    return np.zeros((1,) * (ndim - 2) + (0, 0), dt)
 
 
 BACKEND = NumbaBackend()

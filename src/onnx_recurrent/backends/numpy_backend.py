@@ -12,7 +12,7 @@ class NumpyBackend:
     def supports(self, spec, dtype) -> str | None:
         return None
 
-    def run_block(self, spec, w, acts, xb, states, active, Yb) -> None:
+    def run_block(self, spec, w, acts, xb, states, active, Yb, shared=None, step0=0) -> None:
         cell = spec.cell
         xw = w.project(xb, states[0].dtype)[..., : w.W.shape[0]]
         work = cell.workspace(spec, xw.shape[1], xw.dtype)

@@ -182,21 +182,23 @@ _tile, _tile4, _tile2, _tile1 = (_tile_of(R) for R in (MR, 4, 2, 1))
 
 
 @_jit
-def mm(A, lda, K1, A2, lda2, K2, n, Bp, k0, C, ldc, bias, add):
-    """``C[:n, :P L] = start + [A[:n, :K1], A2[:n, :K2]] B[k0:k0 + K1 + K2]`` for ``Bp``
-    = :func:`panels` of ``B``; ``start``: ``C`` itself if ``add``, else ``bias`` (the
-    address of ``P L`` values; 0: zeros). ``A``, ``A2``, ``C``: addresses of row-major
-    matrices (row strides ``lda``, ``lda2``, ``ldc`` elements; ``C``'s rows at least
-    :func:`columns` long). Panel by panel, so that one stays in cache."""
-    P, K, L = Bp.shape
+def mm(A, lda, K1, A2, lda2, K2, n, Bp, p0, p1, k0, C, ldc, bias, add):
+    """``C[:n, :(p1-p0) L] = start + [A[:n, :K1], A2[:n, :K2]] B[k0:k0 + K1 + K2, p0 L:p1 L]``
+    for ``Bp`` = :func:`panels` of ``B`` (panels ``p0 .. p1-1``); ``start``: ``C`` itself
+    if ``add``, else ``bias`` (the address of ``(p1-p0) L`` values; 0: zeros). ``A``,
+    ``A2``, ``C``: addresses of row-major matrices (row strides ``lda``, ``lda2``,
+    ``ldc`` elements; ``C``'s rows at least :func:`columns` long). Raw addresses: the
+    caller checks its operands once (:func:`check`). Panel by panel, so that one stays
+    in cache."""
+    K, L = Bp.shape[1], Bp.shape[2]
     size = Bp.itemsize
-    for p in range(P):
-        b0 = bias + p * L * size if bias != 0 else 0
+    for p in range(p0, p1):
+        b0 = bias + (p - p0) * L * size if bias != 0 else 0
         offset = (p * K + k0) * L
         for b in range(0, n, MR):
             m = min(MR, n - b)
             a, a2 = A + b * lda * size, A2 + b * lda2 * size
-            c = C + (b * ldc + p * L) * size
+            c = C + (b * ldc + (p - p0) * L) * size
             if m > 4:
                 _tile(a, lda, K1, a2, lda2, K2, m, Bp, offset, c, ldc, b0, add)
             elif m > 2:  # a last, short tile: fewer rows computed for nothing
@@ -205,3 +207,20 @@ def mm(A, lda, K1, A2, lda2, K2, n, Bp, k0, C, ldc, bias, add):
                 _tile2(a, lda, K1, a2, lda2, K2, m, Bp, offset, c, ldc, b0, add)
             else:
                 _tile1(a, lda, K1, a2, lda2, K2, m, Bp, offset, c, ldc, b0, add)
+
+
+@_jit
+def check(Bp, K, bias, C, rows, panels):
+    """Raise ValueError unless :func:`mm` may read ``K`` rows of the panels ``Bp`` and
+    ``bias``, and write ``rows`` rows of ``panels`` panels into ``C``: ``Bp`` and
+    ``C`` C-ordered and cache-line aligned where the tile loads vectors, widths
+    whole panels."""
+    L = Bp.shape[2]
+    if Bp.shape[1] != K:
+        raise ValueError("packed product: panels of the wrong depth")
+    if Bp.ctypes.data % ALIGN != 0 or not Bp.flags.c_contiguous:
+        raise ValueError("packed product: panels not aligned or not contiguous")
+    if bias.shape[0] < Bp.shape[0] * L:
+        raise ValueError("packed product: bias shorter than the panels")
+    if C.ndim >= 2 and (C.shape[C.ndim - 1] < panels * L or C.shape[C.ndim - 2] < rows):
+        raise ValueError("packed product: output narrower than its panels")

@@ -1,0 +1,291 @@
+"""Prepared layers: one recurrent node's weights, checked and arranged once, run many times.
+
+A :class:`Layer` owns read-only copies of its weights, parses its attributes once
+(:func:`~onnx_recurrent.spec.make_spec`) and prepares each direction once per compute
+type (the cell's arrangement, then the backend's packed panels and shares); a call
+checks only what it brings (X, lengths, states). The functions
+(:func:`~onnx_recurrent.gru`, ...), the sessions and the converters all run through
+it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from .cells import CELLS, COMMON_ATTRIBUTES, Weights
+from .errors import RecurrentError
+from .scan import PARALLEL_MACS, scan, sequence
+from .spec import (
+    COMPUTE_DTYPE,
+    Inputs,
+    RecSpec,
+    as_float_array,
+    check_call,
+    check_state,
+    check_weights,
+    check_X,
+    make_spec,
+)
+
+
+def _frozen(a: np.ndarray | None) -> np.ndarray | None:
+    """A read-only C-ordered copy (nothing the caller holds aliases it)."""
+    if a is None:
+        return None
+    copy = np.array(a, order="C", copy=True)
+    copy.setflags(write=False)
+    return copy
+
+
+class Layer:
+    """One ONNX recurrent node (GRU, LSTM or RNN) with its weights, ready to run.
+
+    Parameters
+    ----------
+    op : {"GRU", "LSTM", "RNN"}
+        The ONNX operator.
+    W : (num_directions, gates*hidden_size, input_size) ndarray
+        Input weights, gates in ONNX order (GRU ``z r h``, LSTM ``i o f c``, RNN ``i``);
+        float16, float32, float64 or bfloat16: the layer's dtype.
+    R : (num_directions, gates*hidden_size, hidden_size) ndarray
+        Recurrent weights, same gate order and dtype.
+    B : (num_directions, 2*gates*hidden_size) ndarray, optional
+        ``[Wb, Rb]``; zeros if absent.
+    attributes : mapping, optional
+        The node's attributes, named as in the specification and as the keywords of
+        :func:`~onnx_recurrent.gru`, :func:`~onnx_recurrent.lstm`,
+        :func:`~onnx_recurrent.rnn`: ``hidden_size``, ``direction``, ``activations``,
+        ``activation_alpha``, ``activation_beta``, ``clip``, ``layout``, and
+        ``linear_before_reset`` (GRU) or ``input_forget`` (LSTM).
+    P : (num_directions, 3*hidden_size) ndarray, optional
+        LSTM peepholes ``[Pi, Po, Pf]``; zeros if absent.
+
+    The weights are copied (read-only) and prepared once: changing the arrays passed
+    afterwards does not change the layer. Calls may come from several threads at once.
+
+    Raises
+    ------
+    ValueError
+        (``onnx_recurrent.RecurrentError``) an unknown ``op`` or attribute, a bad
+        attribute value, weights whose shapes disagree (expected and actual in the
+        message), P for a GRU or RNN.
+    TypeError
+        (``onnx_recurrent.RecurrentTypeError``) weights without a float dtype, or of
+        different dtypes.
+
+    Examples
+    --------
+    >>> layer = Layer("LSTM", W, R, B, attributes={"hidden_size": 128})  # doctest: +SKIP
+    >>> Y, Y_h, Y_c = layer(X, initial_h=h0, initial_c=c0)  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        op: str,
+        W: np.ndarray,
+        R: np.ndarray,
+        B: np.ndarray | None = None,
+        attributes: Mapping[str, Any] | None = None,
+        P: np.ndarray | None = None,
+    ) -> None:
+        cell = CELLS.get(op) if isinstance(op, str) else None
+        if cell is None:
+            raise RecurrentError(f"Layer.op must be one of {sorted(CELLS)}, got {op!r}")
+        attributes = dict(attributes or {})
+        allowed = set(COMMON_ATTRIBUTES) | set(cell.own_attributes)
+        unknown = set(attributes) - allowed
+        if unknown:
+            raise RecurrentError(
+                f"{op} has no attribute(s) {sorted(unknown)}; its attributes: {sorted(allowed)}"
+            )
+        W, R = as_float_array("W", W), as_float_array("R", R)
+        for name, value in (("W", W), ("R", R)):
+            if value.ndim != 3:
+                raise RecurrentError(
+                    f"{name} must be 3-D [num_directions, gates*hidden_size, ...], "
+                    f"got shape {list(value.shape)}"
+                )
+        spec = make_spec(cell, R, **attributes)
+        W, R, B, P = check_weights(
+            spec, W, R, B, P, dtype=W.dtype, input_size=W.shape[2], owner="W's"
+        )
+        self._set(spec, attributes, W, R, B, P)
+
+    def _set(self, spec: RecSpec, attributes: dict, W, R, B, P) -> None:
+        self.op = spec.cell.name
+        self.spec = spec
+        self.attributes = attributes
+        self.W, self.R, self.B, self.P = (_frozen(a) for a in (W, R, B, P))
+        self.dtype = self.W.dtype
+        #: where the weight copies are (compared by :mod:`.prepared`)
+        self.addresses = tuple(
+            0 if a is None else a.ctypes.data for a in (self.W, self.R, self.B, self.P)
+        )
+        self._directions: tuple[Weights, ...] | None = None
+        # small forward calls of full-length sequences: scan.sequence
+        self._short = (
+            spec.direction == "forward"
+            and not spec.layout
+            and self.dtype
+            in (
+                np.float32,
+                np.float64,
+            )
+        )
+        self._step_macs = spec.cell.n_gates * spec.hidden_size * (spec.hidden_size + W.shape[2])
+
+    @classmethod
+    def from_spec(
+        cls, spec: RecSpec, attributes: Mapping[str, Any], W, R, B=None, P=None
+    ) -> Layer:
+        """A layer of weights already checked against ``spec`` (:func:`check_weights`)."""
+        layer = cls.__new__(cls)
+        layer._set(spec, dict(attributes), W, R, B, P)
+        return layer
+
+    def __repr__(self) -> str:
+        B = None if self.B is None else list(self.B.shape)
+        return (
+            f"Layer({self.op!r}, W={list(self.W.shape)}, R={list(self.R.shape)}, B={B}, "
+            f"dtype={self.W.dtype}, attributes={self.attributes!r})"
+        )
+
+    @property
+    def num_directions(self) -> int:
+        """``W.shape[0]``: 1, or 2 for a bidirectional layer."""
+        return self.W.shape[0]
+
+    @property
+    def hidden_size(self) -> int:
+        """``R.shape[-1]``."""
+        return self.R.shape[-1]
+
+    @property
+    def input_size(self) -> int:
+        """``W.shape[-1]``."""
+        return self.W.shape[-1]
+
+    @property
+    def layout(self) -> int:
+        """The ``layout`` attribute: 1 for batch-first inputs and outputs, else 0."""
+        return self.spec.layout
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the weight copies (prepared arrangements add about as much again)."""
+        return sum(a.nbytes for a in (self.W, self.R, self.B, self.P) if a is not None)
+
+    def directions(self) -> tuple[Weights, ...]:
+        """Each direction's weights as the cell arranged them, in the compute type
+        (made once; the backends keep their own arrangements in ``derived``)."""
+        if self._directions is None:
+            spec, ct = self.spec, COMPUTE_DTYPE[self.dtype]
+            D, G = self.num_directions, spec.cell.n_gates * spec.hidden_size
+            B = np.zeros((D, 2 * G), ct) if self.B is None else self.B.astype(ct)
+            W, R = self.W.astype(ct), self.R.astype(ct)
+            P = None if self.P is None else self.P.astype(ct)
+            self._directions = tuple(
+                spec.cell.prepare(spec, W[d], R[d], B[d], None if P is None else P[d])
+                for d in range(D)
+            )
+        return self._directions
+
+    def __call__(
+        self,
+        X: np.ndarray,
+        sequence_lens: np.ndarray | None = None,
+        initial_h: np.ndarray | None = None,
+        initial_c: np.ndarray | None = None,
+        *,
+        output_sequence: bool = True,
+    ) -> tuple[np.ndarray | None, ...]:
+        """Compute the node on one input (ONNX GRU/LSTM/RNN, latest version's semantics).
+
+        Parameters
+        ----------
+        X : (seq_length, batch_size, input_size) ndarray
+            ``(batch_size, seq_length, input_size)`` if ``layout=1``; the layer's dtype.
+        sequence_lens : (batch_size,) integer ndarray, optional
+            Valid length of each sequence, in ``[0, seq_length]``; full length if absent.
+        initial_h, initial_c : (num_directions, batch_size, hidden_size) ndarray, optional
+            ``(batch_size, num_directions, hidden_size)`` if ``layout=1``; zeros if
+            absent; ``initial_c`` for LSTM only.
+        output_sequence : bool
+            If false, ``Y`` is neither computed nor stored and None is returned for it.
+
+        Returns
+        -------
+        tuple
+            ``(Y, Y_h)``, or ``(Y, Y_h, Y_c)`` for LSTM, as :func:`~onnx_recurrent.gru`
+            and the other functions return them.
+
+        Raises
+        ------
+        ValueError
+            A shape that disagrees with the layer (X's input size, the states' shapes,
+            ``sequence_lens`` outside ``[0, seq_length]``), ``initial_c`` for a GRU or RNN.
+        TypeError
+            X or a state of another dtype than the layer's, non-integer lengths.
+        """
+        if (
+            sequence_lens is None
+            and self._short
+            and type(X) is np.ndarray
+            and X.dtype == self.dtype
+            and X.ndim == 3
+            and X.flags.c_contiguous
+            and X.shape[2] == self.W.shape[2]
+            and X.shape[0] * X.shape[1] * self._step_macs < PARALLEL_MACS
+        ):
+            states = self._states(X.shape[1], initial_h, initial_c)
+            done = sequence(self.spec, self.directions(), X, states, output_sequence)
+            if done is not None:
+                return done
+        spec = self.spec
+        states = [("initial_h", initial_h)]
+        if spec.cell.n_peepholes:
+            states.append(("initial_c", initial_c))
+        elif initial_c is not None:
+            raise RecurrentError(f"initial_c is for LSTM only, this layer is a {self.op}")
+        X = check_X(spec, X)
+        x = check_call(
+            spec, X, sequence_lens, states, dtype=self.dtype, input_size=self.input_size
+        )
+        return self.compute(x, output_sequence)
+
+    def _states(self, N: int, initial_h, initial_c) -> tuple[np.ndarray | None, ...]:
+        """The initial states of a forward time-major call, checked."""
+        states = [initial_h]
+        if self.spec.cell.n_peepholes:
+            states.append(initial_c)
+        elif initial_c is not None:
+            raise RecurrentError(f"initial_c is for LSTM only, this layer is a {self.op}")
+        shape = (1, N, self.hidden_size)
+        for name, value in zip(("initial_h", "initial_c")[: len(states)], states, strict=True):
+            if value is not None:
+                check_state(name, value, shape, self.dtype)
+        return tuple(states)
+
+    def compute(self, x: Inputs, output_sequence: bool = True) -> tuple[np.ndarray | None, ...]:
+        """The node on inputs already checked (:func:`~onnx_recurrent.spec.check_call`)."""
+        return scan(self.spec, self.directions(), x, output_sequence=output_sequence)
+
+    def run(
+        self,
+        X: np.ndarray,
+        sequence_lens: np.ndarray | None = None,
+        initial_h: np.ndarray | None = None,
+        initial_c: np.ndarray | None = None,
+        **keywords: Any,
+    ) -> tuple[np.ndarray | None, ...]:
+        """:meth:`__call__`, with attributes overridden by ``keywords`` (a layer with
+        those attributes is made for the call) or ``output_sequence``."""
+        output_sequence = keywords.pop("output_sequence", True)
+        layer = self
+        if keywords:
+            attributes = {**self.attributes, **keywords}
+            layer = Layer(self.op, self.W, self.R, self.B, attributes, self.P)
+        return layer(X, sequence_lens, initial_h, initial_c, output_sequence=output_sequence)
