@@ -149,7 +149,7 @@ def test_run_layers_chains_and_layouts():
     rng = np.random.default_rng(3)
     first = onnx_layer("LSTM", D=2, seed=4)
     W2 = rng.standard_normal((2, 4 * H, 2 * H)).astype(np.float32)
-    second = dataclasses.replace(first, W=W2)
+    second = first.replace(W=W2)
     x = rng.standard_normal((T, N, I)).astype(np.float32)
     h0, c0 = (rng.standard_normal((4, N, H)).astype(np.float32) for _ in range(2))
     Y, Y_h, Y_c = run_layers([first, second], x, h0, c0)
@@ -162,8 +162,7 @@ def test_run_layers_chains_and_layouts():
     np.testing.assert_array_equal(Y_c, np.concatenate([c_0, c_1]))
     # layout=1: batch-first X and Y, the same (PyTorch-shaped) states
     batch_first = [
-        dataclasses.replace(layer, attributes={**layer.attributes, "layout": 1})
-        for layer in (first, second)
+        layer.replace(attributes={**layer.attributes, "layout": 1}) for layer in (first, second)
     ]
     Yb, Yb_h, Yb_c = run_layers(batch_first, x.transpose(1, 0, 2), h0, c0)
     assert _max_diff([Yb.transpose(1, 0, 2), Yb_h, Yb_c], [Y, Y_h, Y_c]) < 1e-6
@@ -316,7 +315,7 @@ def test_layer_and_run_layers_errors():
     with pytest.raises(ValueError, match=r"layers\[1\] is a RNN with layout=0, layers\[0\] a GRU"):
         run_layers([gru, onnx_layer("RNN")], x)
     with pytest.raises(ValueError, match=r"layers\[1\] is a GRU with layout=1"):
-        run_layers([gru, dataclasses.replace(gru, attributes={"layout": 1})], x)
+        run_layers([gru, Layer("GRU", W, R, attributes={"layout": 1})], x)
     with pytest.raises(
         ValueError, match=r"initial_h must have shape \[2, batch_size, hidden_size\]"
     ):

@@ -35,14 +35,14 @@ Examples
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from . import ops
 from .errors import RecurrentError, RecurrentTypeError
+from .layers import Layer
 from .spec import as_float_array
 
 __all__ = ["Layer", "from_keras", "from_torch", "run_layers", "to_keras", "to_torch"]
@@ -59,16 +59,11 @@ class _Kind:
     attribute: str | None  # the op's own attribute, beyond the common ones
 
 
-_COMMON_ATTRIBUTES = frozenset(
-    {"hidden_size", "direction", "activations", "activation_alpha", "activation_beta"}
-    | {"clip", "layout"}
-)
 _KINDS = {
     "GRU": _Kind(3, (1, 0, 2), (0, 1, 2), ("sigmoid", "tanh"), "linear_before_reset"),
     "LSTM": _Kind(4, (0, 3, 1, 2), (0, 3, 1, 2), ("sigmoid", "tanh", "tanh"), "input_forget"),
     "RNN": _Kind(1, (0,), (0,), ("tanh",), None),
 }
-_RUN = {"GRU": ops.gru, "LSTM": ops.lstm, "RNN": ops.rnn}
 #: ``torch.nn.RNNBase.mode`` -> (ONNX op, activation of every direction or None for default)
 _TORCH_MODES = {
     "GRU": ("GRU", None),
@@ -77,132 +72,6 @@ _TORCH_MODES = {
     "RNN_RELU": ("RNN", "Relu"),
 }
 _DIRECTIONS = {1: "forward", 2: "bidirectional"}
-
-
-@dataclass(frozen=True, eq=False)
-class Layer:
-    """One ONNX recurrent node: the weights and attributes of one layer of a stack.
-
-    Parameters
-    ----------
-    op : {"GRU", "LSTM", "RNN"}
-        The ONNX operator.
-    W : (num_directions, gates*hidden_size, input_size) ndarray
-        Input weights, gates in ONNX order (GRU ``z r h``, LSTM ``i o f c``).
-    R : (num_directions, gates*hidden_size, hidden_size) ndarray
-        Recurrent weights, same gate order.
-    B : (num_directions, 2*gates*hidden_size) ndarray or None
-        ``[Wb, Rb]``; None for a layer without bias.
-    attributes : mapping
-        The node's attributes, named as the keywords of :func:`~onnx_recurrent.gru`,
-        :func:`~onnx_recurrent.lstm`, :func:`~onnx_recurrent.rnn` (``hidden_size``,
-        ``direction``, ``layout``, ``linear_before_reset``, ``activations``, ...).
-
-    Raises
-    ------
-    ValueError
-        An unknown ``op``, an attribute that ``op`` does not have, W or R not 3-D.
-    TypeError
-        W, R or B without a float dtype.
-    """
-
-    op: str
-    W: np.ndarray
-    R: np.ndarray
-    B: np.ndarray | None = None
-    attributes: Mapping[str, Any] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        kind = _KINDS.get(self.op)
-        if kind is None:
-            raise RecurrentError(f"Layer.op must be one of {sorted(_KINDS)}, got {self.op!r}")
-        allowed = _COMMON_ATTRIBUTES | {kind.attribute} - {None}
-        unknown = set(self.attributes) - allowed
-        if unknown:
-            raise RecurrentError(
-                f"{self.op} has no attribute(s) {sorted(unknown)}; "
-                f"its attributes: {sorted(allowed)}"
-            )
-        for name in ("W", "R", "B"):
-            value = getattr(self, name)
-            if value is not None:
-                object.__setattr__(self, name, as_float_array(name, value))
-        for name in ("W", "R"):
-            if getattr(self, name).ndim != 3:
-                raise RecurrentError(
-                    f"{name} must be 3-D [num_directions, gates*hidden_size, ...], "
-                    f"got shape {list(getattr(self, name).shape)}"
-                )
-        object.__setattr__(self, "attributes", dict(self.attributes))
-
-    def __repr__(self) -> str:
-        B = None if self.B is None else list(self.B.shape)
-        return (
-            f"Layer({self.op!r}, W={list(self.W.shape)}, R={list(self.R.shape)}, B={B}, "
-            f"dtype={self.W.dtype}, attributes={self.attributes!r})"
-        )
-
-    @property
-    def num_directions(self) -> int:
-        """``W.shape[0]``: 1, or 2 for a bidirectional layer."""
-        return self.W.shape[0]
-
-    @property
-    def hidden_size(self) -> int:
-        """``R.shape[-1]``."""
-        return self.R.shape[-1]
-
-    @property
-    def input_size(self) -> int:
-        """``W.shape[-1]``."""
-        return self.W.shape[-1]
-
-    @property
-    def layout(self) -> int:
-        """The ``layout`` attribute: 1 for batch-first inputs and outputs, else 0."""
-        return int(self.attributes.get("layout", 0))
-
-    def run(
-        self,
-        X: np.ndarray,
-        sequence_lens: np.ndarray | None = None,
-        initial_h: np.ndarray | None = None,
-        initial_c: np.ndarray | None = None,
-        **keywords: Any,
-    ) -> tuple[np.ndarray | None, ...]:
-        """Compute the node: ``gru``, ``lstm`` or ``rnn`` with its weights and attributes.
-
-        Parameters
-        ----------
-        X : (seq_length, batch_size, input_size) ndarray
-            ``(batch_size, seq_length, input_size)`` if ``layout=1``; W's dtype.
-        sequence_lens : (batch_size,) int32 ndarray, optional
-        initial_h, initial_c : (num_directions, batch_size, hidden_size) ndarray, optional
-            ``(batch_size, num_directions, hidden_size)`` if ``layout=1``;
-            ``initial_c`` for LSTM only.
-        **keywords
-            Override attributes or pass ``output_sequence``.
-
-        Returns
-        -------
-        tuple
-            ``(Y, Y_h)``, or ``(Y, Y_h, Y_c)`` for LSTM, as the operator's function
-            returns them.
-
-        Raises
-        ------
-        ValueError, TypeError
-            As the operator's function; ``initial_c`` given to a GRU or RNN.
-        """
-        states = [initial_h]
-        if self.op == "LSTM":
-            states.append(initial_c)
-        elif initial_c is not None:
-            raise RecurrentError(f"initial_c is for LSTM only, this layer is a {self.op}")
-        run = _RUN[self.op]
-        return run(
-            X, self.W, self.R, self.B, sequence_lens, *states, **{**self.attributes, **keywords}
-        )
 
 
 def run_layers(
@@ -565,8 +434,7 @@ def from_keras(
         in the arrays' dtype. Attributes ``hidden_size``, ``direction="forward"``,
         ``layout=1`` (Keras is batch-first), ``linear_before_reset`` (GRU). The
         activations are ONNX's defaults, which are Keras' (``recurrent_activation``
-        sigmoid, ``activation`` tanh); for others, ``dataclasses.replace`` the
-        attributes.
+        sigmoid, ``activation`` tanh); for others, ``layer.replace(attributes=...)``.
 
     Raises
     ------

@@ -273,6 +273,18 @@ class Layer:
         """The node on inputs already checked (:func:`~onnx_recurrent.spec.check_call`)."""
         return scan(self.spec, self.directions(), x, output_sequence=output_sequence)
 
+    def replace(self, **changes: Any) -> Layer:
+        """A new layer with some of ``op, W, R, B, attributes, P`` changed (as
+        ``dataclasses.replace``); the others are this layer's."""
+        fields = {"op": self.op, "W": self.W, "R": self.R, "B": self.B}
+        fields |= {"attributes": self.attributes, "P": self.P}
+        unknown = set(changes) - set(fields)
+        if unknown:
+            raise RecurrentError(
+                f"Layer has no field(s) {sorted(unknown)}; its fields: {list(fields)}"
+            )
+        return Layer(**(fields | changes))
+
     def run(
         self,
         X: np.ndarray,
