@@ -16,7 +16,6 @@ import functools
 import math
 from dataclasses import dataclass
 
-import numba
 import numpy as np
 from llvmlite import ir
 from numba.core import cgutils, types
@@ -24,6 +23,7 @@ from numba.core.extending import intrinsic
 
 from ..activations import TABLE
 from . import packed
+from .jit_cache import jit
 
 CODES = {name: i for i, name in enumerate(TABLE)}
 _f32 = np.float32
@@ -31,7 +31,7 @@ _f32 = np.float32
 #: of 1-3 rows is bound by reading ``B``, which the block's rows then share (measured:
 #: 10-20% faster at 1 row, equal at 4, slower above)
 PROJECT_BELOW = 4
-_jit = numba.njit(cache=True, fastmath={"contract", "nsz"}, nogil=True, error_model="numpy")
+_jit = jit(fastmath={"contract", "nsz"}, nogil=True, error_model="numpy")
 
 
 def _item_pointer(context, builder, array_type, array, index):
