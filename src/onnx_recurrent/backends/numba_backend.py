@@ -16,13 +16,13 @@ import itertools
 import math
 from dataclasses import dataclass
 
-import numba
 import numpy as np
 from numba.core import types
 from numba.experimental import structref
 
 from ..activations import TABLE
 from . import packed
+from .jit_cache import jit
 from .sync import Sync, claim, finish, wait
 
 CODES = {name: i for i, name in enumerate(TABLE)}
@@ -31,7 +31,7 @@ _f32 = np.float32
 #: of 1-3 rows is bound by reading ``B``, which the block's rows then share (measured:
 #: 10-20% faster at 1 row, equal at 4, slower above)
 PROJECT_BELOW = 4
-_jit = numba.njit(cache=True, fastmath={"contract", "nsz"}, nogil=True, error_model="numpy")
+_jit = jit(fastmath={"contract", "nsz"}, nogil=True, error_model="numpy")
 
 
 @_jit

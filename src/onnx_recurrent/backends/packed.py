@@ -17,11 +17,12 @@ projection's shapes at 48-55 against 42-52. It needs no library: only numba.
 from __future__ import annotations
 
 import llvmlite.binding as llvm
-import numba
 import numpy as np
 from llvmlite import ir
 from numba.core import cgutils, types
 from numba.core.extending import intrinsic
+
+from .jit_cache import jit
 
 _features = llvm.get_host_cpu_features()
 #: bytes of one SIMD register (AVX-512: 64; AVX: 32; else 16)
@@ -31,7 +32,7 @@ MR = 8 if VECTOR_BYTES == 64 else 6
 #: alignment of packed panels (a cache line)
 ALIGN = 64
 
-_jit = numba.njit(cache=True, nogil=True)
+_jit = jit(nogil=True)
 
 
 def panel_width(dtype: np.dtype) -> int:

@@ -24,11 +24,12 @@ import platform
 import sys
 from dataclasses import dataclass
 
-import numba
 import numpy as np
 from llvmlite import ir
 from numba.core import cgutils, types
 from numba.core.extending import intrinsic
+
+from .jit_cache import jit
 
 CLAIMED, DONE, ABORTED, WAITERS, SEQUENCE = range(5)
 #: cycles a waiter spins before it sleeps (about 20-40 µs)
@@ -38,7 +39,7 @@ SLEEP_NS = 2_000_000
 _FUTEX_WAIT_PRIVATE, _FUTEX_WAKE_PRIVATE = 128, 129
 _SYS_FUTEX = {"x86_64": 202, "aarch64": 98}.get(platform.machine())
 
-_jit = numba.njit(cache=True, nogil=True)
+_jit = jit(nogil=True)
 
 
 def _pointer(context, builder, array_type, array, index):

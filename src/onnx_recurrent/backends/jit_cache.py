@@ -1,0 +1,164 @@
+"""Where the numba kernels cache their compiled code: the one owner of that fault.
+
+The kernels are compiled with ``cache=True``, so that a process loads them instead of
+compiling them again (seconds per kernel). numba writes its cache next to the source
+(``__pycache__``), in ``NUMBA_CACHE_DIR`` when set, or in its user cache directory;
+where none of these can be written, numba refuses the function ("cannot cache
+function"), and every call would fail. :func:`jit` decides once per process, for the
+directory of the decorated functions' source, on the first function decorated:
+
+1. numba's own choice, where it finds a writable directory: nothing changes;
+2. else a per-user directory of ours: ``onnx-recurrent/numba`` in the platform's user
+   cache directory (``$XDG_CACHE_HOME`` or ``~/.cache`` on Linux), then
+   ``onnx-recurrent-<uid>/numba`` in the temporary directory, private to the user (a
+   cache is loaded as code: a directory others can write is refused);
+3. else no cache, with one :class:`CompileCacheWarning` naming the directories tried.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import stat
+import sys
+import tempfile
+import threading
+import warnings
+from collections.abc import Callable
+
+import numba
+from numba.core import caching, config
+
+__all__ = ["CompileCacheWarning", "jit"]
+
+
+class CompileCacheWarning(RuntimeWarning):
+    """numba cannot write its compilation cache: each process compiles the kernels again."""
+
+
+_lock = threading.Lock()
+#: source directory -> cache root of ours ("" for numba's own choice, None for no cache)
+_plans: dict[str, str | None] = {}
+_warned = False
+
+
+def jit(**options) -> Callable:
+    """``numba.njit(cache=True, **options)``, with a cache that never fails a call.
+
+    Parameters
+    ----------
+    **options
+        numba's options (``nogil``, ``fastmath``, ...), ``cache`` excepted.
+    """
+
+    def decorate(func: Callable) -> Callable:
+        with _lock:
+            root = _plan(func)
+            if root is not None:
+                saved = config.CACHE_DIR
+                if root:  # numba reads CACHE_DIR when it builds the function's locator
+                    config.CACHE_DIR = root
+                try:
+                    return numba.njit(cache=True, **options)(func)
+                except RuntimeError:  # a directory found writable was taken away since
+                    _warn([root] if root else _numba_dirs(inspect.getfile(func)), 3)
+                finally:
+                    config.CACHE_DIR = saved
+            return numba.njit(cache=False, **options)(func)
+
+    return decorate
+
+
+def _plan(func: Callable) -> str | None:
+    """The cache root for ``func``'s source directory, decided on its first function."""
+    source = os.path.abspath(inspect.getfile(func))
+    directory = os.path.dirname(source)
+    if directory in _plans:
+        return _plans[directory]
+    try:
+        caching.FunctionCache(func)  # what numba does for cache=True
+        plan: str | None = ""
+    except RuntimeError:
+        tried = _numba_dirs(source)
+        plan = None
+        for root, shared in _our_roots():
+            tried.append(root)
+            if (not shared or _private(os.path.dirname(root))) and _writable(root):
+                plan = root
+                break
+        if plan is None:
+            _warn(tried, stacklevel=4)
+    _plans[directory] = plan
+    return plan
+
+
+def _numba_dirs(source: str) -> list[str]:
+    """The directories numba tries for a function of ``source`` (for the warning)."""
+    dirs = [config.CACHE_DIR] if config.CACHE_DIR else []
+    dirs.append(os.path.join(os.path.dirname(source), "__pycache__"))
+    try:
+        from numba.misc.appdirs import AppDirs
+
+        dirs.append(AppDirs(appname="numba", appauthor=False).user_cache_dir)
+    except (ImportError, AttributeError):
+        pass
+    return dirs
+
+
+def _our_roots() -> list[tuple[str, bool]]:
+    """Our per-user cache roots, in order of preference, each with whether it lies in
+    a directory shared between users (the temporary one)."""
+    if sys.platform == "win32":
+        base = os.environ.get("LOCALAPPDATA") or os.path.expanduser(r"~\AppData\Local")
+    elif sys.platform == "darwin":
+        base = os.path.expanduser("~/Library/Caches")
+    else:
+        base = os.environ.get("XDG_CACHE_HOME", "")
+        if not os.path.isabs(base):  # the XDG rule: a relative path is ignored
+            base = os.path.expanduser("~/.cache")
+    roots = [(os.path.join(base, "onnx-recurrent", "numba"), False)]
+    if hasattr(os, "getuid"):
+        user = os.path.join(tempfile.gettempdir(), f"onnx-recurrent-{os.getuid()}")
+        roots.append((os.path.join(user, "numba"), True))
+    return roots
+
+
+def _private(directory: str) -> bool:
+    """Whether ``directory`` (made if missing) is the user's alone: in a shared
+    directory, another user could have made it, to have their code loaded as ours."""
+    try:
+        os.mkdir(directory, 0o700)
+    except FileExistsError:
+        pass
+    except OSError:
+        return False
+    st = os.lstat(directory)
+    return (
+        stat.S_ISDIR(st.st_mode)
+        and st.st_uid == os.getuid()
+        and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+    )
+
+
+def _writable(path: str) -> bool:
+    """numba's own test of a cache directory: create it, write a file in it."""
+    try:
+        os.makedirs(path, exist_ok=True)
+        tempfile.TemporaryFile(dir=path).close()
+    except OSError:
+        return False
+    return True
+
+
+def _warn(tried: list[str], stacklevel: int) -> None:
+    global _warned
+    if _warned:
+        return
+    _warned = True
+    warnings.warn(
+        "numba cannot write its compilation cache in any of "
+        f"{', '.join(map(repr, tried))}: the kernels are compiled without caching, "
+        "again in each process. Set NUMBA_CACHE_DIR to a writable directory to cache them.",
+        CompileCacheWarning,
+        stacklevel=stacklevel,
+    )

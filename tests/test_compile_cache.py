@@ -1,0 +1,189 @@
+"""A compilation cache that never blocks use (issue 12, item 4).
+
+The package is copied, made read-only and imported from the copy in a fresh process,
+with ``NUMBA_CACHE_DIR``, ``HOME`` and ``XDG_CACHE_HOME`` unwritable: numba finds no
+directory of its own to cache in. Root writes through file modes, so as root the
+process runs without the capabilities that let it (``CAP_DAC_OVERRIDE``,
+``CAP_DAC_READ_SEARCH``, dropped from its bounding set).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+import onnx_recurrent
+
+jit_cache = pytest.importorskip("onnx_recurrent.backends.jit_cache")
+
+TIMEOUT = 300  # seconds: each process compiles the kernels (10-20 s here)
+
+SCRIPT = """
+import json, sys, warnings
+import numpy as np
+
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    import onnx_recurrent as orc
+    from onnx_recurrent import backends
+    from onnx_recurrent.backends import numba_backend, packed
+
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((5, 2, 3), dtype=np.float32)
+    W = rng.standard_normal((1, 12, 3), dtype=np.float32)
+    R = rng.standard_normal((1, 12, 4), dtype=np.float32)
+    B = rng.standard_normal((1, 24), dtype=np.float32)
+    with backends.use("numba"):
+        got = [orc.gru(X, W, R, B) for _ in range(2)]
+with backends.use("numpy"):
+    want = orc.gru(X, W, R, B)
+
+hits = sum(
+    sum(f.stats.cache_hits.values())
+    for module in (numba_backend, packed)
+    for f in vars(module).values()
+    if hasattr(f, "stats")
+)
+print(json.dumps({
+    "file": orc.__file__,
+    "close": all(np.allclose(a, b, rtol=1e-5, atol=1e-5) for g in got for a, b in zip(g, want)),
+    "warnings": [f"{w.category.__name__}: {w.message}" for w in caught],
+    "cache_hits": hits,
+}))
+"""
+
+CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, PR_CAPBSET_DROP = 1, 2, 24
+
+
+def _drop_file_capabilities() -> None:
+    """In the child, before exec: root without the capabilities that ignore file modes."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    for cap in (CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH):
+        if libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP)")
+
+
+def _preexec():
+    return _drop_file_capabilities if os.geteuid() == 0 else None
+
+
+def _read_only(path: Path) -> None:
+    """chmod -R a-w"""
+    for p in [path, *path.rglob("*")]:
+        p.chmod(p.stat().st_mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
+
+
+@pytest.fixture(scope="module")
+def sandbox(tmp_path_factory):
+    """The package copied and read-only, plus an unwritable directory, or a skip where
+    file modes cannot be made to hold for the child process."""
+    if not hasattr(os, "geteuid") or not sys.platform.startswith("linux"):
+        pytest.skip("needs Linux file modes (and prctl when run as root)")
+    root = tmp_path_factory.mktemp("compile_cache")
+    package = root / "site" / "onnx_recurrent"
+    shutil.copytree(
+        Path(onnx_recurrent.__file__).parent,
+        package,
+        ignore=shutil.ignore_patterns("__pycache__", "*.nbi", "*.nbc"),
+    )
+    locked = root / "locked"
+    locked.mkdir()
+    _read_only(package.parent)
+    _read_only(locked)
+    probe = subprocess.run(
+        [sys.executable, "-c", f"open({str(locked / 'probe')!r}, 'w')"],
+        preexec_fn=_preexec(),
+        capture_output=True,
+        text=True,
+    )
+    if probe.returncode == 0 or "PermissionError" not in probe.stderr:
+        pytest.skip(f"cannot make a directory unwritable for a child process: {probe.stderr}")
+    yield root
+    for p in [root, *root.rglob("*")]:  # let pytest remove it
+        if p.is_dir() and not p.is_symlink():
+            p.chmod(0o755)
+
+
+def _run(sandbox: Path, tmpdir: Path) -> dict:
+    """The script in a fresh process on the read-only copy; numba's directories locked."""
+    locked = sandbox / "locked"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NUMBA_", "ONNX_RECURRENT"))}
+    env.update(
+        PYTHONPATH=str(sandbox / "site"),
+        PYTHONDONTWRITEBYTECODE="1",
+        HOME=str(locked / "home"),
+        XDG_CACHE_HOME=str(locked / "cache"),
+        NUMBA_CACHE_DIR=str(locked / "numba"),
+        TMPDIR=str(tmpdir),
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT],
+        env=env,
+        preexec_fn=_preexec(),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.splitlines()[-1])
+    assert Path(result["file"]).is_relative_to(sandbox / "site"), result["file"]
+    assert result["close"]
+    return result
+
+
+def test_uncached_with_one_warning_when_nothing_is_writable(sandbox, tmp_path):
+    # the temporary directory is writable, but its entry of ours is not private: refused
+    (tmp_path / f"onnx-recurrent-{os.geteuid()}").mkdir()
+    (tmp_path / f"onnx-recurrent-{os.geteuid()}").chmod(0o777)
+    result = _run(sandbox, tmp_path)
+    assert len(result["warnings"]) == 1, result["warnings"]
+    (message,) = result["warnings"]
+    assert message.startswith("CompileCacheWarning: ")
+    assert "without caching" in message
+    for tried in ("numba", "__pycache__", "cache/onnx-recurrent/numba", "onnx-recurrent-"):
+        assert tried in message
+    assert not list(tmp_path.rglob("*.nbi"))
+
+
+def test_per_user_cache_when_numba_has_none(sandbox, tmp_path):
+    cold = _run(sandbox, tmp_path)
+    assert cold["warnings"] == []
+    ours = tmp_path / f"onnx-recurrent-{os.geteuid()}"
+    assert stat.S_IMODE(ours.stat().st_mode) == 0o700
+    assert list((ours / "numba").rglob("*.nbi")) and list((ours / "numba").rglob("*.nbc"))
+    warm = _run(sandbox, tmp_path)  # a second process loads what the first compiled
+    assert warm["warnings"] == []
+    assert warm["cache_hits"] > 0
+
+
+def _function_in(directory: Path):
+    """A plain function whose source file lies in ``directory``."""
+    source = directory / "kernel.py"
+    source.write_text("def f(x):\n    return x + 1\n")
+    namespace: dict = {}
+    exec(compile(source.read_text(), str(source), "exec"), namespace)
+    return namespace["f"]
+
+
+@pytest.mark.parametrize("numba_cache_dir", [False, True])
+def test_numba_choice_kept_where_it_can_write(tmp_path, monkeypatch, numba_cache_dir):
+    """A writable ``__pycache__`` or NUMBA_CACHE_DIR: numba's own choice, no warning."""
+    monkeypatch.setattr(jit_cache, "_plans", {})
+    if numba_cache_dir:
+        monkeypatch.setattr(jit_cache.config, "CACHE_DIR", str(tmp_path / "numba"))
+    (tmp_path / "src").mkdir()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        kernel = jit_cache.jit(nogil=True)(_function_in(tmp_path / "src"))
+    assert jit_cache._plans == {str(tmp_path / "src"): ""}
+    where = tmp_path / "numba" if numba_cache_dir else tmp_path / "src" / "__pycache__"
+    assert Path(kernel._cache._cache_path).is_relative_to(where)
