@@ -64,17 +64,18 @@ def layer(
 ) -> Layer:
     """The layer of these weights and attributes (checked by the caller against X):
     a kept one whose weights equal them bit for bit, else a new one, kept."""
-    key = (spec, W.dtype, W.shape, B is None, P is None)
-    with _lock:
-        candidates = [entry for entry in reversed(_entries) if entry[0] == key]
-    for entry in candidates:
+    key = (W.dtype, W.shape, B is None, P is None)
+    for entry in reversed(_entries[:]):  # a copy: other threads may change the list
         kept = entry[1]
+        if entry[0] != key or (kept.spec is not spec and kept.spec != spec):
+            continue
         arrays = (kept.W, kept.R, kept.B, kept.P)
         if all(map(_same_bits, (W, R, B, P), arrays, kept.addresses)):
-            with _lock:
-                if _entries and _entries[-1] is not entry and entry in _entries:
-                    _entries.remove(entry)
-                    _entries.append(entry)
+            if _entries and _entries[-1] is not entry:
+                with _lock:
+                    if entry in _entries:
+                        _entries.remove(entry)
+                        _entries.append(entry)
             return kept
     made = Layer.from_spec(spec, attributes, W, R, B, P)
     if made.nbytes <= MAX_BYTES:
