@@ -1,0 +1,138 @@
+"""Prepared layers: the one path that functions, sessions and converters run through."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import onnx_recurrent as orc
+from onnx_recurrent import scan
+from test_properties import _check_against_oracle, _code_path, _settings
+
+from models import random_inputs
+from strategies import cases
+
+FUNCTIONS = {"GRU": orc.gru, "RNN": orc.rnn, "LSTM": orc.lstm}
+
+
+def _as_layer(op):
+    """A function with the operator's signature that makes a Layer, then calls it."""
+
+    def call(X, W, R, B=None, sequence_lens=None, initial_h=None, initial_c=None, P=None, **a):
+        layer = orc.Layer(op, W, R, B, a, P)
+        states = (initial_h, initial_c) if op == "LSTM" else (initial_h,)
+        return layer(X, sequence_lens, *states)
+
+    return call
+
+
+@pytest.mark.parametrize("op", ["gru", "lstm", "rnn"])
+@_settings(150)
+@given(data=st.data())
+def test_layer_matches_oracle(op, data):
+    """A Layer, made once and called, over the whole attribute space (every code path:
+    the one-call path of short forward calls, blocks, threads, both backends)."""
+    case = data.draw(cases(op))
+    with pytest.MonkeyPatch.context() as mp, _code_path(data):
+        mp.setattr(orc, op, _as_layer(op.upper()))
+        _check_against_oracle(op, case)
+
+
+@pytest.mark.parametrize("op", FUNCTIONS)
+@pytest.mark.parametrize("T", [1, 7])
+def test_layer_equals_function_and_owns_its_weights(op, T):
+    feeds = random_inputs(op, T=T, N=3, I=4, H=5, seed=T)
+    feeds["sequence_lens"] = None
+    W, R, B = feeds["W"], feeds["R"], feeds["B"]
+    layer = orc.Layer(op, W, R, B, {"hidden_size": 5}, feeds.get("P"))
+    states = [feeds["initial_h"]] + ([feeds["initial_c"]] if op == "LSTM" else [])
+    expected = FUNCTIONS[op](**feeds)
+    for got, want in zip(layer(feeds["X"], None, *states), expected, strict=True):
+        np.testing.assert_array_equal(got, want)
+    # copies, read-only: the caller's arrays changed later do not change the layer
+    assert not layer.W.flags.writeable and not np.shares_memory(layer.W, W)
+    W[...] = 0
+    R[...] = 0
+    for got, want in zip(layer(feeds["X"], None, *states), expected, strict=True):
+        np.testing.assert_array_equal(got, want)
+    with pytest.raises(ValueError, match="read-only"):
+        layer.R[0, 0, 0] = 1
+
+
+def test_layer_errors_name_the_input():
+    feeds = random_inputs("GRU", T=3, N=2, I=4, H=5)
+    layer = orc.Layer("GRU", feeds["W"], feeds["R"], feeds["B"])
+    X = feeds["X"]
+    with pytest.raises(TypeError, match=r"X must have the layer's dtype float32 \(W's\)"):
+        layer(X.astype(np.float64))
+    with pytest.raises(ValueError, match=r"X must have input_size=4 \(W's last axis\)"):
+        layer(X[..., :3])
+    with pytest.raises(ValueError, match=r"initial_h must have shape \[1, 2, 5\]"):
+        layer(X, initial_h=np.zeros((1, 3, 5), np.float32))
+    with pytest.raises(ValueError, match="initial_c is for LSTM only"):
+        layer(X, initial_c=np.zeros((1, 2, 5), np.float32))
+    with pytest.raises(ValueError, match=r"sequence_lens\[0\]=4"):
+        layer(X, np.array([4, 1], np.int32))
+    with pytest.raises(ValueError, match=r"GRU has no attribute\(s\) \['input_forget'\]"):
+        orc.Layer("GRU", feeds["W"], feeds["R"], attributes={"input_forget": 1})
+    with pytest.raises(ValueError, match=r"P \(peepholes\) is for LSTM only"):
+        orc.Layer("GRU", feeds["W"], feeds["R"], P=np.zeros((1, 15), np.float32))
+    with pytest.raises(TypeError, match=r"B must have W's dtype float32, got float64"):
+        orc.Layer("GRU", feeds["W"], feeds["R"], feeds["B"].astype(np.float64))
+    with pytest.raises(ValueError, match=r"Layer has no field\(s\) \['V'\]"):
+        layer.replace(V=1)
+
+
+def test_layer_replace_and_run_override():
+    feeds = random_inputs("LSTM", T=4, N=2, I=3, H=4, D=1)
+    layer = orc.Layer("LSTM", feeds["W"], feeds["R"], feeds["B"], {"clip": 0.5})
+    reverse = layer.replace(attributes={"direction": "reverse"})
+    assert reverse.attributes == {"direction": "reverse"} and reverse.W is not layer.W
+    got = reverse(feeds["X"])
+    want = orc.lstm(feeds["X"], feeds["W"], feeds["R"], feeds["B"], direction="reverse")
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_array_equal(a, b)
+    Y, Y_h, Y_c = layer.run(feeds["X"], output_sequence=False)
+    assert Y is None and Y_h.shape == Y_c.shape == (1, 2, 4)
+
+
+def test_layer_called_from_many_threads(monkeypatch):
+    """One layer, called from several threads at once (threaded calls among them):
+    every result as alone."""
+    monkeypatch.setattr(scan, "PARALLEL_MACS", 0)
+    monkeypatch.setattr(scan, "MIN_SHARE", 2)
+    monkeypatch.setenv("ONNX_RECURRENT_NUM_THREADS", "2")
+    feeds = random_inputs("GRU", T=20, N=4, I=3, H=8)
+    layer = orc.Layer("GRU", feeds["W"], feeds["R"], feeds["B"])
+    inputs = [
+        (np.random.default_rng(s).standard_normal((20, 4, 3), dtype=np.float32), lens)
+        for s in range(12)
+        for lens in [None, feeds["sequence_lens"]][s % 2 : s % 2 + 1]
+    ]
+    alone = [layer(X, lens) for X, lens in inputs]
+    results = [None] * len(inputs)
+
+    def work(i):
+        results[i] = layer(*inputs[i])
+
+    workers = [threading.Thread(target=work, args=(i,)) for i in range(len(inputs))]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join()
+    for a, b in zip(alone, results, strict=True):
+        for x, y in zip(a, b, strict=True):
+            np.testing.assert_array_equal(x, y)
+
+
+def test_converters_return_runnable_layers():
+    feeds = random_inputs("RNN", T=3, N=2, I=3, H=4)
+    layer = orc.convert.from_keras(feeds["W"][0].T, feeds["R"][0].T, feeds["B"][0, :4], kind="rnn")
+    assert isinstance(layer, orc.Layer)
+    X = np.swapaxes(feeds["X"], 0, 1).copy()  # Keras is batch-first
+    Y, Y_h = layer(X)
+    assert Y.shape == (2, 3, 1, 4) and Y_h.shape == (2, 1, 4)
