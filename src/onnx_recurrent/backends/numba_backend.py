@@ -23,7 +23,7 @@ from numba.experimental import structref
 from ..activations import TABLE
 from . import packed
 from .jit_cache import jit
-from .sync import Sync, claim, finish, wait
+from .sync import Sync, claim, cycles, finish, wait
 
 CODES = {name: i for i, name in enumerate(TABLE)}
 _f32 = np.float32
@@ -305,11 +305,12 @@ def _part_block(plan, sync, calls, xb, h, spare, c, gz, rh, active, Y, write_Y, 
             phase = kg * phases + sub
             s = 0 if S == 1 else claim(sync, phase, S)
             while s >= 0:
+                started = cycles() if S > 1 else 0
                 _share(plan, s, sub, xb, k, active[k], old, new, c, gz, rh, pre_b[at],
                        pre_hb[at], hh, g, Y, write_Y and sub == phases - 1, project)  # fmt: skip
                 if S == 1:
                     break
-                finish(sync, phase, S, calls)
+                finish(sync, phase, S, calls, started)
                 s = claim(sync, phase, S)
             if S > 1 and not wait(sync, phase, S, calls):
                 return  # aborted

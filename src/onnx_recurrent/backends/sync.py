@@ -10,7 +10,8 @@ are usually microseconds away), then sleeps on a futex (Linux; elsewhere in shor
 sleeps), so that its CPU goes idle and the scheduler can run a descheduled party
 there instead of two threads spinning against a busy neighbour.
 
-``sync``, one int64 array per call: ``[claimed, done, aborted, waiters, sequence]``.
+``sync``, one int64 array per call: ``[claimed, done, aborted, waiters, sequence,
+share_cycles]``.
 Claims and completions count up over the whole call: phase ``p``'s shares are the
 tickets ``p*S .. p*S+S-1``, so a late thread never claims a share of a phase that is
 over. Results do not depend on which thread computes a share.
@@ -31,9 +32,14 @@ from numba.core.extending import intrinsic
 
 from .jit_cache import jit
 
-CLAIMED, DONE, ABORTED, WAITERS, SEQUENCE = range(5)
-#: cycles a waiter spins before it sleeps (about 20-40 µs)
+CLAIMED, DONE, ABORTED, WAITERS, SEQUENCE, SHARE_CYCLES = range(6)
+#: cycles a waiter spins before it sleeps, at least (about 20-40 µs) ...
 SPIN_CYCLES = 60_000
+#: ... and at least this many times the last share's cycles: a waiter that slept
+#: through a share that runs while it waits would wake too late for the next step
+SPIN_SHARES = 3
+#: ... and at most (about 1 ms)
+SPIN_MOST = 3_000_000
 #: longest sleep of a waiter, ns: a safety net, wake-ups are explicit
 SLEEP_NS = 2_000_000
 _FUTEX_WAIT_PRIVATE, _FUTEX_WAKE_PRIVATE = 128, 129
@@ -136,8 +142,10 @@ def claim(sync, phase, shares):
 
 
 @_jit
-def finish(sync, phase, shares, calls):
-    """Mark one share of ``phase`` done; the last one wakes the sleepers."""
+def finish(sync, phase, shares, calls, started):
+    """Mark one share of ``phase`` done (begun at cycle ``started``); the last one
+    wakes the sleepers."""
+    sync[SHARE_CYCLES] = cycles() - started
     if atomic_add(sync, DONE, 1) + 1 == (phase + 1) * shares:
         _wake(sync, calls)
 
@@ -157,10 +165,11 @@ def wait(sync, phase, shares, calls):
     ``calls``: ``[syscall, usleep, SYS_futex, timespec address]`` (0: not there)."""
     target = (phase + 1) * shares
     start = cycles()
+    spin = min(max(SPIN_CYCLES, SPIN_SHARES * sync[SHARE_CYCLES]), SPIN_MOST)
     while atomic_load(sync, DONE) < target:
         if atomic_load(sync, ABORTED) != 0:
             return False
-        if cycles() - start < SPIN_CYCLES:
+        if cycles() - start < spin:
             continue
         sequence = atomic_load(sync, SEQUENCE)
         atomic_add(sync, WAITERS, 1)
@@ -189,7 +198,7 @@ class Sync:
         timespec = np.array([0, SLEEP_NS], np.int64)
         syscall, usleep = _addresses()
         calls = np.array([syscall, usleep, _SYS_FUTEX or 0, timespec.ctypes.data], np.int64)
-        return cls(shares, np.zeros(5, np.int64), calls, timespec)
+        return cls(shares, np.zeros(6, np.int64), calls, timespec)
 
     def abort(self) -> None:
         """Make every party return at its next claim or wait."""
