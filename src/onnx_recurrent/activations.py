@@ -8,6 +8,7 @@ parameters it uses, with the defaults of the corresponding ONNX operators
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -16,6 +17,25 @@ import numpy as np
 from .errors import RecurrentError
 
 Kernel = Callable[[np.ndarray, float, float], None]
+
+
+class ActivationCode(enum.IntEnum):
+    """One number per activation: what a compiled loop branches on (the numba backend
+    compares with these members, constants in its code). Compiled code is cached on
+    disk by the source file that uses the numbers, not this one: never renumber a
+    member, add new ones at the end."""
+
+    RELU = 0
+    TANH = 1
+    SIGMOID = 2
+    AFFINE = 3
+    LEAKY_RELU = 4
+    THRESHOLDED_RELU = 5
+    SCALED_TANH = 6
+    HARD_SIGMOID = 7
+    ELU = 8
+    SOFTSIGN = 9
+    SOFTPLUS = 10
 
 
 def _relu(x: np.ndarray, alpha: float, beta: float) -> None:
@@ -44,7 +64,8 @@ def _leaky_relu(x: np.ndarray, alpha: float, beta: float) -> None:
 
 
 def _thresholded_relu(x: np.ndarray, alpha: float, beta: float) -> None:
-    np.copyto(x, 0, where=x < alpha)
+    # ONNX: x for x > alpha, 0 otherwise: 0 at alpha itself and at NaN
+    np.copyto(x, 0, where=~(x > alpha))
 
 
 def _scaled_tanh(x: np.ndarray, alpha: float, beta: float) -> None:
@@ -75,9 +96,10 @@ def _softplus(x: np.ndarray, alpha: float, beta: float) -> None:
 
 @dataclass(frozen=True)
 class ActivationKind:
-    """One entry of the table: its ONNX name, kernel and parameter defaults."""
+    """One entry of the table: its ONNX name, code, kernel and parameter defaults."""
 
     name: str
+    code: ActivationCode
     kernel: Kernel
     alpha: float | None = None  # default alpha, or None if it takes no alpha
     beta: float | None = None  # default beta, or None if it takes no beta
@@ -86,17 +108,17 @@ class ActivationKind:
 TABLE: dict[str, ActivationKind] = {
     kind.name.lower(): kind
     for kind in (
-        ActivationKind("Relu", _relu),
-        ActivationKind("Tanh", _tanh),
-        ActivationKind("Sigmoid", _sigmoid),
-        ActivationKind("Affine", _affine, 1.0, 0.0),
-        ActivationKind("LeakyRelu", _leaky_relu, 0.01),
-        ActivationKind("ThresholdedRelu", _thresholded_relu, 1.0),
-        ActivationKind("ScaledTanh", _scaled_tanh, 1.0, 1.0),
-        ActivationKind("HardSigmoid", _hard_sigmoid, 0.2, 0.5),
-        ActivationKind("Elu", _elu, 1.0),
-        ActivationKind("Softsign", _softsign),
-        ActivationKind("Softplus", _softplus),
+        ActivationKind("Relu", ActivationCode.RELU, _relu),
+        ActivationKind("Tanh", ActivationCode.TANH, _tanh),
+        ActivationKind("Sigmoid", ActivationCode.SIGMOID, _sigmoid),
+        ActivationKind("Affine", ActivationCode.AFFINE, _affine, 1.0, 0.0),
+        ActivationKind("LeakyRelu", ActivationCode.LEAKY_RELU, _leaky_relu, 0.01),
+        ActivationKind("ThresholdedRelu", ActivationCode.THRESHOLDED_RELU, _thresholded_relu, 1.0),
+        ActivationKind("ScaledTanh", ActivationCode.SCALED_TANH, _scaled_tanh, 1.0, 1.0),
+        ActivationKind("HardSigmoid", ActivationCode.HARD_SIGMOID, _hard_sigmoid, 0.2, 0.5),
+        ActivationKind("Elu", ActivationCode.ELU, _elu, 1.0),
+        ActivationKind("Softsign", ActivationCode.SOFTSIGN, _softsign),
+        ActivationKind("Softplus", ActivationCode.SOFTPLUS, _softplus),
     )
 }
 

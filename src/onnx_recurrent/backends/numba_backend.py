@@ -20,12 +20,13 @@ import numpy as np
 from numba.core import types
 from numba.experimental import structref
 
-from ..activations import TABLE
+from ..activations import TABLE, ActivationCode
 from . import packed
 from .jit_cache import jit
 from .sync import Sync, claim, cycles, finish, wait
 
-CODES = {name: i for i, name in enumerate(TABLE)}
+#: activation name (lower case) -> its :class:`.ActivationCode`, as :func:`_apply` reads it
+CODES = {name: int(kind.code) for name, kind in TABLE.items()}
 _f32 = np.float32
 #: rows below which a block's ``Xt W^T`` is one product ahead of its steps: a product
 #: of 1-3 rows is bound by reading ``B``, which the block's rows then share (measured:
@@ -39,8 +40,11 @@ _inline = jit(fastmath={"contract", "nsz"}, nogil=True, error_model="numpy", inl
 @_jit
 def _tanh32(x):
     """float32 tanh as a rational function (Eigen's and MLAS's constants): no libm call,
-    so loops over it vectorize; error within a few float32 ulps."""
-    x = min(max(x, _f32(-7.90531110763549805)), _f32(7.90531110763549805))
+    so loops over it vectorize; error within a few float32 ulps. Clamped at 7.9988
+    (Eigen's later bound), where the function is exactly 1: tanh(+-inf) = +-1 and
+    sigmoid(-inf) = 0 exactly, as in NumPy; NaN stays NaN (max/min keep their first
+    argument when the comparison fails)."""
+    x = min(max(x, _f32(-7.99881172180175781)), _f32(7.99881172180175781))
     x2 = x * x
     p = x2 * _f32(-2.76076847742355e-16) + _f32(2.00018790482477e-13)
     p = x2 * p + _f32(-8.60467152213735e-11)
@@ -78,25 +82,30 @@ def _exp_small(x):
 
 @_jit
 def _tanh64(x):
-    """float64 tanh within a few ulps, vectorizable (see above)."""
-    a = min(abs(x), 22.0)
+    """float64 tanh within a few ulps, vectorizable (see above); NaN gives NaN."""
+    a = abs(x)
+    a = a if a < 22.0 else 22.0  # NaN too: 2^n is read from the table within bounds
     if a < 0.625:
         z = x * x
         p = (_TANH_P[0] * z + _TANH_P[1]) * z + _TANH_P[2]
         q = ((z + _TANH_Q[0]) * z + _TANH_Q[1]) * z + _TANH_Q[2]
         return x + x * z * p / q
     t = 1.0 - 2.0 / (_exp_small(2.0 * a) + 1.0)
-    return t if x > 0 else -t
+    t = t if x > 0 else -t
+    return t if x == x else x
 
 
 @_jit
 def _apply(code, v, alpha, beta, fast):
-    """Activation ``code`` on ``v`` in place; one simple loop per code, so each vectorizes."""
+    """Activation ``code`` (:class:`.ActivationCode`) on ``v`` in place; one simple loop
+    per code, so each vectorizes. NaN and infinities give what the NumPy kernels give:
+    ``max``/``min`` keep their first argument, so NaN there stays NaN."""
     n = v.shape[0]
-    if code == 1 or code == 2 or code == 6:  # tanh, sigmoid, scaledtanh
+    tanh, sigmoid, scaled = ActivationCode.TANH, ActivationCode.SIGMOID, ActivationCode.SCALED_TANH
+    if code == tanh or code == sigmoid or code == scaled:
         half = _f32(0.5)  # float32 constants keep float32 math float32
-        if code != 1:
-            pre = half if code == 2 else beta
+        if code != tanh:
+            pre = half if code == sigmoid else beta
             for j in range(n):
                 v[j] = v[j] * pre
         if fast:
@@ -105,34 +114,34 @@ def _apply(code, v, alpha, beta, fast):
         else:
             for j in range(n):
                 v[j] = _tanh64(v[j])
-        if code == 2:
+        if code == sigmoid:
             for j in range(n):
                 v[j] = half + half * v[j]
-        elif code == 6:
+        elif code == scaled:
             for j in range(n):
                 v[j] = alpha * v[j]
-    elif code == 0:  # relu
+    elif code == ActivationCode.RELU:
         for j in range(n):
             v[j] = max(v[j], _f32(0))
-    elif code == 3:  # affine
+    elif code == ActivationCode.AFFINE:
         for j in range(n):
             v[j] = alpha * v[j] + beta
-    elif code == 4:  # leakyrelu
+    elif code == ActivationCode.LEAKY_RELU:
         for j in range(n):
             v[j] = v[j] if v[j] >= _f32(0) else alpha * v[j]
-    elif code == 5:  # thresholdedrelu
+    elif code == ActivationCode.THRESHOLDED_RELU:  # ONNX: 0 unless x > alpha (NaN: 0)
         for j in range(n):
-            v[j] = v[j] if v[j] >= alpha else _f32(0)
-    elif code == 7:  # hardsigmoid
+            v[j] = v[j] if v[j] > alpha else _f32(0)
+    elif code == ActivationCode.HARD_SIGMOID:
         for j in range(n):
             v[j] = min(max(alpha * v[j] + beta, _f32(0)), _f32(1))
-    elif code == 8:  # elu
+    elif code == ActivationCode.ELU:
         for j in range(n):
             v[j] = v[j] if v[j] >= _f32(0) else alpha * math.expm1(v[j])
-    elif code == 9:  # softsign
+    elif code == ActivationCode.SOFTSIGN:  # +-inf: NaN, as x / (1 + |x|) gives it
         for j in range(n):
             v[j] = v[j] / (_f32(1) + abs(v[j]))
-    else:  # softplus, without overflow
+    else:  # ActivationCode.SOFTPLUS, without overflow
         for j in range(n):
             v[j] = max(v[j], _f32(0)) + math.log1p(math.exp(-abs(v[j])))
 
@@ -145,7 +154,7 @@ def _gate(a, i, v, fast):
 
 @_jit
 def _clip(dst, pre, clip):
-    """``dst = clip(pre)``."""
+    """``dst = clip(pre)``; NaN stays NaN, as in ``np.clip``."""
     for j in range(dst.shape[0]):
         dst[j] = min(max(pre[j], -clip), clip)
 
@@ -202,25 +211,36 @@ def _gru_lbr_row(pre, xh, hh, hp, h, g, a, clip, fast):
 
 @_jit
 def _lstm_row(pre, h, c, P, input_forget, g, a, clip, fast):
-    """Gates i o f c; P rows Pi, Po, Pf (zeros when absent)."""
+    """Gates i o f c; P rows Pi, Po, Pf, or no columns when absent: then no peephole
+    term at all, as in NumPy (a zero term would be NaN where Ct-1 is infinite)."""
     H = h.shape[0]
     i, o, f, cc = g[:H], g[H : 2 * H], g[2 * H : 3 * H], g[3 * H : 4 * H]
-    for j in range(H):
-        i[j] = min(max(pre[j] + P[0, j] * c[j], -clip), clip)
+    peep = P.shape[1] != 0
+    if peep:
+        for j in range(H):
+            i[j] = min(max(pre[j] + P[0, j] * c[j], -clip), clip)
+    else:
+        _clip(i, pre[:H], clip)
     _gate(a, 0, i, fast)
     if input_forget:
         for j in range(H):
             f[j] = _f32(1) - i[j]
-    else:
+    elif peep:
         for j in range(H):
             f[j] = min(max(pre[2 * H + j] + P[2, j] * c[j], -clip), clip)
+        _gate(a, 0, f, fast)
+    else:
+        _clip(f, pre[2 * H : 3 * H], clip)
         _gate(a, 0, f, fast)
     _clip(cc, pre[3 * H :], clip)
     _gate(a, 1, cc, fast)
     for j in range(H):
         c[j] = f[j] * c[j] + i[j] * cc[j]
-    for j in range(H):
-        o[j] = min(max(pre[H + j] + P[1, j] * c[j], -clip), clip)
+    if peep:
+        for j in range(H):
+            o[j] = min(max(pre[H + j] + P[1, j] * c[j], -clip), clip)
+    else:
+        _clip(o, pre[H : 2 * H], clip)
     _gate(a, 0, o, fast)
     for j in range(H):
         cc[j] = c[j]  # h(Ct): the cell state itself is not clipped
