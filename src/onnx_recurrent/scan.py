@@ -32,6 +32,8 @@ BLOCK_MACS = 1 << 29
 PARALLEL_MACS = 1 << 23
 #: hidden units of one thread's share of a direction, at least
 MIN_SHARE = 16
+#: threads kept apart during a call (:mod:`.affinity`)
+PLACEMENT = False
 
 
 @dataclass(frozen=True)
@@ -237,7 +239,7 @@ def scan(
         def party(i: int) -> None:
             run(unit, states, shared, lambda: shared.aborted)
 
-        threads.run(shares, party, shared.abort)
+        threads.run(shares, party, shared.abort, placement=PLACEMENT)
         shared.settle(states, T)
         finish(0, states, whole)
     elif len(units) == 1 or workers == 1 or not large:
@@ -255,7 +257,9 @@ def scan(
                 if not stop:
                     finish(unit[0], states, s)
 
-        threads.run(min(workers, len(units)), worker, lambda: stop.append(True))
+        threads.run(
+            min(workers, len(units)), worker, lambda: stop.append(True), placement=PLACEMENT
+        )
     if ragged or T == 0:  # no step ran: zeros, not initial_h (SEMANTICS.md, "Sequences")
         empty = x.sequence_lens == 0
         for final in finals_tm:

@@ -433,7 +433,7 @@ class Plan(structref.StructRefProxy):
     ``[W^T; R^T]`` (GRU: ``z r`` only), share after share, each share's columns gate
     after gate, share ``s`` in panels ``pF[s]..pF[s+1]-1``, ``bF`` its biases; ``Fh``:
     GRU's ``h`` columns (of ``[W^T; R^T]``, or of ``W^T`` with ``Fr`` those of
-    ``R^T``); ``P``: LSTM's peepholes ``[Pi, Po, Pf]`` (zeros when absent); ``width*``:
+    ``R^T``); ``P``: LSTM's peepholes ``[Pi, Po, Pf]`` (no columns when absent); ``width*``:
     the longest row a share's product writes."""
 
 
@@ -496,7 +496,7 @@ def _plan(spec, w, acts: tuple, dt: np.dtype, shares: int) -> Plan:
         )
         fields += [F, first, bias]
         widths.append(packed.columns(int(np.diff(first).max(initial=0)) * L, dt))
-    P = np.zeros((3, H), dt)
+    P = np.zeros((3, 0), dt)  # no peepholes: no columns (no peephole term at all)
     if "Pi" in w.extra:
         P = np.stack([w.extra["Pi"], w.extra["Po"], w.extra["Pf"]]).astype(dt)
     codes, alphas, betas = _table(acts, dt)
