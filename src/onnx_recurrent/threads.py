@@ -1,0 +1,252 @@
+"""The pool: the threads that share a call's work, fork-safe and interruptible.
+
+One process-wide set of daemon threads (``onnx-recurrent-1``, ``-2``, ...), started on
+first use and grown to the largest number of helpers ever asked for at once; idle
+threads block on a condition (no CPU used). :func:`run` is the one way in:
+
+- **Cancellation.** The work of a call is claimed dynamically by whoever calls
+  ``work(i)``, so a helper is an offer, not a promise: once ``work(0)`` has returned on
+  the calling thread, helpers that have not started are cancelled (never run) and only
+  the started ones are waited for. Several calls (from several threads) share the pool
+  without deadlock: a call never waits for a helper that has not started.
+- **Interrupts.** A failure or an interrupt (Ctrl-C) on either side calls ``abort()``
+  once, which makes running ``work(i)`` return soon; the caller waits for the started
+  helpers and re-raises. It waits in short timed waits, so the main thread handles a
+  signal within :data:`POLL` seconds. A second interrupt while it waits for aborted
+  helpers stops the wait (they end on their own; the pool stays consistent, as each
+  helper does its own bookkeeping).
+- **Fork.** A child made with ``os.fork`` has none of the parent's threads; an at-fork
+  hook gives the child a fresh, empty pool (new locks, queue and threads).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from collections import deque
+from collections.abc import Callable
+from contextlib import nullcontext
+
+from . import affinity
+from .errors import RecurrentError
+
+#: the environment variable that sets the threads of one call
+ENV = "ONNX_RECURRENT_NUM_THREADS"
+#: seconds between two looks for a pending signal while the caller waits for helpers
+POLL = 0.05
+_POSITIVE = re.compile(r"[0-9]+")
+
+
+def num_threads() -> int:
+    """Threads for one call.
+
+    ``ONNX_RECURRENT_NUM_THREADS`` if set (a positive integer; set but empty counts as
+    unset), else the CPUs this process may run on.
+
+    Raises
+    ------
+    ValueError
+        (``onnx_recurrent.RecurrentError``) the variable is set to anything but a
+        positive integer; the message names the variable, the value and what it accepts.
+    """
+    value = os.environ.get(ENV, "").strip()
+    if not value:
+        return _cpus()
+    if _POSITIVE.fullmatch(value) and int(value) > 0:
+        return int(value)
+    raise RecurrentError(
+        f"{ENV}={value!r}: expected a positive integer (the threads of one call, e.g. 4), "
+        f"or the variable unset for the CPUs this process may run on ({_cpus()})"
+    )
+
+
+def _cpus() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # no affinity on this platform
+        return max(1, os.cpu_count() or 1)
+
+
+class _Pool:
+    """The threads and the queue of helpers not yet started: ``(call, i)`` pairs."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.ready = threading.Condition(self.lock)  # a helper was queued
+        self.queue: deque[tuple[_Call, int]] = deque()
+        self.threads: list[threading.Thread] = []
+
+    def grow(self, helpers: int) -> None:
+        """At least ``helpers`` threads (fewer if the system refuses more: a helper
+        that never starts is cancelled, so the call still completes)."""
+        if len(self.threads) >= helpers:
+            return
+        with self.lock:
+            while len(self.threads) < helpers:
+                thread = threading.Thread(
+                    target=_serve,
+                    args=(self,),
+                    name=f"onnx-recurrent-{len(self.threads) + 1}",
+                    daemon=True,
+                )
+                try:
+                    thread.start()
+                except RuntimeError:  # can't start new thread
+                    return
+                self.threads.append(thread)
+
+
+class _Call:
+    """One :func:`run`: its work, its helpers' bookkeeping (under the pool's lock)."""
+
+    __slots__ = ("abort", "aborted", "closed", "done", "error", "placement", "running", "work")
+
+    def __init__(self, pool: _Pool, work, abort, placement: affinity.Placement) -> None:
+        self.work = work
+        self.abort = abort
+        self.placement = placement
+        self.done = threading.Condition(pool.lock)  # a started helper ended
+        self.running = 0  # helpers started and not ended
+        self.closed = False  # helpers not started are cancelled
+        self.aborted = False
+        self.error: BaseException | None = None  # the first exception, any party
+
+    def fail(self, pool: _Pool, error: BaseException) -> None:
+        """Record ``error`` (if first), cancel the helpers not started, abort once."""
+        with pool.lock:
+            if self.error is None:
+                self.error = error
+            self.closed = True
+            first, self.aborted = not self.aborted, True
+        if first:
+            try:
+                self.abort()
+            except BaseException as e:  # kept only if nothing came before it
+                with pool.lock:
+                    if self.error is None:
+                        self.error = e
+
+    def close(self, pool: _Pool) -> None:
+        """Cancel the helpers not started (idempotent)."""
+        with pool.lock:
+            self.closed = True
+            if any(call is self for call, _ in pool.queue):
+                pool.queue = deque(item for item in pool.queue if item[0] is not self)
+
+    def wait(self, pool: _Pool) -> None:
+        """Until the started helpers have ended; timed waits, so signals get through."""
+        with pool.lock:
+            while self.running:
+                self.done.wait(POLL)
+
+
+def _serve(pool: _Pool) -> None:
+    """A pool thread: run queued helpers, skipping cancelled ones; block when idle."""
+    while True:
+        with pool.lock:
+            while not pool.queue:
+                pool.ready.wait()
+            call, i = pool.queue.popleft()
+            if call.closed:  # cancelled: its work(0) has returned
+                call = None
+                continue
+            call.running += 1
+        try:
+            affinity.apart(call.placement, call.work, i)
+        except BaseException as e:
+            call.fail(pool, e)
+        finally:
+            with pool.lock:
+                call.running -= 1
+                if not call.running:
+                    call.done.notify_all()
+        call = None  # idle threads keep no call's arrays alive
+
+
+_pool = _Pool()
+
+
+def _after_fork_in_child() -> None:
+    """The child has only the thread that forked: a fresh pool, started on first use."""
+    global _pool
+    _pool = _Pool()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def run(
+    parties: int,
+    work: Callable[[int], None],
+    abort: Callable[[], None],
+    *,
+    placement: bool = False,
+) -> None:
+    """Call ``work(0)`` on the calling thread and ``work(1)`` ... ``work(parties-1)`` on
+    pool threads, and return when all have returned.
+
+    The work is claimed dynamically by the callers of ``work``, so a helper that starts
+    late or never is harmless: once ``work(0)`` has returned, helpers that have not yet
+    started are cancelled (never run), and only the started ones are waited for.
+
+    If any ``work(i)`` raises, or the calling thread is interrupted (KeyboardInterrupt,
+    any BaseException) while running ``work(0)`` or while waiting, ``abort()`` is called
+    once (it must make running ``work(i)`` return soon); the started helpers are waited
+    for, then the caller's interrupt is re-raised, else the first exception, unchanged
+    (same object, traceback kept). Waiting is done in timed waits of :data:`POLL`
+    seconds, so that a signal is handled promptly in the main thread.
+
+    Parameters
+    ----------
+    parties : int
+        Threads for the call, the calling one included (>= 1; 1 runs ``work(0)`` only).
+    work : callable
+        ``work(i)``, for ``i`` in ``range(parties)``.
+    abort : callable
+        Makes running ``work(i)`` return soon; called at most once per call.
+    placement : bool
+        Keep the calling thread on its CPU and the helpers off it for the call
+        (:func:`onnx_recurrent.affinity.spread`); the masks are restored afterwards.
+    """
+    if parties < 1:
+        raise ValueError(f"parties must be at least 1, not {parties}")
+    pool = _pool
+    if parties > 1:
+        pool.grow(parties - 1)  # before pinning: new threads inherit the caller's mask
+    with affinity.spread() if placement and parties > 1 else nullcontext() as where:
+        call = _Call(pool, work, abort, where)
+        try:
+            _run(pool, call, parties)
+        finally:
+            call = None  # no cycle through a raised exception's traceback
+
+
+def _run(pool: _Pool, call: _Call, parties: int) -> None:
+    mine = None  # the calling thread's exception
+    try:
+        if parties > 1:
+            with pool.lock:
+                pool.queue.extend((call, i) for i in range(1, parties))
+                pool.ready.notify(parties - 1)
+        call.work(0)
+    except BaseException as e:
+        mine = e
+        call.fail(pool, e)
+    while True:
+        try:
+            call.close(pool)
+            call.wait(pool)
+            break
+        except BaseException as e:
+            if mine is not None and not isinstance(mine, Exception):
+                raise  # interrupted again: the aborted helpers end on their own
+            mine = e
+            call.fail(pool, e)
+    error = mine if mine is not None and not isinstance(mine, Exception) else call.error
+    if error is not None:
+        try:
+            raise error
+        finally:
+            error = mine = None
