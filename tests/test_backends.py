@@ -383,3 +383,68 @@ def test_initial_states_in_any_memory_order(monkeypatch, op, threads):
         awkward = {k: order(v) if k.startswith("initial") else v for k, v in feeds.items()}
         for g, e in zip(FUNCTIONS[op](**awkward), expected, strict=True):
             np.testing.assert_array_equal(g, e)
+
+
+def test_blas_on_one_thread_while_our_threads_split_the_work(monkeypatch):
+    """NumPy backend, units on threads: BLAS is limited to one thread meanwhile (two
+    levels of threads on the same cores only get in each other's way)."""
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    from onnx_recurrent import scan
+    from onnx_recurrent.backends.numpy_backend import NumpyBackend
+
+    blas = [p for p in threadpoolctl.threadpool_info() if p["user_api"] == "blas"]
+    if not blas or max(p["num_threads"] for p in blas) < 2:
+        pytest.skip("BLAS runs on one thread here anyway")
+    monkeypatch.setattr(scan, "PARALLEL_MACS", 0)
+    monkeypatch.setenv("ONNX_RECURRENT_NUM_THREADS", "2")
+    seen = []
+    run_block = NumpyBackend.run_block
+
+    def recording(self, *args, **kwargs):
+        info = threadpoolctl.threadpool_info()
+        seen.append(max(p["num_threads"] for p in info if p["user_api"] == "blas"))
+        return run_block(self, *args, **kwargs)
+
+    monkeypatch.setattr(NumpyBackend, "run_block", recording)
+    feeds = random_inputs("GRU", T=4, N=4, I=3, H=4, D=2)
+    with backends.use("numpy"):
+        orc.gru(**feeds, direction="bidirectional")
+    assert seen and max(seen) == 1
+
+
+@pytest.mark.parametrize("helpers", ["never", "late"])
+@pytest.mark.parametrize("op", FUNCTIONS)
+def test_a_descheduled_helper_leaves_its_share_to_the_caller(monkeypatch, helpers, op):
+    """Threads that share the hidden units claim the shares step by step: a helper that
+    never runs (descheduled for the whole call) or that starts only when the caller is
+    done costs nothing, and the result is the one-thread result. A barrier that waits
+    for every party hangs here (run in a thread with a timeout)."""
+    import threading
+
+    from onnx_recurrent import scan, threads
+
+    monkeypatch.setattr(scan, "PARALLEL_MACS", 0)
+    monkeypatch.setattr(scan, "MIN_SHARE", 2)
+    feeds = random_inputs(op, T=9, N=3, I=4, H=8, seed=2)
+    feeds["sequence_lens"] = np.full(3, 9, np.int32)
+    monkeypatch.setenv("ONNX_RECURRENT_NUM_THREADS", "1")
+    alone = FUNCTIONS[op](**feeds)
+    monkeypatch.setenv("ONNX_RECURRENT_NUM_THREADS", "3")
+    parties = []
+
+    def starved(n, work, abort, **kwargs):
+        parties.append(n)
+        work(0)  # the caller alone: its helpers are descheduled ...
+        if helpers == "late":  # ... or start when it is done, and find nothing to do
+            for i in range(1, n):
+                work(i)
+
+    monkeypatch.setattr(threads, "run", starved)
+    result = []
+    worker = threading.Thread(target=lambda: result.append(FUNCTIONS[op](**feeds)))
+    worker.start()
+    worker.join(60)
+    assert not worker.is_alive(), "the caller waited for a helper that never ran"
+    assert parties == [3]
+    for a, b in zip(alone, result[0], strict=True):
+        np.testing.assert_array_equal(a, b)

@@ -14,6 +14,7 @@ with the block, not with ``seq_length``, and a Ctrl-C is seen between blocks.
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import numpy as np
@@ -257,9 +258,12 @@ def scan(
                 if not stop:
                     finish(unit[0], states, s)
 
-        threads.run(
-            min(workers, len(units)), worker, lambda: stop.append(True), placement=PLACEMENT
-        )
+        # Per-step products are too small for BLAS's own threads to pay (measured: slower
+        # than one thread); our units use the cores instead.
+        with backends.single_threaded_blas() if backend.calls_blas else nullcontext():
+            threads.run(
+                min(workers, len(units)), worker, lambda: stop.append(True), placement=PLACEMENT
+            )
     if ragged or T == 0:  # no step ran: zeros, not initial_h (SEMANTICS.md, "Sequences")
         empty = x.sequence_lens == 0
         for final in finals_tm:

@@ -63,7 +63,7 @@ class Ours(Runtime):
 
     def info(self) -> str:
         import onnx_recurrent
-        from onnx_recurrent.scan import num_threads
+        from onnx_recurrent.threads import num_threads
 
         parts = [f"onnx-recurrent {onnx_recurrent.__version__}", f"NumPy {np.__version__}"]
         parts.append(blas_info())
