@@ -98,18 +98,22 @@ def test_ops_select_operators():
 def test_targets():
     def targets(label, shape="M"):
         case = next(c for c in bench.make_cases(bench.OPS, [shape]) if c.label == label)
-        return {(t.runtime, t.kind, t.bound) for t in case.targets}
+        return {(t.runtime, t.kind, t.bound, t.ours) for t in case.targets}
 
-    assert targets("GRU lbr=0 fwd", "S") == {("onnxruntime", "ratio", 1.5)}
+    assert targets("LSTM fwd", "step") == {
+        ("fastest", "ratio", 1.0, "layer"),
+        ("fastest", "ratio", 3.0, "ours"),
+    }
+    assert targets("GRU lbr=0 fwd", "S") == {("fastest", "ratio", 1.0, "layer")}
     for shape in ("M", "L"):
         assert targets("LSTM bidi", shape) == {
-            ("onnxruntime", "ratio", 1.0),
-            ("reference", "speedup", 10.0),
+            ("fastest", "ratio", 1.0, "ours"),
+            ("reference", "speedup", 10.0, "ours"),
         }
-    assert targets("RNN fwd ragged") == {("onnxruntime", "ratio", 0.7)}
+    assert targets("RNN fwd ragged") == {("fastest", "ratio", 0.5, "ours")}
     assert targets("GRU lbr=1 fwd layout=1") == {
-        ("openvino", "ratio", 1.0),
-        ("reference", "speedup", 10.0),
+        ("openvino", "ratio", 1.0, "ours"),
+        ("reference", "speedup", 10.0, "ours"),
     }
     assert targets("GRU lbr=0 fwd float64") == targets("GRU lbr=1 fwd layout=1")
 
@@ -121,16 +125,90 @@ def test_verdicts_from_medians():
     )
     assert result.median("ours") == 2.0
     (ort, r_ort, ok_ort), (ref, r_ref, ok_ref) = result.verdicts()
-    assert (ort.runtime, r_ort, ok_ort) == ("onnxruntime", 0.5, True)
+    assert (ort.runtime, r_ort, ok_ort) == ("fastest", 0.5, True)
+    assert result.fastest() == "onnxruntime"
     assert (ref.runtime, r_ref, ok_ref) == ("reference", 0.4, False)  # 2.5x, not 10x
+
     row = bench.format_table([result], bench.make_runtimes(("onnxruntime", "reference")))
-    assert "0.50 (ort)" in row and "≤ 1.0 PASS" in row
+    assert "ort 0.50" in row and "≤ 1.0 PASS" in row
     assert "2.5x" in row and "≥ 10x MISS" in row
     notes = bench.format_notes([result], bench.make_runtimes(("onnxruntime", "reference")))
     assert "Targets: 1 PASS, 1 MISS." in notes
     # no baseline time: the target is not judged
     alone = bench.CaseResult(case, samples={"ours": [1.0]})
     assert [met for _, _, met in alone.verdicts()] == [None, None]
+
+
+def test_ratios_to_the_fastest_peer_with_their_spread():
+    case = next(c for c in bench.make_cases(["gru"], ["step"]) if c.label == "GRU lbr=0 fwd")
+    samples = {
+        "ours": [4.0, 5.0, 6.0, 7.0, 8.0],
+        "layer": [1.0, 2.0, 3.0],
+        "onnxruntime": [3.0],
+        "openvino": [2.0],
+    }
+    result = bench.CaseResult(case, samples=samples)
+    assert result.fastest() == "openvino"
+    (layer, r_layer, ok_layer), (functions, r_fun, ok_fun) = result.verdicts()
+    assert (layer.ours, r_layer, ok_layer) == ("layer", 1.0, True)
+    assert (functions.ours, r_fun, ok_fun) == ("ours", 3.0, True)
+    assert result.quartiles("ours") == (5.0, 7.0)
+    assert result.spread("fastest") == (2.5, 3.5)
+    table = bench.format_table([result], bench.make_runtimes())
+    assert "6000 (5000-7000)" in table  # median (quartiles), ms
+    assert "Layer/ov 1.00 [0.75-1.25]" in table and "ov 3.00 [2.50-3.50]" in table
+
+
+def test_background_load_processes_come_and_go():
+    import os
+
+    from onnx_recurrent.bench.load import BackgroundLoad
+
+    with BackgroundLoad(2) as load:
+        pids = [p.pid for p in load.processes]
+        assert len(pids) == 2 and all(p.poll() is None for p in load.processes)
+    for pid in pids:  # killed and reaped: no such process any more
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+    with pytest.raises(RuntimeError), BackgroundLoad(1) as load:
+        pids = [p.pid for p in load.processes]
+        raise RuntimeError("a failure during the run")
+    with pytest.raises(ProcessLookupError):
+        os.kill(pids[0], 0)
+    with pytest.raises(ValueError, match="0 or more"):
+        BackgroundLoad(-1)
+
+
+def _info():
+    return {
+        "cpu": "test CPU",
+        "logical_cpus": 2,
+        "physical_cores": 2,
+        "usable_cpus": 2,
+        "python": "3",
+        "platform": "test",
+        "runtimes": {},
+    }
+
+
+def test_contended_over_quiet_and_the_peak_share_are_reported():
+    case = next(c for c in bench.make_cases(["rnn"], ["M"]) if c.label == "RNN fwd")
+    result = bench.CaseResult(
+        case,
+        samples={"ours": [0.010], "onnxruntime": [0.020]},
+        contended={"ours": [0.030], "onnxruntime": [0.030]},
+    )
+    assert result.contention("ours") == pytest.approx(3.0)
+    text = bench.format_report(
+        [result],
+        bench.make_runtimes(["onnxruntime"]),
+        {**_info(), "sgemm_peak_gmacs": {"all": 100.0, "1": 50.0}, "background_load": 1},
+        ["M"],
+    )
+    assert "ours 3.00 (≤ 2.5) MISS" in text and "ort loaded/quiet" in text
+    macs = case.macs / 0.010 / 1e9
+    assert f"RNN fwd {macs:.0f} ({macs / 100:.0%})" in text
+    assert "1 busy process(es)" in text
 
 
 def test_inputs_and_model_agree_with_the_case():
@@ -258,14 +336,16 @@ def test_run_bench_on_tiny_has_every_row_and_column():
         "reps",
         "other CPU",
         "ours ms",
+        "Layer ms",
         "session ms",
         "onnxruntime ms",
         "OpenVINO ms",
         "onnx.reference ms",
-        "ours/base",
+        "ours/peer [quartiles]",
         "target",
         "ref/ours",
         "target",
+        "Δ layer",
         "Δ session",
         "Δ ort",
         "Δ ov",
@@ -294,8 +374,8 @@ def test_run_bench_on_tiny_has_every_row_and_column():
             assert "not installed" in result.skipped["onnxruntime"]
         if HAVE_OV:
             assert result.diffs["openvino"] < 1e-5
-    assert "(ov)" in rows["GRU lbr=0 fwd float64"]
-    assert "(ort)" in rows["GRU lbr=0 fwd"] or not HAVE_ORT
+    assert "| ov " in rows["GRU lbr=0 fwd float64"]
+    assert "| ort " in rows["GRU lbr=0 fwd"] or "| ov " in rows["GRU lbr=0 fwd"] or not HAVE_ORT
     assert by_label["LSTM bidi ragged"].repeats == 1
 
     report = done.report()
@@ -390,7 +470,7 @@ def test_command_threads_and_blocks(capsys):
         assert "intra_op_num_threads 1" in printed
     if HAVE_OV:
         assert "INFERENCE_NUM_THREADS 1" in printed
-        assert "(ov)" in printed
+        assert "| ov " in printed
     assert printed.count("| tiny ") == 1
 
 
@@ -419,3 +499,15 @@ def test_between_runs_after_every_alternating_call():
         calls, min_repeats=2, max_repeats=2, clock=clock, between=lambda: log.append("|")
     )
     assert log[1::2] == ["|"] * 4 and sorted(log[0::2]) == ["a", "a", "ours", "ours"]
+
+
+@pytest.mark.parametrize("value", ["-1", "two"])
+def test_background_load_must_be_a_count(value, capsys):
+    from onnx_recurrent.cli import main
+
+    with pytest.raises(SystemExit) as exit:
+        main(["bench", "--background-load", value, "--list"])
+    assert exit.value.code == 2
+    assert (
+        "--background-load: expected a number of processes, 0 or more" in capsys.readouterr().err
+    )

@@ -52,6 +52,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         opset=args.opset,
         order=args.order,
         settle_between=not args.no_settle,
+        background_load=args.background_load,
         progress=None if args.quiet else progress,
     )
     print(bench.report())
@@ -71,6 +72,19 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0 if all(r.error is None for r in bench.results) else 1
 
 
+def _count(text: str) -> int:
+    """A non-negative integer (argparse exits with status 2 on anything else)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(
+            f"expected a number of processes, 0 or more, got {text!r}"
+        )
+    return value
+
+
 def add_parser(subparsers: Any) -> None:
     """Register the ``bench`` subcommand on ``subparsers`` (from ``add_subparsers()``)."""
     p = subparsers.add_parser(
@@ -79,23 +93,27 @@ def add_parser(subparsers: Any) -> None:
         description=(
             "Time onnx-recurrent's GRU, LSTM and RNN against onnxruntime, OpenVINO (CPU, "
             "f32 precision) and onnx.reference, each where installed and where it supports "
-            "the case, on the same single-node ONNX models. Prints a table of median times, "
-            "ratios to onnxruntime (OpenVINO where onnxruntime has no kernel) with the "
-            "targets, and each competitor's largest difference from our outputs."
+            "the case, on the same single-node ONNX models. Prints a table of median times "
+            "with their quartiles, ratios to the fastest peer (onnxruntime or OpenVINO) with "
+            "the targets, each competitor's largest difference from our outputs, the share "
+            "of the machine's sgemm peak at M and L, and with --background-load each "
+            "runtime's contended over quiet time."
         ),
     )
     p.add_argument("--ops", default=",".join(OPS), help="operators (default: gru,lstm,rnn)")
     p.add_argument(
         "--shapes",
-        default="S,M",
-        help="shape classes: S (T=50 N=1 I=64 H=64), M (T=100 N=32 I=128 H=256; also "
-        "ragged, layout=1, float64), L (T=200 N=64 I=512 H=512); default S,M",
+        default="step,S,M",
+        help="shape classes: step (T=1 N=1 I=128 H=128), S (T=50 N=1 I=64 H=64), M (T=100 "
+        "N=32 I=128 H=256; also ragged, layout=1, float64), L (T=200 N=64 I=512 H=512); "
+        "default step,S,M",
     )
     p.add_argument(
         "--runtimes",
         default=",".join(COMPETITORS),
-        help="competitors to run besides ours (default: session,onnxruntime,openvino,"
-        "reference; 'session' is ours through InferenceSession)",
+        help="competitors to run besides ours (default: layer,session,onnxruntime,openvino,"
+        "reference; 'layer' is ours through a prepared Layer, 'session' through "
+        "InferenceSession)",
     )
     p.add_argument(
         "--repeat",
@@ -152,6 +170,14 @@ def add_parser(subparsers: Any) -> None:
         action="store_true",
         help="alternate without the untimed pause after each call until no thread spins "
         "(onnxruntime's spin ~40 ms after each call and slow down whatever runs next)",
+    )
+    p.add_argument(
+        "--background-load",
+        type=_count,
+        default=0,
+        metavar="K",
+        help="K busy processes (while True: pass) beside the run: each case is timed quiet, "
+        "then under that load, and the report gives each runtime's contended / quiet time",
     )
     p.add_argument("--json", metavar="FILE", help="save the raw results (every time) as JSON")
     p.add_argument(

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from .cases import DEFAULT_BUDGET, MAX_REPEATS, MIN_REPEATS, OPS, Case, make_cases
-from .machine import git_commit, machine_info
+from .machine import git_commit, machine_info, sgemm_peak
 from .report import SHORT_NAMES, fmt_ms, fmt_ratio, format_report
 from .runtimes import COMPETITORS, Runtime, make_runtimes
 from .timing import CaseResult, run_case
@@ -96,7 +96,7 @@ class ThreadLimit:
 
 def run_bench(
     ops: Sequence[str] = OPS,
-    shapes: Sequence[str] = ("S", "M"),
+    shapes: Sequence[str] = ("step", "S", "M"),
     *,
     runtimes: Sequence[str] = COMPETITORS,
     repeat: int | None = None,
@@ -110,13 +110,15 @@ def run_bench(
     opset: int = 22,
     order: str = "alternate",
     settle_between: bool = True,
+    background_load: int = 0,
     progress: Callable[[str], None] | None = None,
 ) -> Bench:
     """Run every case and return the :class:`Bench` (``.report()`` is the printout).
 
     ``repeat`` fixes the number of rounds; otherwise it adapts to the time budget of each
     shape (:data:`DEFAULT_BUDGET`, or ``budget`` seconds in all), at least
-    :data:`MIN_REPEATS`.
+    :data:`MIN_REPEATS`. ``background_load`` busy processes: every case is timed quiet,
+    then under that load (:class:`~.load.BackgroundLoad`).
     """
     cases = make_cases(ops, shapes)
     if select:
@@ -141,6 +143,7 @@ def run_bench(
         "opset": opset,
         "order": order,
         "settle": settle_between,
+        "background_load": background_load,
     }
     notes: list[str] = []
     load_before = _load_average()
@@ -151,6 +154,7 @@ def run_bench(
     left = {s: sum(1 for c in cases if c.shape.name == s) for s in shapes}
     limit = ThreadLimit(threads, notes)
     limit.apply()
+    peak = sgemm_peak() if {"M", "L"} & set(shapes) else None
     try:
         for i, case in enumerate(cases, 1):
             name = case.shape.name
@@ -172,6 +176,7 @@ def run_bench(
                 order=order,
                 before_timing=limit.apply,
                 settle_between=settle_between,
+                background_load=background_load,
             )
             result.other_cpu = meter.others()
             spent = time.perf_counter() - start
@@ -194,6 +199,8 @@ def run_bench(
             f"{commit_before} at the start, {bench.info.get('commit')} at the end"
         )
     bench.info["load_average_before"] = load_before
+    bench.info["sgemm_peak_gmacs"] = peak
+    bench.info["background_load"] = background_load
     bench.info["other_cpu"] = whole_run.others()
     bench.info["order"] = order
     bench.info["settle"] = settle_between and order == "alternate"

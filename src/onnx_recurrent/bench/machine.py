@@ -97,3 +97,33 @@ def machine_info(runtimes: Sequence[Runtime]) -> dict[str, Any]:
             with contextlib.suppress(Exception):
                 info["runtimes"][r.name] = r.info()
     return info
+
+
+def sgemm_peak(size: int = 1024, calls: int = 5) -> dict[str, float]:
+    """The machine's float32 matrix-product peak, GMAC/s: NumPy's BLAS on a square
+    ``size`` product, best of ``calls``, on one thread ("1") and on all ("all")."""
+    import time
+
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((size, size), dtype=np.float32)
+    b = rng.standard_normal((size, size), dtype=np.float32)
+    out = np.empty_like(a)
+
+    def best() -> float:
+        fastest = float("inf")
+        for _ in range(calls + 1):  # the first: warm-up
+            t0 = time.perf_counter()
+            np.matmul(a, b, out=out)
+            fastest = min(fastest, time.perf_counter() - t0)
+        return size**3 / fastest / 1e9
+
+    peaks = {"all": best()}
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        return peaks
+    with threadpool_limits(1, user_api="blas"):
+        peaks["1"] = best()
+    return peaks

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .cases import OTHERS_WARNING, SHAPES, TOLERANCE
+from .cases import CONTENDED_BOUND, OTHERS_WARNING, SHAPES, TOLERANCE
 from .runtimes import Runtime
 from .timing import CaseResult
 
@@ -39,21 +39,40 @@ def _diff(value: float | None) -> str:
     return f"{value:.1e}{flag}"
 
 
-SHORT_NAMES = {"onnxruntime": "ort", "openvino": "ov", "reference": "ref"}
+SHORT_NAMES = {
+    "onnxruntime": "ort",
+    "openvino": "ov",
+    "reference": "ref",
+    "fastest": "fastest",
+    "layer": "Layer",
+}
+
+
+def _spread_text(result: CaseResult, runtime: str, ours: str = "ours") -> str:
+    spread = result.spread(runtime, ours)
+    return "" if spread is None else f" [{fmt_ratio(spread[0])}-{fmt_ratio(spread[1])}]"
 
 
 def _verdict_cells(result: CaseResult) -> tuple[str, str, str, str]:
     base_ratio = base_target = ref_ratio = ref_target = "—"
+    ratios, targets = [], []
     for target, ratio, met in result.verdicts():
         word = "n/a" if met is None else ("PASS" if met else "MISS")
         if target.kind == "ratio":
             if ratio is not None:
-                base_ratio = f"{fmt_ratio(ratio)} ({SHORT_NAMES[target.runtime]})"
-            base_target = f"{target.text()} {word}"
+                peer = target.runtime
+                if peer == "fastest":
+                    peer = result.fastest() or peer
+                face = "Layer/" if target.ours == "layer" else ""
+                spread = _spread_text(result, target.runtime, target.ours)
+                ratios.append(f"{face}{SHORT_NAMES[peer]} {fmt_ratio(ratio)}{spread}")
+            targets.append(f"{target.text()} {word}")
         else:
             if ratio is not None:
                 ref_ratio = _speedup(1.0 / ratio)
             ref_target = f"{target.text()} {word}"
+    if ratios:
+        base_ratio, base_target = "; ".join(ratios), "; ".join(targets)
     if base_ratio == "—":  # no baseline target (not expected, but show the ratio anyway)
         r = result.ratio(result.case.baseline)
         if r is not None:
@@ -73,12 +92,19 @@ def table_columns(runtimes: Sequence[Runtime]) -> list[str]:
         "reps",
         "other CPU",
         *[r.title for r in runtimes],
-        "ours/base",
+        "ours/peer [quartiles]",
         "target",
         "ref/ours",
         "target",
         *[r.short for r in competitors],
     ]
+
+
+def _time_cell(res: CaseResult, name: str) -> str:
+    """Median (first-third quartile), '*' for a caveat."""
+    q = res.quartiles(name)
+    spread = "" if q is None else f" ({fmt_ms(q[0])}-{fmt_ms(q[1])})"
+    return fmt_ms(res.median(name)) + spread + (" *" if name in res.notes else "")
 
 
 def format_table(results: Sequence[CaseResult], runtimes: Sequence[Runtime]) -> str:
@@ -91,10 +117,7 @@ def format_table(results: Sequence[CaseResult], runtimes: Sequence[Runtime]) -> 
             cells += ["—"] * (len(columns) - len(cells))
         else:
             cells = [res.case.shape.name, res.case.label, str(res.repeats), _others(res)]
-            cells += [
-                fmt_ms(res.median(r.name)) + (" *" if r.name in res.notes else "")
-                for r in runtimes
-            ]
+            cells += [_time_cell(res, r.name) for r in runtimes]
             cells += list(_verdict_cells(res))
             cells += [_diff(res.diffs.get(r.name)) for r in runtimes if r.name != "ours"]
         rows.append(cells)
@@ -157,6 +180,61 @@ def format_notes(results: Sequence[CaseResult], runtimes: Sequence[Runtime]) -> 
     return "\n".join(lines)
 
 
+def format_contention(results: Sequence[CaseResult], runtimes: Sequence[Runtime]) -> str:
+    """Each runtime's median under background load over its quiet median, and the
+    target for ours at M forward."""
+    loaded = [r for r in results if r.contended]
+    if not loaded:
+        return ""
+    names = [r.name for r in runtimes]
+    columns = ["shape", "case", *[f"{SHORT_NAMES.get(n, n)} loaded/quiet" for n in names]]
+    rows = []
+    verdicts = []
+    for res in loaded:
+        cells = [res.case.shape.name, res.case.label]
+        for n in names:
+            ratio = res.contention(n)
+            cells.append("—" if ratio is None else fmt_ratio(ratio))
+        rows.append(cells)
+        ratio = res.contention("ours")
+        c = res.case
+        if c.shape.name == "M" and c.direction == "forward" and not c.ragged and ratio:
+            if c.layout == 0 and c.dtype == "float32":
+                word = "PASS" if ratio <= CONTENDED_BOUND else "MISS"
+                verdicts.append(
+                    f"M {c.label}: ours {fmt_ratio(ratio)} (≤ {CONTENDED_BOUND}) {word}"
+                )
+    out = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    out += ["| " + " | ".join(r) + " |" for r in rows]
+    if verdicts:
+        out.append("Contended over quiet, M forward: " + "; ".join(verdicts))
+    return "Under background load:\n" + "\n".join(out)
+
+
+def format_peak(results: Sequence[CaseResult], info: dict[str, Any]) -> str:
+    """Ours at M and L in GMAC/s, as a share of the machine's sgemm peak."""
+    peak = info.get("sgemm_peak_gmacs")
+    if not peak:
+        return ""
+    parts = []
+    for res in results:
+        if res.case.shape.name not in ("M", "L") or res.error or res.case.dtype != "float32":
+            continue
+        median = res.median("ours")
+        if median:
+            rate = res.case.macs / median / 1e9
+            parts.append(
+                f"{res.case.shape.name} {res.case.label} {rate:.0f} ({rate / peak['all']:.0%})"
+            )
+    if not parts:
+        return ""
+    one = f", {peak['1']:.0f} on one thread" if "1" in peak else ""
+    return (
+        f"sgemm peak of this machine (NumPy's BLAS, 1024² float32): {peak['all']:.0f} GMAC/s "
+        f"on all threads{one}. Ours, GMAC/s (share of that peak): " + "; ".join(parts)
+    )
+
+
 def format_header(info: dict[str, Any], shapes: Sequence[str]) -> str:
     lines = [
         f"CPU: {info['cpu']}; {info['logical_cpus']} logical CPUs, "
@@ -173,6 +251,11 @@ def format_header(info: dict[str, Any], shapes: Sequence[str]) -> str:
         lines.append(
             f"Load average (1, 5, 15 min) before: {', '.join(map(str, before))}; "
             f"after: {', '.join(map(str, after))} (other work on the machine skews the times)"
+        )
+    if info.get("background_load"):
+        lines.append(
+            f"Background load: {info['background_load']} busy process(es) during the "
+            "contended pass of every case (each case: quiet rounds, then loaded rounds)"
         )
     others = info.get("other_cpu")
     if others is not None:
@@ -199,8 +282,9 @@ def format_header(info: dict[str, Any], shapes: Sequence[str]) -> str:
 LEGEND = (
     "Times are medians in ms over `reps` timed calls of each runtime; other CPU: the share of the "
     f"CPUs that other processes used meanwhile ('!' above {OTHERS_WARNING:.0%}: unreliable). "
-    "ours/base: our time over the "
-    "baseline's (ort = onnxruntime; ov = OpenVINO, used where onnxruntime has no kernel); "
+    "Times: median (first-third quartile). ours/peer: our median over the fastest peer's "
+    "(ort = onnxruntime, ov = OpenVINO; ov alone where onnxruntime has no kernel), "
+    "'Layer/': through a prepared Layer; in brackets our quartiles over that median; "
     "ref/ours: how many times faster than onnx.reference. Δ: largest absolute difference "
     "of that runtime's outputs (Y, Y_h[, Y_c]) from ours; '!' marks one above "
     f"{TOLERANCE:g}. '—': not run, '*': timed with a caveat (see below)."
@@ -213,11 +297,12 @@ def format_report(
     info: dict[str, Any],
     shapes: Sequence[str],
 ) -> str:
-    return "\n\n".join(
-        [
-            format_header(info, shapes),
-            format_table(results, runtimes),
-            LEGEND,
-            format_notes(results, runtimes),
-        ]
-    )
+    parts = [
+        format_header(info, shapes),
+        format_table(results, runtimes),
+        LEGEND,
+        format_notes(results, runtimes),
+        format_peak(results, info),
+        format_contention(results, runtimes),
+    ]
+    return "\n\n".join(p for p in parts if p)

@@ -15,12 +15,14 @@ from .cases import (
     DOUBLE_ACCURACY,
     MAX_REPEATS,
     MIN_REPEATS,
+    PEERS,
     TOLERANCE,
     Case,
     Target,
     make_inputs,
     make_model,
 )
+from .load import BackgroundLoad
 from .runtimes import Call, Runtime
 
 
@@ -137,27 +139,59 @@ class CaseResult:
     notes: dict[str, str] = field(default_factory=dict)  # runtimes timed with a caveat
     error: str | None = None
     other_cpu: float | None = None  # share of the CPUs other processes used meanwhile
+    contended: dict[str, list[float]] = field(default_factory=dict)  # under background load
 
     @property
     def repeats(self) -> int:
         return max((len(s) for s in self.samples.values()), default=0)
 
-    def median(self, name: str) -> float | None:
-        s = self.samples.get(name)
+    def median(self, name: str, samples: dict[str, list[float]] | None = None) -> float | None:
+        s = (self.samples if samples is None else samples).get(name)
         return float(np.median(s)) if s else None
 
-    def ratio(self, name: str) -> float | None:
-        """ours / ``name`` (median times)."""
-        ours, theirs = self.median("ours"), self.median(name)
-        if ours is None or not theirs:
+    def quartiles(self, name: str) -> tuple[float, float] | None:
+        """The first and third quartiles of ``name``'s times (the spread of its median)."""
+        s = self.samples.get(name)
+        if not s:
             return None
-        return ours / theirs
+        q1, q3 = np.percentile(s, [25, 75])
+        return float(q1), float(q3)
+
+    def fastest(self) -> str | None:
+        """The faster of the :data:`PEERS` that ran this case (by median)."""
+        timed = [(self.median(p), p) for p in PEERS if self.median(p)]
+        return min(timed)[1] if timed else None
+
+    def ratio(self, name: str, ours: str = "ours") -> float | None:
+        """``ours`` / ``name`` (median times); ``name`` "fastest": :meth:`fastest`."""
+        if name == "fastest":
+            name = self.fastest() or name
+        mine, theirs = self.median(ours), self.median(name)
+        if mine is None or not theirs:
+            return None
+        return mine / theirs
+
+    def spread(self, name: str, ours: str = "ours") -> tuple[float, float] | None:
+        """The ratio's spread: ours' quartiles over the runtime's median."""
+        if name == "fastest":
+            name = self.fastest() or name
+        q, theirs = self.quartiles(ours), self.median(name)
+        if q is None or not theirs:
+            return None
+        return q[0] / theirs, q[1] / theirs
+
+    def contention(self, name: str) -> float | None:
+        """``name``'s median under background load over its quiet median."""
+        loaded, quiet = self.median(name, self.contended), self.median(name)
+        if loaded is None or not quiet:
+            return None
+        return loaded / quiet
 
     def verdicts(self) -> list[tuple[Target, float | None, bool | None]]:
         """Each target with the measured ratio ours / runtime and whether it is met."""
         out = []
         for t in self.case.targets:
-            r = self.ratio(t.runtime)
+            r = self.ratio(t.runtime, t.ours)
             out.append((t, r, None if r is None else t.met(r)))
         return out
 
@@ -180,6 +214,10 @@ class CaseResult:
             "repeats": self.repeats,
             "samples_s": self.samples,
             "median_s": {n: self.median(n) for n in self.samples},
+            "quartiles_s": {n: self.quartiles(n) for n in self.samples},
+            "fastest_peer": self.fastest(),
+            "contended_samples_s": self.contended,
+            "contended_over_quiet": {n: self.contention(n) for n in self.contended},
             "max_abs_diff": self.diffs,
             "skipped": self.skipped,
             "notes": self.notes,
@@ -188,6 +226,7 @@ class CaseResult:
             "targets": [
                 {
                     "runtime": t.runtime,
+                    "ours": t.ours,
                     "kind": t.kind,
                     "bound": t.bound,
                     "ours_over_runtime": r,
@@ -217,13 +256,16 @@ def run_case(
     order: str = "alternate",
     before_timing: Callable[[], None] | None = None,
     settle_between: bool = True,
+    background_load: int = 0,
 ) -> CaseResult:
     """Prepare, warm up, check and time one case; ``runtimes[0]`` must be ours.
 
     A competitor that is missing, cannot run the case, or fails is skipped with its
     reason; onnx.reference is also skipped when one of its calls takes longer than
     ``reference_limit`` seconds. ``budget`` is the case's time in seconds, loading and
-    warm-up included: the timed rounds get what is left of it.
+    warm-up included: the timed rounds get what is left of it. With
+    ``background_load`` busy processes, the rounds are timed quiet (half the budget),
+    then again with the load running (:attr:`CaseResult.contended`).
     """
     start = time.perf_counter()
     result = CaseResult(case)
@@ -272,16 +314,22 @@ def run_case(
                 )
     if before_timing is not None:
         before_timing()
+    passes = 2 if background_load else 1
     try:
-        result.samples = time_alternating(
-            calls,
-            min_repeats=min_repeats,
-            max_repeats=max_repeats,
-            budget=budget - (time.perf_counter() - start),
-            order=order,
-            seed=seed,
-            between=settle if settle_between else None,
-        )
+        left = budget - (time.perf_counter() - start)
+        timed = {
+            "calls": calls,
+            "min_repeats": min_repeats,
+            "max_repeats": max_repeats,
+            "budget": left / passes,
+            "order": order,
+            "seed": seed,
+            "between": settle if settle_between else None,
+        }
+        result.samples = time_alternating(**timed)
+        if background_load:
+            with BackgroundLoad(background_load):
+                result.contended = time_alternating(**timed)
     except Exception as e:  # a runtime that ran its warm-up but failed later
         result.error = f"failed while timing: {_first_line(e)}"
     return result

@@ -1,0 +1,54 @@
+"""Background load: busy processes beside the benchmark, as on a machine that is not idle."""
+
+from __future__ import annotations
+
+import atexit
+import subprocess
+import sys
+import time
+
+#: seconds the busy processes run before timing starts (the scheduler spreads them)
+RAMP = 0.2
+
+
+class BackgroundLoad:
+    """``count`` processes that spin (``while True: pass``) while the context is open.
+
+    They are killed and reaped on exit, on an error or Ctrl-C, and at interpreter exit
+    should the context never close.
+    """
+
+    def __init__(self, count: int) -> None:
+        if count < 0:
+            raise ValueError(f"--background-load must be 0 or more, got {count}")
+        self.count = count
+        self.processes: list[subprocess.Popen] = []
+
+    def __enter__(self) -> BackgroundLoad:
+        atexit.register(self.stop)
+        try:
+            for _ in range(self.count):
+                self.processes.append(
+                    subprocess.Popen(
+                        [sys.executable, "-c", "while True: pass"],
+                        stdin=subprocess.DEVNULL,
+                        stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL,
+                    )
+                )
+            time.sleep(RAMP if self.count else 0)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        """Kill and reap every busy process (idempotent)."""
+        while self.processes:
+            process = self.processes.pop()
+            process.kill()
+            process.wait()
+        atexit.unregister(self.stop)
