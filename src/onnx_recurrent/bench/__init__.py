@@ -1,24 +1,31 @@
 """``onnx-recurrent bench``: onnx-recurrent against onnxruntime, OpenVINO and onnx.reference.
 
-Every case is one recurrent node (GRU, LSTM or RNN) at one shape. The competitors run the
-same single-node ONNX model; onnx-recurrent runs through its functional API (and, in a
-separate column, through :class:`~onnx_recurrent.InferenceSession`). After a warm-up, the
-runtimes are called in alternation, one call each per round, and the median of the rounds
-is reported with the ratio to the baseline (onnxruntime; OpenVINO where onnxruntime has no
-kernel) and to onnx.reference, each against its target, and the largest absolute
-difference of each competitor's outputs from ours.
+Every case is one recurrent node (GRU, LSTM or RNN) at one shape (step: one time step of
+one sequence; S, M, L). The competitors run the same single-node ONNX model;
+onnx-recurrent runs through its functional API and, as runtimes of their own, through a
+prepared :class:`~onnx_recurrent.Layer` and through
+:class:`~onnx_recurrent.InferenceSession`. After a warm-up, the runtimes are called in
+alternation, one call each per round, with an untimed pause after each call until no
+thread spins, and the median of the rounds is reported with its quartiles, with the ratio
+of ours to the fastest peer (onnxruntime or OpenVINO) and to onnx.reference, each against
+its target, and the largest absolute difference of each competitor's outputs from ours.
+Also: our GMAC/s at M and L as a share of the machine's sgemm peak, and with background
+load (busy processes) each runtime's contended over quiet time.
 
 The pure parts (:func:`make_cases`, :func:`time_alternating`, :func:`format_report`) are
 separate from the runtimes so that the tests can exercise them on the hidden ``tiny``
-shape without timing anything. Modules: ``cases`` (shapes, variants, inputs, models),
-``runtimes`` (the competitors), ``timing`` (alternating calls, one case's result),
-``report`` and ``plot`` (the output), ``machine`` (what the header says about the
-machine), ``driver`` (a whole run), ``command`` (the command line).
+shape without timing anything. Modules: ``cases`` (shapes, variants, targets, inputs,
+models), ``runtimes`` (the competitors), ``timing`` (alternating calls, one case's
+result), ``load`` (the busy processes), ``report`` and ``plot`` (the output), ``machine``
+(what the header says about the machine, the sgemm peak), ``driver`` (a whole run),
+``command`` (the command line).
 """
 
 from __future__ import annotations
 
 from .cases import (
+    CONTENDED_BOUND,
+    CONTENDED_LOAD,
     DEFAULT_BUDGET,
     DOUBLE_ACCURACY,
     GATES,
@@ -27,6 +34,7 @@ from .cases import (
     OPS,
     OTHERS_WARNING,
     OUTPUTS,
+    PEERS,
     PUBLIC_SHAPES,
     SHAPES,
     TOLERANCE,
@@ -44,13 +52,16 @@ from .cases import (
 )
 from .command import add_parser, cmd_bench
 from .driver import Bench, CpuMeter, ThreadLimit, budgets, run_bench
-from .machine import cpu_model, git_commit, machine_info, physical_cores
+from .load import BackgroundLoad
+from .machine import cpu_model, git_commit, machine_info, physical_cores, sgemm_peak
 from .plot import check_plot_support, plot_ratios
 from .report import (
     LEGEND,
     SHORT_NAMES,
+    format_contention,
     format_header,
     format_notes,
+    format_peak,
     format_report,
     format_table,
     table_columns,
@@ -62,6 +73,7 @@ from .runtimes import (
     OnnxRuntime,
     OpenVINO,
     Ours,
+    OursLayer,
     OursSession,
     Reference,
     Runtime,
@@ -71,6 +83,8 @@ from .timing import CaseResult, max_abs_diff, run_case, settle, time_alternating
 
 __all__ = [
     "COMPETITORS",
+    "CONTENDED_BOUND",
+    "CONTENDED_LOAD",
     "DEFAULT_BUDGET",
     "DOUBLE_ACCURACY",
     "GATES",
@@ -80,12 +94,14 @@ __all__ = [
     "OPS",
     "OTHERS_WARNING",
     "OUTPUTS",
+    "PEERS",
     "PUBLIC_SHAPES",
     "RUNTIMES",
     "SHAPES",
     "SHORT_NAMES",
     "TOLERANCE",
     "VARIANT_SHAPES",
+    "BackgroundLoad",
     "Bench",
     "Call",
     "Case",
@@ -94,6 +110,7 @@ __all__ = [
     "OnnxRuntime",
     "OpenVINO",
     "Ours",
+    "OursLayer",
     "OursSession",
     "Reference",
     "Runtime",
@@ -106,8 +123,10 @@ __all__ = [
     "check_plot_support",
     "cmd_bench",
     "cpu_model",
+    "format_contention",
     "format_header",
     "format_notes",
+    "format_peak",
     "format_report",
     "format_table",
     "git_commit",
@@ -125,6 +144,7 @@ __all__ = [
     "run_bench",
     "run_case",
     "settle",
+    "sgemm_peak",
     "table_columns",
     "time_alternating",
 ]

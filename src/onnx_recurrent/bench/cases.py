@@ -44,6 +44,8 @@ DEFAULT_BUDGET = {"step": 15.0, "S": 25.0, "M": 150.0, "L": 280.0, "tiny": 0.0}
 PEERS = ("onnxruntime", "openvino")
 #: contended over quiet time of ours at M forward, at most (one busy process, 2 cores)
 CONTENDED_BOUND = 2.5
+#: the number of busy processes that :data:`CONTENDED_BOUND` is stated for
+CONTENDED_LOAD = 1
 MIN_REPEATS = 3
 MAX_REPEATS = 200
 TOLERANCE = 1e-4  # a competitor's outputs farther than this from ours are flagged with "!"
@@ -53,7 +55,10 @@ OTHERS_WARNING = 0.10  # flag cases during which other processes used more of th
 
 @dataclass(frozen=True)
 class Target:
-    """``ours / runtime <= bound`` (kind "ratio") or ``runtime / ours >= bound`` ("speedup").
+    """``ours / runtime <= bound`` (kind "ratio"), ``runtime / ours >= bound``
+    ("speedup"), or ours under background load over ours quiet ``<= bound`` ("contended",
+    ``runtime`` "quiet"; judged only when timed beside :data:`CONTENDED_LOAD` busy
+    processes).
 
     ``runtime`` "fastest": the faster of the :data:`PEERS` in that case; ``ours``: which
     of our faces is measured ("ours": the functions, "layer": a prepared Layer)."""
@@ -65,11 +70,15 @@ class Target:
 
     def text(self) -> str:
         face = "Layer " if self.ours == "layer" else ""
-        return f"{face}≤ {self.bound:.1f}" if self.kind == "ratio" else f"≥ {self.bound:g}x"
+        if self.kind == "speedup":
+            return f"≥ {self.bound:g}x"
+        if self.kind == "contended":
+            return f"{face}loaded/quiet ≤ {self.bound:g} ({CONTENDED_LOAD} busy)"
+        return f"{face}≤ {self.bound:.1f}"
 
     def met(self, ratio: float) -> bool:
-        """Whether ``ratio`` (always ours / runtime) meets the target."""
-        return ratio <= self.bound if self.kind == "ratio" else 1.0 / ratio >= self.bound
+        """Whether ``ratio`` (ours / runtime; loaded / quiet) meets the target."""
+        return 1.0 / ratio >= self.bound if self.kind == "speedup" else ratio <= self.bound
 
 
 @dataclass(frozen=True)
@@ -119,6 +128,9 @@ class Case:
         reference = Target("reference", "speedup", 10.0)
         if self.baseline == "openvino":
             return (Target("openvino", "ratio", 1.0), reference)
+        if self.shape.name in ("M", "tiny") and self.direction == "forward":
+            contended = Target("quiet", "contended", CONTENDED_BOUND)
+            return (Target("fastest", "ratio", 1.0), reference, contended)
         return (Target("fastest", "ratio", 1.0), reference)
 
     @property

@@ -91,12 +91,14 @@ def add_parser(subparsers: Any) -> None:
         "bench",
         help="time GRU/LSTM/RNN against onnxruntime, OpenVINO and onnx.reference",
         description=(
-            "Time onnx-recurrent's GRU, LSTM and RNN against onnxruntime, OpenVINO (CPU, "
-            "f32 precision) and onnx.reference, each where installed and where it supports "
-            "the case, on the same single-node ONNX models. Prints a table of median times "
-            "with their quartiles, ratios to the fastest peer (onnxruntime or OpenVINO) with "
-            "the targets, each competitor's largest difference from our outputs, the share "
-            "of the machine's sgemm peak at M and L, and with --background-load each "
+            "Time onnx-recurrent's GRU, LSTM and RNN, through the functions and through a "
+            "prepared Layer, against onnxruntime, OpenVINO (CPU, f32 precision) and "
+            "onnx.reference, each where installed and where it supports the case, on the "
+            "same single-node ONNX models. Prints a table of median times with their "
+            "quartiles, ratios of ours to the fastest peer (onnxruntime or OpenVINO) with "
+            "their spread and the issue's targets (PASS/MISS), each competitor's largest "
+            "difference from our outputs, our GMAC/s at M and L as a share of the "
+            "machine's sgemm peak (measured once per run), and with --background-load each "
             "runtime's contended over quiet time."
         ),
     )
@@ -168,16 +170,19 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument(
         "--no-settle",
         action="store_true",
-        help="alternate without the untimed pause after each call until no thread spins "
-        "(onnxruntime's spin ~40 ms after each call and slow down whatever runs next)",
+        help="no untimed pause, after each call (alternate) or each runtime's block "
+        "(blocks), until no thread of this process spins (onnxruntime's threads spin ~40 ms "
+        "after each call and slow down whatever runs next)",
     )
     p.add_argument(
         "--background-load",
         type=_count,
         default=0,
         metavar="K",
-        help="K busy processes (while True: pass) beside the run: each case is timed quiet, "
-        "then under that load, and the report gives each runtime's contended / quiet time",
+        help="K busy processes (while True: pass) beside half of each case's rounds, in "
+        "the order quiet, loaded, quiet (started and stopped once per case, killed also on "
+        "an error or Ctrl-C); the report gives each runtime's contended / quiet time, and "
+        "judges ours at M forward against its target (<= 2.5 with K=1). Default 0",
     )
     p.add_argument("--json", metavar="FILE", help="save the raw results (every time) as JSON")
     p.add_argument(

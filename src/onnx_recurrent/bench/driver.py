@@ -152,9 +152,10 @@ def run_bench(
     began = time.perf_counter()
     share = budgets(shapes, budget)
     left = {s: sum(1 for c in cases if c.shape.name == s) for s in shapes}
+    # once per run, before --threads limits NumPy's BLAS: "all" is every usable CPU
+    peak = sgemm_peak() if {"M", "L"} & {c.shape.name for c in cases} else None
     limit = ThreadLimit(threads, notes)
     limit.apply()
-    peak = sgemm_peak() if {"M", "L"} & set(shapes) else None
     try:
         for i, case in enumerate(cases, 1):
             name = case.shape.name
@@ -183,11 +184,16 @@ def run_bench(
             share[name] -= spent
             bench.results.append(result)
             if progress:
-                ratio = result.ratio(case.baseline)
+                peer = case.baseline if case.baseline == "openvino" else "fastest"
+                ratio = result.ratio(peer)
                 shown = "—" if ratio is None else fmt_ratio(ratio)
+                if peer == "fastest":
+                    peer = result.fastest() or peer
+                layer = result.median("layer")
+                layer_text = "" if layer is None else f", Layer {fmt_ms(layer)} ms"
                 progress(
                     f"[{i}/{len(cases)}] {name} {case.label}: ours {fmt_ms(result.median('ours'))}"
-                    f" ms, ours/{SHORT_NAMES[case.baseline]} {shown}, {result.repeats} rounds,"
+                    f" ms{layer_text}, ours/{SHORT_NAMES[peer]} {shown}, {result.repeats} rounds,"
                     f" {spent:.1f} s"
                 )
         bench.info = machine_info(bench.runtimes)  # inside: the thread limits still hold
@@ -203,7 +209,7 @@ def run_bench(
     bench.info["background_load"] = background_load
     bench.info["other_cpu"] = whole_run.others()
     bench.info["order"] = order
-    bench.info["settle"] = settle_between and order == "alternate"
+    bench.info["settle"] = settle_between
     bench.info["warmup"] = warmup
     bench.info["load_average_after"] = _load_average()
     bench.info["duration_s"] = time.perf_counter() - began
@@ -214,7 +220,8 @@ class CpuMeter:
     """The share of the machine's CPU time that other processes used since it was made.
 
     From /proc/stat (all CPUs) less this process's own CPU time (every thread of every
-    runtime, spinning included); None where /proc/stat is not available. Anything else
+    runtime, spinning included) and its reaped children's (the busy processes of
+    ``--background-load``); None where /proc/stat is not available. Anything else
     running skews every time in the table: a thread pool that needs both cores of a
     2-core machine waits for the scheduler at every step when one is taken.
     """
@@ -232,7 +239,8 @@ class CpuMeter:
             return None
         own = os.times()
         idle = ticks[3] + ticks[4]  # idle + iowait
-        return sum(ticks) / hz, (sum(ticks) - idle) / hz, own.user + own.system
+        mine = own.user + own.system + own.children_user + own.children_system
+        return sum(ticks) / hz, (sum(ticks) - idle) / hz, mine
 
     def others(self) -> float | None:
         end = self._sample()

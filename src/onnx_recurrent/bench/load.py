@@ -9,13 +9,22 @@ import time
 
 #: seconds the busy processes run before timing starts (the scheduler spreads them)
 RAMP = 0.2
+#: a busy process: ``while True: pass``, leaving every 10**6 turns (some 20 ms) once its
+#: parent is gone (killed, so that nothing stopped it)
+BUSY = (
+    "import os\n"
+    "parent = os.getppid()\n"
+    "while os.getppid() == parent:\n"
+    "    for _ in range(10**6): pass\n"
+)
 
 
 class BackgroundLoad:
     """``count`` processes that spin (``while True: pass``) while the context is open.
 
     They are killed and reaped on exit, on an error or Ctrl-C, and at interpreter exit
-    should the context never close.
+    should the context never close; should this process be killed, they end by
+    themselves within some 20 ms.
     """
 
     def __init__(self, count: int) -> None:
@@ -30,7 +39,7 @@ class BackgroundLoad:
             for _ in range(self.count):
                 self.processes.append(
                     subprocess.Popen(
-                        [sys.executable, "-c", "while True: pass"],
+                        [sys.executable, "-c", BUSY],
                         stdin=subprocess.DEVNULL,
                         stdout=subprocess.DEVNULL,
                         stderr=subprocess.DEVNULL,

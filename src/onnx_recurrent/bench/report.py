@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .cases import CONTENDED_BOUND, OTHERS_WARNING, SHAPES, TOLERANCE
+from .cases import CONTENDED_LOAD, OTHERS_WARNING, SHAPES, TOLERANCE
 from .runtimes import Runtime
 from .timing import CaseResult
 
@@ -53,11 +53,21 @@ def _spread_text(result: CaseResult, runtime: str, ours: str = "ours") -> str:
     return "" if spread is None else f" [{fmt_ratio(spread[0])}-{fmt_ratio(spread[1])}]"
 
 
+def _speedup_spread(result: CaseResult) -> str:
+    """onnx.reference's median over our quartiles: the spread of ref/ours."""
+    spread = result.spread("reference")
+    if spread is None:
+        return ""
+    return f" [{_speedup(1.0 / spread[1])}-{_speedup(1.0 / spread[0])}]"
+
+
 def _verdict_cells(result: CaseResult) -> tuple[str, str, str, str]:
     base_ratio = base_target = ref_ratio = ref_target = "—"
     ratios, targets = [], []
     for target, ratio, met in result.verdicts():
         word = "n/a" if met is None else ("PASS" if met else "MISS")
+        if target.kind == "contended":  # in the table of format_contention
+            continue
         if target.kind == "ratio":
             if ratio is not None:
                 peer = target.runtime
@@ -69,7 +79,7 @@ def _verdict_cells(result: CaseResult) -> tuple[str, str, str, str]:
             targets.append(f"{target.text()} {word}")
         else:
             if ratio is not None:
-                ref_ratio = _speedup(1.0 / ratio)
+                ref_ratio = _speedup(1.0 / ratio) + _speedup_spread(result)
             ref_target = f"{target.text()} {word}"
     if ratios:
         base_ratio, base_target = "; ".join(ratios), "; ".join(targets)
@@ -80,7 +90,7 @@ def _verdict_cells(result: CaseResult) -> tuple[str, str, str, str]:
     if ref_ratio == "—":
         r = result.ratio("reference")
         if r is not None:
-            ref_ratio = _speedup(1.0 / r)
+            ref_ratio = _speedup(1.0 / r) + _speedup_spread(result)
     return base_ratio, base_target, ref_ratio, ref_target
 
 
@@ -169,10 +179,20 @@ def format_notes(results: Sequence[CaseResult], runtimes: Sequence[Runtime]) -> 
                 passed += 1
             else:
                 missed += 1
-                shown = fmt_ratio(ratio) if target.kind == "ratio" else _speedup(1 / ratio)
+                if target.kind == "speedup":
+                    shown = _speedup(1 / ratio)
+                else:
+                    shown = fmt_ratio(ratio)
+                if target.kind == "contended":
+                    versus = "loaded/quiet"
+                else:
+                    peer = target.runtime
+                    if peer == "fastest":
+                        peer = res.fastest() or peer
+                    face = "Layer " if target.ours == "layer" else ""
+                    versus = f"{face}vs {titles.get(peer, peer)}"
                 misses.append(
-                    f"{res.case.shape.name} {res.case.label} "
-                    f"vs {titles.get(target.runtime, target.runtime)} {shown} "
+                    f"{res.case.shape.name} {res.case.label} {versus} {shown} "
                     f"(target {target.text()})"
                 )
     lines.append(f"Targets: {passed} PASS, {missed} MISS.")
@@ -181,8 +201,8 @@ def format_notes(results: Sequence[CaseResult], runtimes: Sequence[Runtime]) -> 
 
 
 def format_contention(results: Sequence[CaseResult], runtimes: Sequence[Runtime]) -> str:
-    """Each runtime's median under background load over its quiet median, and the
-    target for ours at M forward."""
+    """Each runtime's median under background load over its quiet median, with the
+    spread (the loaded quartiles over the quiet median), and the contended targets."""
     loaded = [r for r in results if r.contended]
     if not loaded:
         return ""
@@ -193,45 +213,77 @@ def format_contention(results: Sequence[CaseResult], runtimes: Sequence[Runtime]
     for res in loaded:
         cells = [res.case.shape.name, res.case.label]
         for n in names:
-            ratio = res.contention(n)
-            cells.append("—" if ratio is None else fmt_ratio(ratio))
+            ratio, spread = res.contention(n), res.contention_spread(n)
+            text = "—" if ratio is None else fmt_ratio(ratio)
+            if ratio is not None and spread is not None:
+                text += f" [{fmt_ratio(spread[0])}-{fmt_ratio(spread[1])}]"
+            cells.append(text)
         rows.append(cells)
-        ratio = res.contention("ours")
-        c = res.case
-        if c.shape.name == "M" and c.direction == "forward" and not c.ragged and ratio:
-            if c.layout == 0 and c.dtype == "float32":
-                word = "PASS" if ratio <= CONTENDED_BOUND else "MISS"
-                verdicts.append(
-                    f"M {c.label}: ours {fmt_ratio(ratio)} (≤ {CONTENDED_BOUND}) {word}"
-                )
-    out = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    out += ["| " + " | ".join(r) + " |" for r in rows]
+        for target, ratio, met in res.verdicts():
+            if target.kind != "contended" or ratio is None:
+                continue
+            word = "n/a" if met is None else ("PASS" if met else "MISS")
+            face = "Layer" if target.ours == "layer" else "ours"
+            verdicts.append(
+                f"{res.case.shape.name} {res.case.label}: {face} {fmt_ratio(ratio)} "
+                f"(≤ {target.bound:g}) {word}"
+            )
+    widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(columns)]
+
+    def line(cells: Sequence[str]) -> str:
+        return "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)) + " |"
+
+    out = [line(columns), "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
+    out += [line(r) for r in rows]
     if verdicts:
-        out.append("Contended over quiet, M forward: " + "; ".join(verdicts))
-    return "Under background load:\n" + "\n".join(out)
+        load = loaded[0].load
+        unjudged = (
+            ""
+            if load == CONTENDED_LOAD
+            else f"; not judged: the target is for {CONTENDED_LOAD} busy process, not {load}"
+        )
+        out.append(
+            "Contended over quiet, M forward (target for ours beside "
+            f"{CONTENDED_LOAD} busy process{unjudged}): " + "; ".join(verdicts)
+        )
+    return (
+        "Under background load (loaded median / quiet median [loaded quartiles / quiet "
+        "median]):\n" + "\n".join(out)
+    )
 
 
 def format_peak(results: Sequence[CaseResult], info: dict[str, Any]) -> str:
-    """Ours at M and L in GMAC/s, as a share of the machine's sgemm peak."""
+    """Ours at M and L in GMAC/s (over the valid steps: fewer when ragged), as a share of
+    the machine's sgemm peak (the better of all threads and one), with the spread from
+    our quartiles."""
     peak = info.get("sgemm_peak_gmacs")
     if not peak:
         return ""
+    best = max(peak.values())
     parts = []
     for res in results:
         if res.case.shape.name not in ("M", "L") or res.error or res.case.dtype != "float32":
             continue
-        median = res.median("ours")
-        if median:
-            rate = res.case.macs / median / 1e9
+        macs = res.macs if res.macs is not None else res.case.macs
+        for name in ("ours", "layer"):
+            median, q = res.median(name), res.quartiles(name)
+            if not median or q is None:
+                continue
+            rate = macs / median / 1e9
+            low, high = macs / q[1] / 1e9, macs / q[0] / 1e9
+            face = " (Layer)" if name == "layer" else ""
             parts.append(
-                f"{res.case.shape.name} {res.case.label} {rate:.0f} ({rate / peak['all']:.0%})"
+                f"{res.case.shape.name} {res.case.label}{face} {rate:.0f} [{low:.0f}-{high:.0f}]"
+                f" ({rate / best:.0%} [{low / best:.0%}-{high / best:.0%}])"
             )
     if not parts:
         return ""
     one = f", {peak['1']:.0f} on one thread" if "1" in peak else ""
     return (
-        f"sgemm peak of this machine (NumPy's BLAS, 1024² float32): {peak['all']:.0f} GMAC/s "
-        f"on all threads{one}. Ours, GMAC/s (share of that peak): " + "; ".join(parts)
+        "sgemm peak of this machine (NumPy's BLAS, 1024² float32 products, best of several "
+        f"calls, measured once per run): {peak['all']:.0f} GMAC/s on all threads{one}. "
+        "Ours, GMAC/s from the median [from the quartiles], counting T N D G H (I + H) "
+        "multiply-adds over the valid steps (share of the better peak): " + "; ".join(parts)
     )
 
 
@@ -254,12 +306,18 @@ def format_header(info: dict[str, Any], shapes: Sequence[str]) -> str:
         )
     if info.get("background_load"):
         lines.append(
-            f"Background load: {info['background_load']} busy process(es) during the "
-            "contended pass of every case (each case: quiet rounds, then loaded rounds)"
+            f"Background load: OTHER LOAD WAS PRESENT, {info['background_load']} busy "
+            "process(es) (while True: pass) during half of every case's rounds. Each case: "
+            "a quarter of its rounds quiet, half beside the busy processes, the last quarter "
+            "quiet again (quiet, loaded, quiet: a drift of the machine weighs on both alike). "
+            "The main table gives the quiet times; the contended ones are below it"
         )
     others = info.get("other_cpu")
     if others is not None:
-        lines.append(f"CPU time used by other processes during the run: {others:.0%}")
+        lines.append(
+            "CPU time used by other processes (besides --background-load's) during the run: "
+            f"{others:.0%}"
+        )
         if others > OTHERS_WARNING:
             lines.append(
                 "WARNING: other work was running on this machine, the times are unreliable "
@@ -272,7 +330,8 @@ def format_header(info: dict[str, Any], shapes: Sequence[str]) -> str:
             "blocks": "all of one runtime's calls, then the next one's",
         }[info["order"]]
         if info.get("settle"):
-            how += "; after each call, an untimed pause until no thread of this process spins"
+            after = "each call" if info["order"] == "alternate" else "each runtime's calls"
+            how += f"; after {after}, an untimed pause until no thread of this process spins"
         lines.append(f"Timing: {info.get('warmup', 1)} warm-up call(s), then {how}")
     if "duration_s" in info:
         lines.append(f"Duration: {info['duration_s']:.0f} s")
@@ -280,14 +339,16 @@ def format_header(info: dict[str, Any], shapes: Sequence[str]) -> str:
 
 
 LEGEND = (
-    "Times are medians in ms over `reps` timed calls of each runtime; other CPU: the share of the "
-    f"CPUs that other processes used meanwhile ('!' above {OTHERS_WARNING:.0%}: unreliable). "
-    "Times: median (first-third quartile). ours/peer: our median over the fastest peer's "
-    "(ort = onnxruntime, ov = OpenVINO; ov alone where onnxruntime has no kernel), "
+    "Times are medians in ms over `reps` timed calls of each runtime (quiet calls only "
+    "with --background-load), with the first-third quartile in parentheses; other CPU: "
+    "the share of the CPUs that other processes (not --background-load's) used meanwhile "
+    f"('!' above {OTHERS_WARNING:.0%}: unreliable). ours/peer: our median over the fastest "
+    "peer's (ort = onnxruntime, ov = OpenVINO; ov alone where onnxruntime has no kernel), "
     "'Layer/': through a prepared Layer; in brackets our quartiles over that median; "
-    "ref/ours: how many times faster than onnx.reference. Δ: largest absolute difference "
-    "of that runtime's outputs (Y, Y_h[, Y_c]) from ours; '!' marks one above "
-    f"{TOLERANCE:g}. '—': not run, '*': timed with a caveat (see below)."
+    "ref/ours: how many times faster than onnx.reference, in brackets its median over our "
+    "quartiles. Δ: largest absolute difference of that runtime's outputs (Y, Y_h[, Y_c]) "
+    f"from ours; '!' marks one above {TOLERANCE:g}. '—': not run, '*': timed with a caveat "
+    "(see below)."
 )
 
 

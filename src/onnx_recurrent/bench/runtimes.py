@@ -74,14 +74,25 @@ class Ours(Runtime):
 
 
 class OursLayer(Runtime):
+    """Ours through a prepared :class:`onnx_recurrent.Layer`, made once per case outside
+    the timing: the same kernels as the functions, without their per-call checks and
+    preparation."""
+
     name, title, short = "layer", "Layer ms", "Δ layer"
+
+    def missing(self) -> str | None:
+        import onnx_recurrent
+
+        if not hasattr(onnx_recurrent, "Layer"):
+            return "this onnx-recurrent has no Layer"
+        return None
 
     def prepare(self, case, model, feeds):
         import onnx_recurrent
 
         layer = onnx_recurrent.Layer(case.op, feeds["W"], feeds["R"], feeds["B"], attributes(case))
         X, lengths = feeds["X"], feeds.get("sequence_lens")
-        return lambda: layer(X, lengths)
+        return lambda: layer(X, lengths, output_sequence=True)
 
     def info(self) -> str:
         return "ours through a prepared onnx_recurrent.Layer (made once, outside the timing)"

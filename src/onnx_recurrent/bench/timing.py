@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from .cases import (
+    CONTENDED_LOAD,
     DOUBLE_ACCURACY,
     MAX_REPEATS,
     MIN_REPEATS,
@@ -72,7 +73,7 @@ def time_alternating(
     changes the time of a call.
 
     ``between`` (such as :func:`settle`) is called, untimed, after every call when
-    alternating.
+    alternating, and between two runtimes' blocks with ``order="blocks"``.
 
     ``order="blocks"`` instead runs all of one runtime's calls, then the next one's, each
     with an equal share of the budget: a cross-check of how much the runtimes' thread
@@ -83,7 +84,9 @@ def time_alternating(
     if not names:
         return samples
     if order == "blocks":
-        for name in names:
+        for i, name in enumerate(names):
+            if i and between is not None:  # the last runtime's threads go idle first
+                between()
             samples[name] = time_alternating(
                 {name: calls[name]},
                 min_repeats=min_repeats,
@@ -98,9 +101,10 @@ def time_alternating(
     start = clock()
     done = 0
     while done < max_repeats:
-        if done >= min_repeats:
+        if done >= min_repeats:  # another round, at the mean round time, must fit
             spent = clock() - start
-            if spent + spent / done > budget:
+            per_round = spent / done if done else 0.0
+            if spent + per_round > budget or (done == 0 and budget <= 0):
                 break
         round_order = list(names)
         shuffler.shuffle(round_order)
@@ -140,6 +144,8 @@ class CaseResult:
     error: str | None = None
     other_cpu: float | None = None  # share of the CPUs other processes used meanwhile
     contended: dict[str, list[float]] = field(default_factory=dict)  # under background load
+    load: int = 0  # the number of busy processes beside the contended rounds
+    macs: int | None = None  # multiply-adds of one call over the valid steps (ragged: fewer)
 
     @property
     def repeats(self) -> int:
@@ -149,9 +155,11 @@ class CaseResult:
         s = (self.samples if samples is None else samples).get(name)
         return float(np.median(s)) if s else None
 
-    def quartiles(self, name: str) -> tuple[float, float] | None:
+    def quartiles(
+        self, name: str, samples: dict[str, list[float]] | None = None
+    ) -> tuple[float, float] | None:
         """The first and third quartiles of ``name``'s times (the spread of its median)."""
-        s = self.samples.get(name)
+        s = (self.samples if samples is None else samples).get(name)
         if not s:
             return None
         q1, q3 = np.percentile(s, [25, 75])
@@ -187,10 +195,25 @@ class CaseResult:
             return None
         return loaded / quiet
 
+    def contention_spread(self, name: str) -> tuple[float, float] | None:
+        """The spread of :meth:`contention`: the loaded quartiles over the quiet median."""
+        q, quiet = self.quartiles(name, self.contended), self.median(name)
+        if q is None or not quiet:
+            return None
+        return q[0] / quiet, q[1] / quiet
+
     def verdicts(self) -> list[tuple[Target, float | None, bool | None]]:
-        """Each target with the measured ratio ours / runtime and whether it is met."""
+        """Each target with the measured ratio and whether it is met (None: not judged).
+
+        A "contended" target is judged only beside :data:`CONTENDED_LOAD` busy processes.
+        """
         out = []
         for t in self.case.targets:
+            if t.kind == "contended":
+                r = self.contention(t.ours)
+                judged = r is not None and self.load == CONTENDED_LOAD
+                out.append((t, r, t.met(r) if judged else None))
+                continue
             r = self.ratio(t.runtime, t.ours)
             out.append((t, r, None if r is None else t.met(r)))
         return out
@@ -212,10 +235,12 @@ class CaseResult:
             "dtype": c.dtype,
             "baseline": c.baseline,
             "repeats": self.repeats,
+            "macs": self.macs,
             "samples_s": self.samples,
             "median_s": {n: self.median(n) for n in self.samples},
             "quartiles_s": {n: self.quartiles(n) for n in self.samples},
             "fastest_peer": self.fastest(),
+            "background_load": self.load,
             "contended_samples_s": self.contended,
             "contended_over_quiet": {n: self.contention(n) for n in self.contended},
             "max_abs_diff": self.diffs,
@@ -264,12 +289,17 @@ def run_case(
     reason; onnx.reference is also skipped when one of its calls takes longer than
     ``reference_limit`` seconds. ``budget`` is the case's time in seconds, loading and
     warm-up included: the timed rounds get what is left of it. With
-    ``background_load`` busy processes, the rounds are timed quiet (half the budget),
-    then again with the load running (:attr:`CaseResult.contended`).
+    ``background_load`` busy processes, half the rounds are timed quiet, half with the
+    load running (:attr:`CaseResult.contended`), in the order quiet, loaded, quiet
+    (:func:`_quiet_loaded_quiet`); the processes are gone when it returns or raises.
     """
     start = time.perf_counter()
     result = CaseResult(case)
     feeds = make_inputs(case, seed)
+    result.macs = case.macs
+    if "sequence_lens" in feeds:  # only the valid steps of each sequence are computed
+        valid = int(feeds["sequence_lens"].sum())
+        result.macs = case.macs * valid // (case.shape.T * case.shape.N)
     model = make_model(case, feeds, opset)
     calls: dict[str, Call] = {}
     reference_outputs = None
@@ -314,22 +344,49 @@ def run_case(
                 )
     if before_timing is not None:
         before_timing()
-    passes = 2 if background_load else 1
+    timed = {
+        "calls": calls,
+        "order": order,
+        "seed": seed,
+        "between": settle if settle_between else None,
+    }
+    left = budget - (time.perf_counter() - start)
     try:
-        left = budget - (time.perf_counter() - start)
-        timed = {
-            "calls": calls,
-            "min_repeats": min_repeats,
-            "max_repeats": max_repeats,
-            "budget": left / passes,
-            "order": order,
-            "seed": seed,
-            "between": settle if settle_between else None,
-        }
-        result.samples = time_alternating(**timed)
-        if background_load:
-            with BackgroundLoad(background_load):
-                result.contended = time_alternating(**timed)
+        if not background_load:
+            result.samples = time_alternating(
+                **timed, min_repeats=min_repeats, max_repeats=max_repeats, budget=left
+            )
+        else:
+            result.load = background_load
+            result.samples, result.contended = _quiet_loaded_quiet(
+                timed, background_load, min_repeats, max_repeats, left
+            )
     except Exception as e:  # a runtime that ran its warm-up but failed later
         result.error = f"failed while timing: {_first_line(e)}"
     return result
+
+
+def _quiet_loaded_quiet(
+    timed: dict[str, Any], load: int, min_repeats: int, max_repeats: int, budget: float
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Quiet rounds, the same number of rounds beside ``load`` busy processes, quiet
+    rounds again: the quiet and the loaded times, each with half the budget.
+
+    The quiet rounds come in two halves, before and after the loaded ones (the order
+    A B B A), so that a drift of the machine's speed during the case (other work, clock
+    changes) weighs on both alike; the busy processes start and stop once per case.
+    """
+    first, second = (min_repeats + 1) // 2, min_repeats // 2
+    first_max, second_max = (max_repeats + 1) // 2, max_repeats // 2
+    before = time_alternating(**timed, min_repeats=first, max_repeats=first_max, budget=budget / 4)
+    with BackgroundLoad(load):
+        loaded = time_alternating(
+            **timed, min_repeats=min_repeats, max_repeats=max_repeats, budget=budget / 2
+        )
+    after = time_alternating(
+        **{**timed, "seed": timed["seed"] + 1},
+        min_repeats=second,
+        max_repeats=second_max,
+        budget=budget / 4,
+    )
+    return {n: before[n] + after[n] for n in before}, loaded
