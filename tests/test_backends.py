@@ -297,7 +297,8 @@ def test_shared_hidden_units_from_many_threads(monkeypatch):
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no CPU affinity here")
 @pytest.mark.parametrize("direction", ["forward", "bidirectional"])
 def test_threads_kept_on_separate_cpus_when_asked(monkeypatch, direction):
-    """With ``scan.PLACEMENT`` the caller stays on its CPU during a threaded call and
+    """With placement (``scan.PIN_UNITS``, ``PIN_SHARES``) the caller stays on its CPU
+    during a threaded call and
     pool threads keep off it; every CPU mask is restored after the call, and where
     affinity cannot be set, the call runs as before."""
     import threading
@@ -306,7 +307,8 @@ def test_threads_kept_on_separate_cpus_when_asked(monkeypatch, direction):
 
     monkeypatch.setattr(scan, "PARALLEL_MACS", 0)
     monkeypatch.setattr(scan, "MIN_SHARE", 2)
-    monkeypatch.setattr(scan, "PLACEMENT", True)
+    monkeypatch.setattr(scan, "PIN_UNITS", True)
+    monkeypatch.setattr(scan, "PIN_SHARES", True)
     monkeypatch.setenv("ONNX_RECURRENT_NUM_THREADS", "2")
     feeds = random_inputs("GRU", T=12, N=6, I=4, H=8, D=2 if direction != "forward" else 1)
     feeds["sequence_lens"] = np.full(6, 12, np.int32)
