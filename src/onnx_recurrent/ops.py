@@ -53,17 +53,8 @@ _RAISES_DOC = """
 """
 
 
-_ATTRIBUTES = (
-    "hidden_size",
-    "direction",
-    "activations",
-    "activation_alpha",
-    "activation_beta",
-    "clip",
-    "layout",
-    "linear_before_reset",
-    "input_forget",
-)
+#: the keywords that are attributes: every operator's, then GRU's and LSTM's own
+_ATTRIBUTES = (*cells.COMMON_ATTRIBUTES, "linear_before_reset", "input_forget")
 
 
 def _run(cell, arguments, X, W, R, B, sequence_lens, states, P=None):
