@@ -755,3 +755,208 @@ def test_background_load_must_be_a_count(value, capsys):
     assert (
         "--background-load: expected a number of processes, 0 or more" in capsys.readouterr().err
     )
+
+
+# ------------------------------------------------------------------ whole models (--models)
+
+HAVE_SILERO = importlib.util.find_spec("silero_vad") is not None
+
+
+def _table_rows(table: str) -> tuple[list[str], dict[str, list[str]]]:
+    lines = table.splitlines()
+    header = [c.strip() for c in lines[0].strip("|").split("|")]
+    rows = {}
+    for line in lines[2:]:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        assert len(cells) == len(header)
+        rows[cells[0]] = cells
+    return header, rows
+
+
+def test_models_list_and_filter(capsys):
+    args = _parse("--models", "--list")
+    assert args.handler(args) == 0
+    names = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
+    assert names == [c.name for c in bench.MODEL_CASES]
+    assert {"silero-1", "silero-128", "example", "gru-layout1", "lstm-float64"} <= set(names)
+    assert {"rnn-affine", "lstm-input-forget"} <= set(names)
+    args = _parse("--models", "--list", "-k", "silero")
+    assert args.handler(args) == 0
+    assert [line.split()[0] for line in capsys.readouterr().out.splitlines()] == [
+        "silero-1",
+        "silero-128",
+    ]
+
+
+def test_models_reject_operator_options_and_no_ours(capsys):
+    args = _parse("--models", "--shapes", "M", "--list")
+    assert args.handler(args) == 2
+    assert "--models does not take --shapes" in capsys.readouterr().err
+    args = _parse("--models", "--runtimes", "onnxruntime,reference", "--list")
+    assert args.handler(args) == 2
+    assert "needs one of ours" in capsys.readouterr().err
+
+
+def test_models_quick_run_has_rows_columns_and_finite_ratios():
+    done = bench.run_models("example", repeat=2, warmup=1)
+    assert [r.case.name for r in done.results] == ["example"]
+    result = done.results[0]
+    assert result.error is None and result.missing is None
+    ours = [n for n in bench.MODEL_OURS if n in result.samples]
+    assert ours, result.skipped  # at least one host ran
+    assert all(len(result.samples[n]) == 2 for n in ours)
+    header, rows = _table_rows(bench.format_model_table(done.results, done.runtimes))
+    assert header == [
+        "case",
+        "reps",
+        "other CPU",
+        "ours (ort host) ms",
+        "ours (ref host) ms",
+        "onnxruntime ms",
+        "OpenVINO ms",
+        "onnx.reference ms",
+        "ours (ort host)/ort [quartiles]",
+        "ours (ref host)/ort [quartiles]",
+        "ref/ours (ort host / ref host)",
+        "Δ ref host",
+        "Δ ort",
+        "Δ ov",
+        "Δ ref",
+    ]
+    row = dict(zip(header, rows["example"], strict=True))
+    assert row["reps"] == "2"
+    if HAVE_ORT:
+        assert result.diffs["onnxruntime"] < 1e-5
+        for name in ours:
+            ratio = result.ratio("onnxruntime", name)
+            assert ratio is not None and np.isfinite(ratio) and ratio > 0
+            title = {"ours-onnxruntime": "ours (ort host)", "ours-reference": "ours (ref host)"}
+            cell = row[f"{title[name]}/ort [quartiles]"]
+            assert cell.startswith(bench.report.fmt_ratio(ratio) + " [")
+    else:
+        assert "not installed" in result.skipped["onnxruntime"]
+    for name, reason in result.skipped.items():  # a host that did not run says why
+        assert reason
+        assert row[{r.name: r.title for r in done.runtimes}[name]] == "—"
+    report = done.report()
+    assert "Cases: example: the bundled example_gru.onnx" in report
+    assert "ours/ort: our median over onnxruntime alone's" in report
+    assert "Targets:" not in report
+    data = json.loads(json.dumps(done.to_json()))
+    assert data["results"][0]["case"] == "example"
+    assert data["options"]["models"] is True
+
+
+def test_models_command_skips_what_onnxruntime_alone_gets_wrong(tmp_path, capsys):
+    out = tmp_path / "models.json"
+    args = _parse(
+        "--models", "-k", "gru-layout1", "--repeat", "1", "-q", "--json", str(out),
+        "--runtimes", "ours-onnxruntime,ours-reference,onnxruntime",
+    )  # fmt: skip
+    status = args.handler(args)
+    printed = capsys.readouterr().out
+    data = json.loads(out.read_text())
+    (result,) = data["results"]
+    assert status == (0 if result["error"] is None else 1)
+    assert "| gru-layout1 " in printed
+    if HAVE_ORT:
+        assert result["skipped"]["onnxruntime"] == "known wrong: does not implement layout=1"
+        assert "- onnxruntime: known wrong: does not implement layout=1 — all cases" in printed
+    assert result["over_onnxruntime"] == {"ours-onnxruntime": None, "ours-reference": None}
+
+
+class _OldSession:
+    """An InferenceSession from before the hosts: no host=, onnx.reference runs it."""
+
+    def __init__(self, model):
+        from onnx.reference import ReferenceEvaluator
+
+        self.evaluator = ReferenceEvaluator(model)
+
+    def run(self, names, feeds):
+        return self.evaluator.run(names, feeds)
+
+
+def test_models_without_host_the_ort_host_is_unavailable(monkeypatch):
+    import onnx_recurrent
+
+    monkeypatch.setattr(onnx_recurrent, "InferenceSession", _OldSession)
+    (case,) = bench.make_model_cases("gru-layout1")
+    runtimes = bench.make_model_runtimes(["ours-onnxruntime", "ours-reference"])
+    result = bench.run_model_case(case, runtimes, min_repeats=1, max_repeats=1)
+    assert result.error is None
+    if HAVE_ORT:
+        assert result.skipped["ours-onnxruntime"].startswith("unavailable: ")
+        assert "takes no host=" in result.skipped["ours-onnxruntime"]
+    assert len(result.samples["ours-reference"]) == 1
+    assert "without host=" in result.notes["ours-reference"]
+
+
+def test_models_error_when_none_of_ours_runs(monkeypatch):
+    import onnx_recurrent
+
+    class Failing:
+        def __init__(self, model, *args, host="auto", **kwargs):
+            raise RuntimeError("no session today")
+
+    monkeypatch.setattr(onnx_recurrent, "InferenceSession", Failing)
+    (case,) = bench.make_model_cases("rnn-affine")
+    result = bench.run_model_case(case, bench.make_model_runtimes(), max_repeats=1)
+    assert result.error == "ours-reference: failed: RuntimeError: no session today"
+    assert result.skipped["ours-onnxruntime"] == "failed: RuntimeError: no session today"
+    assert not result.samples
+
+
+@pytest.mark.skipif(not HAVE_SILERO, reason="needs silero-vad (pip install --no-deps silero-vad)")
+def test_models_silero_feeds_and_time_per_chunk():
+    feeds = bench.silero_feeds(128, seed=1)
+    assert feeds["input"].shape == (128, 64 + 512) and feeds["input"].dtype == np.float32
+    assert feeds["state"].shape == (2, 128, 128) and not feeds["state"].any()
+    assert feeds["sr"].shape == () and feeds["sr"].dtype == np.int64 and feeds["sr"] == 16000
+    assert 0.05 < float(np.abs(feeds["input"]).max()) < 1.0
+    if not HAVE_ORT:
+        pytest.skip("needs onnxruntime")
+    done = bench.run_models("silero-1", runtimes=["ours-onnxruntime", "onnxruntime"], repeat=1)
+    (result,) = done.results
+    assert result.error is None
+    report = done.report()
+    assert "Silero VAD, ms per 512-sample chunk" in report
+    if "ours-onnxruntime" in result.samples:
+        assert result.per_chunk("ours-onnxruntime") == result.median("ours-onnxruntime")
+        assert result.diffs["onnxruntime"] < 1e-4
+
+
+def test_time_alternating_caps_a_slow_runtime():
+    clock = FakeClock()
+
+    def call(seconds):
+        def run():
+            clock.now += seconds
+
+        return run
+
+    calls = {"fast": call(0.01), "slow": call(1.0)}
+    samples = bench.time_alternating(
+        calls, min_repeats=3, max_repeats=1000, budget=5.0, clock=clock, max_calls={"slow": 2}
+    )
+    assert len(samples["slow"]) == 2
+    # the budget left after the slow calls goes to rounds of the fast one alone
+    assert len(samples["fast"]) > 100
+    assert clock.now <= 5.0 + 0.01
+    blocks = bench.time_alternating(
+        calls, min_repeats=3, max_repeats=3, order="blocks", clock=clock, max_calls={"slow": 1}
+    )
+    assert [len(blocks["fast"]), len(blocks["slow"])] == [3, 1]
+
+
+def test_openvino_reason_names_what_it_could_not_convert():
+    from onnx_recurrent.bench.runtimes import openvino_reason
+
+    error = RuntimeError(
+        "Exception from src/inference/src/cpp/core.cpp:105:\n"
+        "Check 'false' failed at src/frontends/x.cpp:151:\n"
+        "FrontEnd API failed with OpConversionFailure:\n"
+        "Summary:\n-- Conversion is failed for: Conv-16, ReduceMean-16\n"
+    )
+    assert openvino_reason(error) == "cannot convert the model: Conv-16, ReduceMean-16"
+    assert openvino_reason(RuntimeError("Exception from a.cpp:1:\nbad shape")) == "bad shape"

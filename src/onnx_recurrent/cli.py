@@ -14,6 +14,7 @@ import numpy as np
 
 from .errors import RecurrentError, RecurrentTypeError
 from .runtime.feeds import load_feeds, parse_pairs, random_feeds
+from .runtime.hosts import HOSTS
 from .runtime.session import InferenceSession
 
 EXAMPLE = "example_gru.onnx"
@@ -44,7 +45,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         model = args.model
         print(f"model: {model}")
         feeds = load_feeds(parse_pairs(args.input, "-i"))
-    session = InferenceSession(model)
+    session = InferenceSession(model, host=args.host)
+    print(f"host: {session.host}")
     missing = [i for i in session.get_inputs() if i.name not in feeds]
     if missing:
         dims = {k: int(v) for k, v in parse_pairs(args.dim, "--dim").items()}
@@ -79,6 +81,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     return status
 
 
+def add_host_argument(parser: argparse.ArgumentParser) -> None:
+    """``--host``: who runs the graph (:class:`~onnx_recurrent.InferenceSession`)."""
+    parser.add_argument(
+        "--host",
+        choices=HOSTS,
+        default="auto",
+        help="who runs the non-recurrent nodes: onnxruntime (custom nodes for the recurrent "
+        "ones), onnx.reference, or auto (onnxruntime where it can; default)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="onnx-recurrent",
@@ -106,6 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     run.add_argument("-o", "--output", metavar="OUT.npz", help="save the outputs")
+    add_host_argument(run)
     run.set_defaults(handler=cmd_run)
     for module in ("check", "bench"):  # each registers its own subcommand
         importlib.import_module(f".{module}", __package__).add_parser(sub)

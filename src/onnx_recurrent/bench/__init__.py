@@ -19,6 +19,12 @@ models), ``runtimes`` (the competitors), ``timing`` (alternating calls, one case
 result), ``load`` (the busy processes), ``report`` and ``plot`` (the output), ``machine``
 (what the header says about the machine, the sgemm peak), ``driver`` (a whole run),
 ``command`` (the command line).
+
+``onnx-recurrent bench --models`` (module ``models``) times whole models instead: Silero
+VAD, the bundled example and single nodes that onnxruntime cannot run right by itself,
+ours through :class:`~onnx_recurrent.InferenceSession` under each host against
+onnxruntime, OpenVINO and onnx.reference alone, with the same timing, and reports each
+host's ratio to onnxruntime alone.
 """
 
 from __future__ import annotations
@@ -51,9 +57,27 @@ from .cases import (
     parse_list,
 )
 from .command import add_parser, cmd_bench
-from .driver import Bench, CpuMeter, ThreadLimit, budgets, run_bench
+from .driver import Bench, CpuMeter, RunRecord, ThreadLimit, budgets, run_bench
 from .load import BackgroundLoad
 from .machine import cpu_model, git_commit, machine_info, physical_cores, sgemm_peak
+from .models import (
+    MODEL_CASES,
+    MODEL_OURS,
+    MODEL_RUNTIMES,
+    ModelBench,
+    ModelCase,
+    ModelResult,
+    OursOnnxRuntimeHost,
+    OursReferenceHost,
+    format_model_report,
+    format_model_table,
+    known_wrong,
+    make_model_cases,
+    make_model_runtimes,
+    run_model_case,
+    run_models,
+    silero_feeds,
+)
 from .plot import check_plot_support, plot_ratios
 from .report import (
     LEGEND,
@@ -64,6 +88,7 @@ from .report import (
     format_peak,
     format_report,
     format_table,
+    markdown_table,
     table_columns,
 )
 from .runtimes import (
@@ -77,9 +102,18 @@ from .runtimes import (
     OursSession,
     Reference,
     Runtime,
+    Unavailable,
     make_runtimes,
 )
-from .timing import CaseResult, max_abs_diff, run_case, settle, time_alternating
+from .timing import (
+    CaseResult,
+    max_abs_diff,
+    prepare_calls,
+    run_case,
+    settle,
+    time_alternating,
+    time_calls,
+)
 
 __all__ = [
     "COMPETITORS",
@@ -91,6 +125,9 @@ __all__ = [
     "LEGEND",
     "MAX_REPEATS",
     "MIN_REPEATS",
+    "MODEL_CASES",
+    "MODEL_OURS",
+    "MODEL_RUNTIMES",
     "OPS",
     "OTHERS_WARNING",
     "OUTPUTS",
@@ -107,16 +144,23 @@ __all__ = [
     "Case",
     "CaseResult",
     "CpuMeter",
+    "ModelBench",
+    "ModelCase",
+    "ModelResult",
     "OnnxRuntime",
     "OpenVINO",
     "Ours",
     "OursLayer",
+    "OursOnnxRuntimeHost",
+    "OursReferenceHost",
     "OursSession",
     "Reference",
+    "RunRecord",
     "Runtime",
     "Shape",
     "Target",
     "ThreadLimit",
+    "Unavailable",
     "add_parser",
     "attributes",
     "budgets",
@@ -125,26 +169,37 @@ __all__ = [
     "cpu_model",
     "format_contention",
     "format_header",
+    "format_model_report",
+    "format_model_table",
     "format_notes",
     "format_peak",
     "format_report",
     "format_table",
     "git_commit",
+    "known_wrong",
     "machine_info",
     "make_cases",
     "make_inputs",
     "make_model",
+    "make_model_cases",
+    "make_model_runtimes",
     "make_runtimes",
     "make_transposed_model",
+    "markdown_table",
     "max_abs_diff",
     "output_shapes",
     "parse_list",
     "physical_cores",
     "plot_ratios",
+    "prepare_calls",
     "run_bench",
     "run_case",
+    "run_model_case",
+    "run_models",
     "settle",
     "sgemm_peak",
+    "silero_feeds",
     "table_columns",
     "time_alternating",
+    "time_calls",
 ]

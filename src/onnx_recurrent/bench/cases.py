@@ -112,6 +112,11 @@ class Case:
         return " ".join(parts)
 
     @property
+    def key(self) -> str:
+        """How the report names the case: shape and label."""
+        return f"{self.shape.name} {self.label}"
+
+    @property
     def baseline(self) -> str:
         """The runtime the ratio column is taken against."""
         return "openvino" if self.layout == 1 or self.dtype != "float32" else "onnxruntime"

@@ -9,16 +9,28 @@ from pathlib import Path
 from typing import Any
 
 from .cases import DEFAULT_BUDGET, MIN_REPEATS, OPS, SHAPES, make_cases, parse_list
-from .driver import run_bench
+from .driver import Bench, run_bench
+from .models import (
+    MODEL_BUDGET,
+    MODEL_RUNTIMES,
+    REFERENCE_REPEATS,
+    make_model_cases,
+    make_model_runtimes,
+    run_models,
+)
 from .plot import check_plot_support, plot_ratios
 from .runtimes import COMPETITORS
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
     """The ``bench`` subcommand; returns the exit status."""
+    if args.models:
+        return cmd_bench_models(args)
     try:
         ops = parse_list(args.ops, OPS, "op")
         shapes = parse_list(args.shapes, SHAPES, "shape")
+        if args.runtimes is None:
+            args.runtimes = ",".join(COMPETITORS)
         runtimes = parse_list(args.runtimes, COMPETITORS, "runtime") if args.runtimes else []
         skip_reference = (
             parse_list(args.skip_reference, SHAPES, "shape") if args.skip_reference else []
@@ -55,12 +67,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         background_load=args.background_load,
         progress=None if args.quiet else progress,
     )
-    print(bench.report())
-    for note in bench.info.get("notes", []):
-        print(note)
-    if args.json:
-        Path(args.json).write_text(json.dumps(bench.to_json(), indent=1))
-        print(f"saved: {args.json}")
+    _print_and_save(bench, args)
     if args.plot:
         info = bench.info
         plot_ratios(
@@ -69,6 +76,68 @@ def cmd_bench(args: argparse.Namespace) -> int:
             f"onnx-recurrent bench on {info['cpu']} ({info['usable_cpus']} CPUs)",
         )
         print(f"saved: {args.plot}")
+    return 0 if all(r.error is None for r in bench.results) else 1
+
+
+def _print_and_save(bench: Bench, args: argparse.Namespace) -> None:
+    print(bench.report())
+    for note in bench.info.get("notes", []):
+        print(note)
+    if args.json:
+        Path(args.json).write_text(json.dumps(bench.to_json(), indent=1))
+        print(f"saved: {args.json}")
+
+
+#: options of the operator bench that --models does not take, with their defaults
+_OPERATOR_ONLY = {
+    "ops": ",".join(OPS),
+    "shapes": "step,S,M",
+    "skip_reference": "",
+    "opset": 22,
+    "background_load": 0,
+    "plot": None,
+}
+
+
+def cmd_bench_models(args: argparse.Namespace) -> int:
+    """``bench --models``: the whole-model cases."""
+    given = [n for n, default in _OPERATOR_ONLY.items() if getattr(args, n) != default]
+    try:
+        if given:
+            names = ", ".join("--" + n.replace("_", "-") for n in given)
+            raise ValueError(f"--models does not take {names}")
+        runtimes = (
+            list(MODEL_RUNTIMES)
+            if args.runtimes is None
+            else parse_list(args.runtimes, MODEL_RUNTIMES, "runtime")
+        )
+        make_model_runtimes(runtimes)  # at least one of ours
+    except ValueError as e:
+        print(f"onnx-recurrent bench: error: {e}", file=sys.stderr)
+        return 2
+    if args.list:
+        for case in make_model_cases(args.k):
+            print(f"{case.name:<18} {case.description}")
+        return 0
+
+    def progress(text: str) -> None:
+        print(text, file=sys.stderr, flush=True)
+
+    bench = run_models(
+        args.k,
+        runtimes=runtimes,
+        repeat=args.repeat,
+        budget=args.budget,
+        warmup=args.warmup,
+        threads=args.threads,
+        reference_limit=args.reference_limit,
+        reference_repeats=args.reference_repeats or None,
+        seed=args.seed,
+        order=args.order,
+        settle_between=not args.no_settle,
+        progress=None if args.quiet else progress,
+    )
+    _print_and_save(bench, args)
     return 0 if all(r.error is None for r in bench.results) else 1
 
 
@@ -111,11 +180,22 @@ def add_parser(subparsers: Any) -> None:
         "default step,S,M",
     )
     p.add_argument(
+        "--models",
+        action="store_true",
+        help="whole models instead of single operators: Silero VAD (1 and 128 streams "
+        "per call), the bundled example, and single nodes that onnxruntime cannot run "
+        "right by itself; ours through InferenceSession under each host (onnxruntime, "
+        "reference) against onnxruntime, OpenVINO and onnx.reference alone, with the "
+        f"ratios to onnxruntime alone (default budget {MODEL_BUDGET:g} s per model)",
+    )
+    p.add_argument(
         "--runtimes",
-        default=",".join(COMPETITORS),
+        default=None,
         help="competitors to run besides ours (default: layer,session,onnxruntime,openvino,"
         "reference; 'layer' is ours through a prepared Layer, 'session' through "
-        "InferenceSession)",
+        "InferenceSession). With --models, the runtimes, ours included (default: "
+        + ",".join(MODEL_RUNTIMES)
+        + ")",
     )
     p.add_argument(
         "--repeat",
@@ -153,6 +233,14 @@ def add_parser(subparsers: Any) -> None:
         default=30.0,
         metavar="SECONDS",
         help="skip onnx.reference in a case when one call takes longer (default 30)",
+    )
+    p.add_argument(
+        "--reference-repeats",
+        type=int,
+        default=REFERENCE_REPEATS,
+        metavar="N",
+        help="with --models: at most N timed calls of onnx.reference alone per model "
+        f"(default {REFERENCE_REPEATS}; 0: no limit)",
     )
     p.add_argument("-k", metavar="TEXT", help="only the cases whose label contains TEXT")
     p.add_argument("--list", action="store_true", help="list the cases and exit")

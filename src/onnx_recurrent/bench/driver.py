@@ -146,10 +146,7 @@ def run_bench(
         "background_load": background_load,
     }
     notes: list[str] = []
-    load_before = _load_average()
-    commit_before = git_commit()
-    whole_run = CpuMeter()
-    began = time.perf_counter()
+    record = RunRecord()
     share = budgets(shapes, budget)
     left = {s: sum(1 for c in cases if c.shape.name == s) for s in shapes}
     # once per run, before --threads limits NumPy's BLAS: "all" is every usable CPU
@@ -199,21 +196,38 @@ def run_bench(
         bench.info = machine_info(bench.runtimes)  # inside: the thread limits still hold
     finally:
         limit.restore()
-    bench.info["notes"] = notes
-    if bench.info.get("commit") != commit_before:  # the checkout changed during the run
-        bench.info["commit"] = (
-            f"{commit_before} at the start, {bench.info.get('commit')} at the end"
-        )
-    bench.info["load_average_before"] = load_before
     bench.info["sgemm_peak_gmacs"] = peak
     bench.info["background_load"] = background_load
-    bench.info["other_cpu"] = whole_run.others()
-    bench.info["order"] = order
-    bench.info["settle"] = settle_between
-    bench.info["warmup"] = warmup
-    bench.info["load_average_after"] = _load_average()
-    bench.info["duration_s"] = time.perf_counter() - began
+    record.complete(bench.info, notes=notes, order=order, settle=settle_between, warmup=warmup)
     return bench
+
+
+class RunRecord:
+    """What the header tells of a whole run besides the machine: the load average before
+    and after, the commit at both ends, other processes' CPU use, the duration.
+
+    Made at the start of the run; :meth:`complete` adds it to the run's ``info``.
+    """
+
+    def __init__(self) -> None:
+        self.load_before = _load_average()
+        self.commit_before = git_commit()
+        self.whole_run = CpuMeter()
+        self.began = time.perf_counter()
+
+    def complete(
+        self, info: dict[str, Any], *, notes: list[str], order: str, settle: bool, warmup: int
+    ) -> None:
+        info["notes"] = notes
+        if info.get("commit") != self.commit_before:  # the checkout changed during the run
+            info["commit"] = f"{self.commit_before} at the start, {info.get('commit')} at the end"
+        info["load_average_before"] = self.load_before
+        info["other_cpu"] = self.whole_run.others()
+        info["order"] = order
+        info["settle"] = settle
+        info["warmup"] = warmup
+        info["load_average_after"] = _load_average()
+        info["duration_s"] = time.perf_counter() - self.began
 
 
 class CpuMeter:

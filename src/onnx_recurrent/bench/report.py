@@ -94,6 +94,18 @@ def _verdict_cells(result: CaseResult) -> tuple[str, str, str, str]:
     return base_ratio, base_target, ref_ratio, ref_target
 
 
+def markdown_table(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """A Markdown table, its columns padded to their widest cell."""
+    widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(columns)]
+
+    def line(cells: Sequence[str]) -> str:
+        return "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)) + " |"
+
+    out = [line(columns), "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
+    out += [line(r) for r in rows]
+    return "\n".join(out)
+
+
 def table_columns(runtimes: Sequence[Runtime]) -> list[str]:
     competitors = [r for r in runtimes if r.name != "ours"]
     return [
@@ -131,29 +143,23 @@ def format_table(results: Sequence[CaseResult], runtimes: Sequence[Runtime]) -> 
             cells += list(_verdict_cells(res))
             cells += [_diff(res.diffs.get(r.name)) for r in runtimes if r.name != "ours"]
         rows.append(cells)
-    widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(columns)]
-
-    def line(cells: Sequence[str]) -> str:
-        return "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)) + " |"
-
-    out = [line(columns), "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
-    out += [line(r) for r in rows]
-    return "\n".join(out)
+    return markdown_table(columns, rows)
 
 
-def format_notes(results: Sequence[CaseResult], runtimes: Sequence[Runtime]) -> str:
-    """Skipped competitors (grouped by reason), disagreeing outputs, target summary."""
+def format_notes(
+    results: Sequence[CaseResult], runtimes: Sequence[Runtime], *, targets: bool = True
+) -> str:
+    """Skipped competitors (grouped by reason), disagreeing outputs, target summary
+    (unless ``targets`` is false)."""
     titles = {r.name: r.title.removesuffix(" ms") for r in runtimes}
     grouped: dict[tuple[str, str], list[str]] = {}
     for res in results:
         for name, reason in res.skipped.items():
-            grouped.setdefault((name, reason), []).append(
-                f"{res.case.shape.name} {res.case.label}"
-            )
+            grouped.setdefault((name, reason), []).append(res.case.key)
     caveats: dict[tuple[str, str], list[str]] = {}
     for res in results:
         for name, note in res.notes.items():
-            caveats.setdefault((name, note), []).append(f"{res.case.shape.name} {res.case.label}")
+            caveats.setdefault((name, note), []).append(res.case.key)
     lines = []
     for heading, groups in (("Skipped ('—'):", grouped), ("Timed with a caveat ('*'):", caveats)):
         if groups:
@@ -162,13 +168,15 @@ def format_notes(results: Sequence[CaseResult], runtimes: Sequence[Runtime]) -> 
             which = "all cases" if len(labels) == len(results) else ", ".join(labels)
             lines.append(f"- {titles.get(name, name)}: {reason} — {which}")
     wrong = [
-        f"{res.case.shape.name} {res.case.label} ({titles.get(n, n)} {d:.1e})"
+        f"{res.case.key} ({titles.get(n, n)} {d:.1e})"
         for res in results
         for n, d in res.diffs.items()
         if not d <= TOLERANCE
     ]
     if wrong:
         lines.append(f"Outputs farther than {TOLERANCE:g} from ours (!): " + ", ".join(wrong))
+    if not targets:
+        return "\n".join(lines)
     passed = missed = 0
     misses = []
     for res in results:
@@ -228,13 +236,7 @@ def format_contention(results: Sequence[CaseResult], runtimes: Sequence[Runtime]
                 f"{res.case.shape.name} {res.case.label}: {face} {fmt_ratio(ratio)} "
                 f"(≤ {target.bound:g}) {word}"
             )
-    widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(columns)]
-
-    def line(cells: Sequence[str]) -> str:
-        return "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)) + " |"
-
-    out = [line(columns), "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
-    out += [line(r) for r in rows]
+    out = [markdown_table(columns, rows)]
     if verdicts:
         load = loaded[0].load
         unjudged = (
@@ -287,7 +289,8 @@ def format_peak(results: Sequence[CaseResult], info: dict[str, Any]) -> str:
     )
 
 
-def format_header(info: dict[str, Any], shapes: Sequence[str]) -> str:
+def format_header(info: dict[str, Any], shapes: Sequence[str], cases: str = "") -> str:
+    """The machine, the runtimes, the shapes (or ``cases``: a line on them), the run."""
     lines = [
         f"CPU: {info['cpu']}; {info['logical_cpus']} logical CPUs, "
         f"{info['physical_cores']} physical cores, {info['usable_cpus']} usable by this process",
@@ -297,7 +300,10 @@ def format_header(info: dict[str, Any], shapes: Sequence[str]) -> str:
         lines.append(f"onnx-recurrent commit: {info['commit']}")
     for text in info["runtimes"].values():
         lines.append(f"- {text}")
-    lines.append("Shapes: " + "; ".join(str(SHAPES[s]) for s in shapes))
+    if shapes:
+        lines.append("Shapes: " + "; ".join(str(SHAPES[s]) for s in shapes))
+    if cases:
+        lines.append(cases)
     before, after = info.get("load_average_before"), info.get("load_average_after")
     if before and after:
         lines.append(

@@ -16,6 +16,23 @@ from .machine import blas_info, physical_cores
 Call = Callable[[], Sequence[np.ndarray]]
 
 
+class Unavailable(Exception):
+    """Raised by :meth:`Runtime.prepare` when the runtime cannot be had (its message,
+    the reason it is skipped with, says why), as opposed to failing on the case."""
+
+
+def ort_options(threads: int | None = None) -> Any:
+    """onnxruntime session options: errors only in the log, ``threads`` intra-op threads
+    (None: its default)."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    if threads:
+        options.intra_op_num_threads = threads
+    return options
+
+
 class Runtime:
     """A competitor. Subclasses say whether they are installed, what they cannot run,
     and how to prepare one call of a case."""
@@ -123,13 +140,7 @@ class OnnxRuntime(Runtime):
         return None
 
     def _options(self):
-        import onnxruntime as ort
-
-        options = ort.SessionOptions()
-        options.log_severity_level = 3
-        if self.threads:
-            options.intra_op_num_threads = self.threads
-        return options
+        return ort_options(self.threads)
 
     def prepare(self, case, model, feeds):
         import onnxruntime as ort
@@ -151,6 +162,21 @@ class OnnxRuntime(Runtime):
         return f"onnxruntime {ort.__version__} CPUExecutionProvider, {threads}"
 
 
+def openvino_reason(error: BaseException) -> str:
+    """The telling line of an OpenVINO error: the operators it could not convert, or the
+    first line that is not a source location (its messages start with those)."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    for line in lines:
+        if line.startswith("-- Conversion is failed for:"):
+            return (
+                "cannot convert the model: "
+                + line.removeprefix("-- Conversion is failed for:").strip()
+            )
+    noise = ("Exception from ", "Check '")
+    telling = [line for line in lines if not line.startswith(noise)]
+    return (telling or lines or [type(error).__name__])[0]
+
+
 class OpenVINO(Runtime):
     name, title, short = "openvino", "OpenVINO ms", "Δ ov"
     module, install = "openvino", "openvino"
@@ -159,38 +185,40 @@ class OpenVINO(Runtime):
         super().__init__(threads)
         self.threads_used: int | None = None
 
-    def prepare(self, case, model, feeds):
+    def compile(self, model: Any, feeds: dict[str, np.ndarray]) -> Call:
+        """One reused infer request on ``model`` (f32 precision), fed ``feeds``."""
         import openvino as ov
 
         core = ov.Core()
         config: dict[str, Any] = {"INFERENCE_PRECISION_HINT": "f32"}
         if self.threads:
             config["INFERENCE_NUM_THREADS"] = self.threads
-
-        def compile_call(onnx_model) -> Call:
+        try:
             compiled = core.compile_model(
-                core.read_model(onnx_model.SerializeToString()), "CPU", config
+                core.read_model(model.SerializeToString()), "CPU", config
             )
-            with contextlib.suppress(Exception):
-                self.threads_used = int(compiled.get_property("INFERENCE_NUM_THREADS"))
-            request = compiled.create_infer_request()
-            count = len(compiled.outputs)
+        except RuntimeError as e:
+            raise RuntimeError(openvino_reason(e)) from e
+        with contextlib.suppress(Exception):
+            self.threads_used = int(compiled.get_property("INFERENCE_NUM_THREADS"))
+        request = compiled.create_infer_request()
+        count = len(compiled.outputs)
 
-            def call():
-                request.infer(feeds, share_inputs=True)
-                return [request.get_output_tensor(i).data for i in range(count)]
+        def call():
+            request.infer(feeds, share_inputs=True)
+            return [request.get_output_tensor(i).data for i in range(count)]
 
-            return call
+        return call
 
-        call = compile_call(model)
+    def prepare(self, case, model, feeds):
+        call = self.compile(model, feeds)
         if case.layout == 1:
             # OpenVINO 2026.4 ignores layout=1 (it computes as if X were time-major):
             # if its outputs have the wrong shapes, time the equivalent model instead.
             got = [tuple(o.shape) for o in call()]
             if got != output_shapes(case):
-                call = compile_call(
-                    make_transposed_model(case, feeds, model.opset_import[0].version)
-                )
+                transposed = make_transposed_model(case, feeds, model.opset_import[0].version)
+                call = self.compile(transposed, feeds)
                 call.note = (
                     "ignores layout=1 (computes as if X were [T, N, I]; wrong output shapes):"
                     " timed instead on the equivalent model, Transposes around a layout=0 node"

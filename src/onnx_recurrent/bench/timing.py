@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,7 +24,7 @@ from .cases import (
     make_model,
 )
 from .load import BackgroundLoad
-from .runtimes import Call, Runtime
+from .runtimes import Call, Runtime, Unavailable
 
 
 def settle(
@@ -63,6 +63,7 @@ def time_alternating(
     order: str = "alternate",
     seed: int = 0,
     between: Callable[[], object] | None = None,
+    max_calls: Mapping[str, int] | None = None,
 ) -> dict[str, list[float]]:
     """Call each runtime once per round, in turn, and return each one's call times.
 
@@ -78,19 +79,25 @@ def time_alternating(
     ``order="blocks"`` instead runs all of one runtime's calls, then the next one's, each
     with an equal share of the budget: a cross-check of how much the runtimes' thread
     pools disturb one another when they alternate.
+
+    ``max_calls`` caps the calls of the runtimes it names (a slow one, such as
+    onnx.reference on a whole model): such a runtime takes part in the first rounds only,
+    and the next round's time is then estimated from the runtimes still taking part.
     """
     names = list(calls)
     samples: dict[str, list[float]] = {n: [] for n in names}
     if not names:
         return samples
+    caps = dict(max_calls or {})
     if order == "blocks":
         for i, name in enumerate(names):
             if i and between is not None:  # the last runtime's threads go idle first
                 between()
+            cap = caps.get(name, max_repeats)
             samples[name] = time_alternating(
                 {name: calls[name]},
-                min_repeats=min_repeats,
-                max_repeats=max_repeats,
+                min_repeats=min(min_repeats, cap),
+                max_repeats=min(max_repeats, cap),
                 budget=budget / len(names),
                 clock=clock,
             )[name]
@@ -98,15 +105,22 @@ def time_alternating(
     if order != "alternate":
         raise ValueError(f"order must be 'alternate' or 'blocks', not {order!r}")
     shuffler = random.Random(seed)
+    spent_by = dict.fromkeys(names, 0.0)  # each runtime's calls and pauses, for the caps
     start = clock()
     done = 0
     while done < max_repeats:
+        active = [n for n in names if len(samples[n]) < caps.get(n, max_repeats)]
+        if not active:
+            break
         if done >= min_repeats:  # another round, at the mean round time, must fit
             spent = clock() - start
-            per_round = spent / done if done else 0.0
+            if caps:  # the mean time of the runtimes that still take part
+                per_round = sum(spent_by[n] / len(samples[n]) for n in active if samples[n])
+            else:
+                per_round = spent / done if done else 0.0
             if spent + per_round > budget or (done == 0 and budget <= 0):
                 break
-        round_order = list(names)
+        round_order = list(active)
         shuffler.shuffle(round_order)
         for name in round_order:
             t0 = clock()
@@ -114,6 +128,7 @@ def time_alternating(
             samples[name].append(clock() - t0)
             if between is not None:
                 between()
+            spent_by[name] += clock() - t0
         done += 1
     return samples
 
@@ -301,13 +316,54 @@ def run_case(
         valid = int(feeds["sequence_lens"].sum())
         result.macs = case.macs * valid // (case.shape.T * case.shape.N)
     model = make_model(case, feeds, opset)
+    calls = prepare_calls(
+        result, runtimes, model, feeds, warmup=warmup, reference_limit=reference_limit
+    )
+    if result.error is None:
+        if before_timing is not None:
+            before_timing()
+        time_calls(
+            result,
+            calls,
+            min_repeats=min_repeats,
+            max_repeats=max_repeats,
+            budget=budget - (time.perf_counter() - start),
+            seed=seed,
+            order=order,
+            settle_between=settle_between,
+            background_load=background_load,
+        )
+    return result
+
+
+def prepare_calls(
+    result: CaseResult,
+    runtimes: Sequence[Runtime],
+    model: Any,
+    feeds: dict[str, np.ndarray],
+    *,
+    warmup: int = 1,
+    reference_limit: float = math.inf,
+    ours: int = 1,
+    skip: Mapping[str, str] | None = None,
+) -> dict[str, Call]:
+    """Prepare and warm up each runtime on ``result.case``; return the calls that ran.
+
+    A runtime that is missing, cannot run the case (its own ``unsupported``, or a reason
+    in ``skip``), or fails is recorded in ``result.skipped`` with the reason;
+    onnx.reference also when one call takes longer than ``reference_limit`` seconds.
+    The first runtime that runs gives the outputs that the others' are compared with
+    (``result.diffs``). The first ``ours`` runtimes are ours: when none of them runs,
+    ``result.error`` says why and no call is returned.
+    """
     calls: dict[str, Call] = {}
     reference_outputs = None
-    for runtime in runtimes:
-        reason = runtime.missing() or runtime.unsupported(case)
+    skip = skip or {}
+    for index, runtime in enumerate(runtimes):
+        reason = runtime.missing() or skip.get(runtime.name) or runtime.unsupported(result.case)
         if reason is None:
             try:
-                call = runtime.prepare(case, model, feeds)
+                call = runtime.prepare(result.case, model, feeds)
                 outputs = None
                 for _ in range(max(1, warmup)):
                     t0 = time.perf_counter()
@@ -320,12 +376,14 @@ def run_case(
                         )
                         break
                 outputs = [np.array(o, copy=True) for o in outputs]
+            except Unavailable as e:
+                reason = str(e)
             except Exception as e:
                 reason = f"failed: {_first_line(e)}"
         if reason is not None:
-            if runtime is runtimes[0]:
-                result.error = reason
-                return result
+            if index == ours - 1 and not calls:  # none of ours runs
+                result.error = reason if ours == 1 else f"{runtime.name}: {reason}"
+                return {}
             result.skipped[runtime.name] = reason
             continue
         calls[runtime.name] = call
@@ -336,34 +394,50 @@ def run_case(
         else:
             diff = max_abs_diff(reference_outputs, outputs)
             result.diffs[runtime.name] = diff
-            if case.dtype == "float64" and DOUBLE_ACCURACY < diff <= TOLERANCE:
+            if result.case.dtype == "float64" and DOUBLE_ACCURACY < diff <= TOLERANCE:
                 result.notes.setdefault(
                     runtime.name,
                     f"float64 outputs only float32-accurate (Δ > {DOUBLE_ACCURACY:g}): "
                     "computes double in float32",
                 )
-    if before_timing is not None:
-        before_timing()
+    return calls
+
+
+def time_calls(
+    result: CaseResult,
+    calls: dict[str, Call],
+    *,
+    min_repeats: int = MIN_REPEATS,
+    max_repeats: int = MAX_REPEATS,
+    budget: float = 0.0,
+    seed: int = 0,
+    order: str = "alternate",
+    settle_between: bool = True,
+    background_load: int = 0,
+    max_calls: Mapping[str, int] | None = None,
+) -> None:
+    """Time the prepared ``calls`` into ``result`` (:func:`time_alternating`, with
+    :func:`settle` after each call unless ``settle_between`` is false); ``budget``: the
+    seconds left for the timed rounds. A failure sets ``result.error``."""
     timed = {
         "calls": calls,
         "order": order,
         "seed": seed,
         "between": settle if settle_between else None,
+        "max_calls": max_calls,
     }
-    left = budget - (time.perf_counter() - start)
     try:
         if not background_load:
             result.samples = time_alternating(
-                **timed, min_repeats=min_repeats, max_repeats=max_repeats, budget=left
+                **timed, min_repeats=min_repeats, max_repeats=max_repeats, budget=budget
             )
         else:
             result.load = background_load
             result.samples, result.contended = _quiet_loaded_quiet(
-                timed, background_load, min_repeats, max_repeats, left
+                timed, background_load, min_repeats, max_repeats, budget
             )
     except Exception as e:  # a runtime that ran its warm-up but failed later
         result.error = f"failed while timing: {_first_line(e)}"
-    return result
 
 
 def _quiet_loaded_quiet(

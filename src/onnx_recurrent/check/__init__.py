@@ -27,6 +27,7 @@ import onnx
 
 from ..errors import RecurrentError, RecurrentTypeError
 from ..runtime.feeds import load_feeds, parse_pairs, random_feeds
+from ..runtime.hosts import HOSTS
 from ..runtime.session import InferenceSession, _load
 from .lint import Finding, lint
 from .peers import PEERS, installed_peers, one_line
@@ -91,6 +92,7 @@ def check(
     atol: float = 1e-4,
     rtol: float = 1e-3,
     trace_nodes: bool = False,
+    host: str = "auto",
 ) -> Report:
     """Run ``model`` on onnx-recurrent and on each peer, and compare every output.
 
@@ -105,6 +107,8 @@ def check(
         A peer differs where ``|theirs - ours| > atol + rtol * |ours|``.
     trace_nodes : bool
         Also locate the first divergent step of each recurrent node (:func:`trace`).
+    host : {"auto", "onnxruntime", "reference"}
+        Who runs the graph on our side (:class:`~onnx_recurrent.InferenceSession`).
 
     Returns
     -------
@@ -122,7 +126,7 @@ def check(
         raise RecurrentError(f"unknown peer(s) {unknown}; known: {list(PEERS)}")
     if atol < 0 or rtol < 0:
         raise RecurrentError(f"atol and rtol must be >= 0, got {atol}, {rtol}")
-    session = InferenceSession(proto)
+    session = InferenceSession(proto, host=host)
     names = [o.name for o in session.get_outputs()]
     ours = session.run(None, feeds)
     report = Report(lint(proto), [], atol=atol, rtol=rtol)
@@ -180,7 +184,13 @@ def _cmd_check(args: argparse.Namespace) -> int:
     print(f"peers: {', '.join(peers) if peers else 'none installed'}")
 
     report = check(
-        model, feeds, peers=peers, atol=args.atol, rtol=args.rtol, trace_nodes=args.trace
+        model,
+        feeds,
+        peers=peers,
+        atol=args.atol,
+        rtol=args.rtol,
+        trace_nodes=args.trace,
+        host=args.host,
     )
     print("\nlint:" if report.findings else "\nlint: nothing known to go wrong for these nodes")
     for f in report.findings:
@@ -248,5 +258,11 @@ def add_parser(subparsers: Any) -> None:
         action="append",
         choices=list(PEERS),
         help="compare with this peer only (repeatable; default every installed one)",
+    )
+    p.add_argument(
+        "--host",
+        choices=HOSTS,
+        default="auto",
+        help="who runs the graph on our side (default auto: onnxruntime where it can)",
     )
     p.set_defaults(handler=cmd_check)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import onnx
+from onnx import numpy_helper
 
 from .. import cells
 from ..activations import TABLE
@@ -54,12 +55,40 @@ def bound_activations(op: str, attrs: Mapping[str, Any]) -> list[tuple[str, bool
     return out
 
 
+#: a ``Loop(M, "")`` whose body's cond may turn false (onnxruntime 1.32, OpenVINO 2026.4)
+LOOP_COND = (
+    "M given, cond omitted and a body cond that may turn false: the spec ignores it and "
+    "runs M iterations (check's onnx.reference, onnx-recurrent's reference host); onnxruntime "
+    "and openvino stop there (so does onnx-recurrent's onnxruntime host)"
+)
+
+
+def _loop_ignores_cond(node: onnx.NodeProto) -> bool:
+    """Whether ``node`` is a ``Loop(M, "")`` whose body's cond output may be false."""
+    if len(node.input) < 2 or not node.input[0] or node.input[1]:
+        return False
+    body = next((a.g for a in node.attribute if a.name == "body"), None)
+    if body is None or len(body.input) < 2 or not body.output:
+        return False
+    cond_in, cond_out = body.input[1].name, body.output[0].name
+    for n in body.node:  # passed through (onnxruntime passes true), or a constant true
+        if cond_out in n.output and n.op_type == "Identity" and list(n.input) == [cond_in]:
+            cond_out = cond_in
+        elif cond_out in n.output and n.op_type == "Constant" and n.attribute:
+            a = n.attribute[0]
+            if a.name == "value" and bool(numpy_helper.to_array(a.t).all()):
+                cond_out = cond_in
+    return cond_out != cond_in
+
+
 def lint(model: onnx.ModelProto) -> list[Finding]:
     """What each peer is known to get wrong for the model's recurrent nodes.
 
     Every GRU, RNN and LSTM node is visited, subgraphs included. The known behaviours
     are those measured in SEMANTICS.md (onnxruntime 1.31, OpenVINO 2026.4, onnx 1.23),
-    plus a warning for a GRU with ``linear_before_reset=0`` in a PyTorch-exported model.
+    plus warnings for a GRU with ``linear_before_reset=0`` in a PyTorch-exported model
+    and for a ``Loop`` with M given and ``cond`` omitted whose body's cond may turn
+    false (the spec runs M iterations, onnxruntime and OpenVINO stop there).
 
     Parameters
     ----------
@@ -74,6 +103,8 @@ def lint(model: onnx.ModelProto) -> list[Finding]:
     pytorch = "torch" in model.producer_name.lower()
     findings = []
     for node, path, index in walk(model.graph):
+        if node.op_type == "Loop" and node.domain in ("", "ai.onnx") and _loop_ignores_cond(node):
+            findings.append(Finding(_node_label(node, None, path, index), None, LOOP_COND))
         if node.op_type not in RECURRENT_OPS or node.domain not in ("", "ai.onnx"):
             continue
         op = node.op_type

@@ -13,6 +13,7 @@ from onnx import helper
 
 from .. import cells
 from ..activations import TABLE, Activation
+from ..runtime.loop import reference_fixes
 from ..runtime.reference import reference_ops
 from ..runtime.streaming import RECURRENT_OPS, Namer, attributes, elem_types, walk
 from ..spec import RecSpec, make_spec
@@ -373,7 +374,7 @@ def trace(
     notes = [f"not traced (inside subgraphs): {', '.join(nested)}"] if nested else []
     if not named:
         return [], [*notes, "no recurrent node in the main graph to trace"]
-    values = ReferenceEvaluator(traced, new_ops=reference_ops()).run(
+    values = ReferenceEvaluator(traced, new_ops=[*reference_ops(), *reference_fixes()]).run(
         None, dict(feeds), intermediate=True
     )
     wanted = [n for outs in named.values() for n in outs]

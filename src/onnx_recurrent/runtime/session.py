@@ -1,13 +1,16 @@
 """An onnxruntime-shaped session that runs whole ONNX models.
 
-onnx.reference runs every operator but the recurrent ones, which onnx-recurrent runs
-(:func:`~onnx_recurrent.runtime.reference.reference_ops`). Feeds are checked against
-the graph's declared inputs before anything runs.
+A host runs the graph: onnxruntime (:mod:`.hosts.onnxruntime`), with the recurrent
+nodes as custom nodes, or onnx.reference (:mod:`.hosts.reference`); either way the
+recurrent nodes run through the layers bound when the session is made
+(:mod:`.bound`). Feeds are checked against the graph's declared inputs before
+anything runs, the same way under both hosts.
 """
 
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -15,10 +18,10 @@ from typing import Any
 import numpy as np
 import onnx
 from onnx.helper import tensor_dtype_to_np_dtype
-from onnx.reference import ReferenceEvaluator
 
 from ..errors import RecurrentError, RecurrentTypeError
-from .reference import reference_ops
+from .bound import BoundNode, bind
+from .hosts import HOSTS, make_host
 
 
 @dataclass(frozen=True)
@@ -59,13 +62,60 @@ def _load(model: str | os.PathLike | bytes | onnx.ModelProto) -> onnx.ModelProto
     raise TypeError(f"model must be a path, bytes or onnx.ModelProto, got {type(model).__name__}")
 
 
+@dataclass(frozen=True)
+class ModelMetadata:
+    """The model's metadata, as onnxruntime's ``ModelMetadata``."""
+
+    producer_name: str
+    graph_name: str
+    domain: str
+    description: str
+    graph_description: str
+    version: int
+    custom_metadata_map: dict[str, str]
+
+    @classmethod
+    def of(cls, model: onnx.ModelProto) -> ModelMetadata:
+        return cls(
+            model.producer_name,
+            model.graph.name,
+            model.domain,
+            model.doc_string,
+            model.graph.doc_string,
+            model.model_version,
+            {p.key: p.value for p in model.metadata_props},
+        )
+
+
 class InferenceSession:
-    """Run an ONNX model with onnx-recurrent's recurrent operators.
+    """Run an ONNX model with onnx-recurrent's recurrent operators: a drop-in for
+    ``onnxruntime.InferenceSession``.
 
     Parameters
     ----------
     model : str, os.PathLike, bytes or onnx.ModelProto
         A path to a ``.onnx`` file, its serialised bytes, or a loaded model.
+    sess_options : onnxruntime.SessionOptions, optional
+        For the onnxruntime host (ignored by the reference host), which runs the graph
+        sequentially (``execution_mode`` is set for the session and restored) and
+        registers onnxruntime-extensions' library on them. Without them, the host's
+        options keep onnxruntime's idle threads from spinning long
+        (:data:`~onnx_recurrent.runtime.hosts.onnxruntime.SESSION_CONFIG`); with your
+        own, set ``session.intra_op.spin_duration_us`` yourself if a recurrent node
+        runs on several threads.
+    providers : list, optional
+        onnxruntime's execution providers (default ``["CPUExecutionProvider"]``).
+    host : {"auto", "onnxruntime", "reference"}
+        Who runs the graph. ``"onnxruntime"``: onnxruntime, with every GRU, RNN and
+        LSTM node (``If``, ``Loop`` and ``Scan`` bodies included) computed by
+        onnx-recurrent as a custom node (needs onnxruntime and
+        onnxruntime-extensions). ``"reference"``: onnx.reference, slow but needing
+        neither. ``"auto"``: onnxruntime where it can, else reference, with one
+        :class:`RuntimeWarning` saying why. :attr:`host` tells which runs.
+
+    The recurrent nodes' weights that are initializers, or computed from initializers
+    only, are checked and prepared once, here; a call passes only X, the lengths and
+    the states.
 
     Raises
     ------
@@ -73,24 +123,57 @@ class InferenceSession:
         ``model`` is a path that does not exist.
     TypeError
         ``model`` is none of the accepted types.
+    ValueError
+        An unknown ``host``; a recurrent node with a bad attribute or constant weights
+        that disagree (the message names the node).
+    RuntimeError
+        ``host="onnxruntime"`` where onnxruntime or onnxruntime-extensions is missing
+        or onnxruntime refuses the model (the message says which).
 
     Notes
     -----
     ``run`` may be called from several threads at once, as with onnxruntime.
     """
 
-    def __init__(self, model: str | os.PathLike | bytes | onnx.ModelProto) -> None:
+    def __init__(
+        self,
+        model: str | os.PathLike | bytes | onnx.ModelProto,
+        sess_options: Any = None,
+        providers: Sequence[Any] | None = None,
+        *,
+        host: str = "auto",
+        _zero_size_states: bool = False,
+    ) -> None:
+        if host not in HOSTS:
+            raise RecurrentError(f"host must be one of {list(HOSTS)}, got {host!r}")
         self._model = _load(model)
         graph = self._model.graph
         initializers = {i.name for i in graph.initializer}
         self._inputs = [NodeArg.of(v) for v in graph.input if v.name not in initializers]
         self._outputs = [NodeArg.of(v) for v in graph.output]
-        self._evaluator = ReferenceEvaluator(self._model, new_ops=reference_ops())
+        self._bound = bind(self._model, zero_size_states=_zero_size_states)
+        self._host, why = make_host(host, self._model, self._bound, sess_options, providers)
+        if why:
+            warnings.warn(
+                f"onnx-recurrent: the reference host runs this model ({why})",
+                RuntimeWarning,
+                stacklevel=2,
+            )
 
     @property
     def model(self) -> onnx.ModelProto:
         """The loaded model."""
         return self._model
+
+    @property
+    def host(self) -> str:
+        """Who runs the graph: ``"onnxruntime"`` or ``"reference"``."""
+        return self._host.name
+
+    @property
+    def recurrent_nodes(self) -> list[BoundNode]:
+        """The model's recurrent nodes as bound at creation (top level first)."""
+        return list(self._bound.values())
 
     def get_inputs(self) -> list[NodeArg]:
         """The graph inputs a caller feeds (initializers excluded), in graph order."""
@@ -99,6 +182,16 @@ class InferenceSession:
     def get_outputs(self) -> list[NodeArg]:
         """The graph outputs, in graph order."""
         return list(self._outputs)
+
+    def get_providers(self) -> list[str]:
+        """onnxruntime's execution providers; ``["CPUExecutionProvider"]`` under the
+        reference host."""
+        return self._host.providers()
+
+    def get_modelmeta(self) -> ModelMetadata:
+        """The model's producer, graph name, domain, descriptions, version and custom
+        metadata."""
+        return ModelMetadata.of(self._model)
 
     def _check_feeds(self, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
         if not isinstance(feeds, Mapping):
@@ -144,19 +237,19 @@ class InferenceSession:
     def run(
         self,
         output_names: Sequence[str] | None,
-        feeds: Mapping[str, Any],
+        input_feed: Mapping[str, Any],
         run_options: Any = None,
     ) -> list[np.ndarray]:
         """Run the model.
 
         Parameters
         ----------
-        output_names : sequence of str or None
+        output_names : list of str or None
             The outputs to return, in this order; None for all, in graph order.
-        feeds : dict of str to ndarray
+        input_feed : dict of str to ndarray
             One array per graph input, of the declared element type and rank.
-        run_options : None
-            Accepted for onnxruntime compatibility; ignored.
+        run_options : onnxruntime.RunOptions, optional
+            Passed to onnxruntime under its host; ignored by the reference host.
 
         Returns
         -------
@@ -165,19 +258,28 @@ class InferenceSession:
         Raises
         ------
         ValueError
-            A missing or unknown input name, a wrong rank or fixed dimension, or an
-            unknown output name.
+            A missing or unknown input name, a wrong rank or fixed dimension, an
+            unknown output name; a recurrent node's (``sequence_lens`` out of range...),
+            naming the node, the same under both hosts.
         TypeError
-            A feed of the wrong element type.
+            ``output_names`` a string, a feed of the wrong element type.
+        KeyboardInterrupt
+            Ctrl-C during the call; the session stays usable.
         """
-        checked = self._check_feeds(feeds)
+        if isinstance(output_names, str | bytes):
+            raise TypeError(
+                f"output_names must be a list of names or None, got the string "
+                f"{output_names!r} (write [{output_names!r}])"
+            )
+        checked = self._check_feeds(input_feed)
         names = [o.name for o in self._outputs]
         if output_names is None:
             output_names = names
         else:
+            output_names = list(output_names)
             unknown = [n for n in output_names if n not in names]
             if unknown:
                 raise RecurrentError(
                     f"unknown output name(s) {unknown}; the model's outputs are {names}"
                 )
-        return list(self._evaluator.run(list(output_names), checked))
+        return self._host.run(output_names, checked, run_options)

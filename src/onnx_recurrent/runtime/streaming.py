@@ -24,10 +24,8 @@ import numpy as np
 import onnx
 from onnx import helper
 from onnx.helper import tensor_dtype_to_np_dtype
-from onnx.reference import ReferenceEvaluator
 
 from ..errors import RecurrentError
-from .reference import reference_ops
 from .session import InferenceSession, NodeArg, _load
 
 #: per operator: (input index, input name, output index, output name) of each state
@@ -353,39 +351,6 @@ def expose_states(model: onnx.ModelProto) -> onnx.ModelProto:
 # -- the session ----------------------------------------------------------------------------
 
 
-class _ZeroStates:
-    """Mixin for the recurrent ops: a zero-size initial state means zeros.
-
-    A stream's first step feeds such placeholders, so the states take the batch size
-    of whatever reaches each node, however the graph computes it.
-    """
-
-    def _run(self, X, W, R, *optional, **attributes):
-        optional = tuple(
-            None if i in (2, 3) and v is not None and np.size(v) == 0 else v
-            for i, v in enumerate(optional)
-        )
-        return super()._run(X, W, R, *optional, **attributes)
-
-
-def _zero_state_ops() -> list[type]:
-    families = []
-    for base in reference_ops():
-        family = type(base.__name__, (_ZeroStates, base), {"versions": {}})
-        for version, cls in base.versions.items():
-            family.versions[version] = type(
-                cls.__name__, (family,), {"since_version": version, "op_schema": cls.op_schema}
-            )
-        families.append(family)
-    return families
-
-
-class _ZeroStateSession(InferenceSession):
-    def __init__(self, model: onnx.ModelProto) -> None:
-        super().__init__(model)
-        self._evaluator = ReferenceEvaluator(self._model, new_ops=_zero_state_ops())
-
-
 class StreamingSession:
     """Run a model chunk by chunk, its recurrent states carried between calls.
 
@@ -394,6 +359,8 @@ class StreamingSession:
     model : str, os.PathLike, bytes or onnx.ModelProto
         Any model with at least one recurrent node; its states need not be inputs
         and outputs (:func:`expose_states` is applied to a copy).
+    sess_options, providers, host
+        As :class:`~onnx_recurrent.InferenceSession`'s: who runs the graph.
 
     Raises
     ------
@@ -420,7 +387,14 @@ class StreamingSession:
     change it). Not thread-safe: one stream per session.
     """
 
-    def __init__(self, model: str | os.PathLike | bytes | onnx.ModelProto) -> None:
+    def __init__(
+        self,
+        model: str | os.PathLike | bytes | onnx.ModelProto,
+        sess_options: Any = None,
+        providers: Any = None,
+        *,
+        host: str = "auto",
+    ) -> None:
         original = _load(model)
         self._outputs = [NodeArg.of(o) for o in original.graph.output]
         self._model, self._infos = expose(original)
@@ -436,7 +410,11 @@ class StreamingSession:
                 "one chunk at a time, so chunked outputs differ from one call",
                 stacklevel=2,
             )
-        self._session = _ZeroStateSession(self._model)
+        # a zero-size state (a stream's first step) means zeros of the batch that
+        # reaches the node, however the graph computes it
+        self._session = InferenceSession(
+            self._model, sess_options, providers, host=host, _zero_size_states=True
+        )
         names = {s.input for s in self._infos}
         self._inputs = [i for i in self._session.get_inputs() if i.name not in names]
         self._states: dict[str, np.ndarray] = {}
@@ -445,6 +423,11 @@ class StreamingSession:
     def model(self) -> onnx.ModelProto:
         """The rewritten model, states as inputs and outputs."""
         return self._model
+
+    @property
+    def host(self) -> str:
+        """Who runs the graph: ``"onnxruntime"`` or ``"reference"``."""
+        return self._session.host
 
     @property
     def state_info(self) -> list[StateInfo]:

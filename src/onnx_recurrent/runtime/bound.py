@@ -1,0 +1,178 @@
+"""A model's recurrent nodes bound to prepared layers, once per session.
+
+Both hosts compute a recurrent node through its :class:`BoundNode`: the weights that
+are initializers, or computed from initializers only, are checked and prepared into a
+:class:`~onnx_recurrent.Layer` when the session is made; only X, the lengths and the
+states (and weights the graph computes at run time) come per call. Errors name the node
+(``LSTM node 'rnn': sequence_lens ...``) and are the same under either host.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+
+import ml_dtypes
+import numpy as np
+import onnx
+
+from .. import ops
+from ..errors import RecurrentError, RecurrentTypeError
+from ..layers import Layer
+from .graph import (
+    INPUTS,
+    WEIGHTS,
+    RecurrentNode,
+    constant_values,
+    node_attributes,
+    recurrent_nodes,
+)
+
+_FUNCTIONS: dict[str, Callable[..., tuple]] = {"GRU": ops.gru, "RNN": ops.rnn, "LSTM": ops.lstm}
+
+
+def _named(label: str, error: RecurrentError | RecurrentTypeError) -> Exception:
+    return type(error)(f"{label}: {error}")
+
+
+class BoundNode:
+    """One recurrent node of a model, ready to run.
+
+    Parameters
+    ----------
+    node : RecurrentNode
+        The node and its version.
+    constants : dict of str to ndarray
+        Values of the model's constant tensors (:func:`.graph.constant_values`).
+
+    Raises
+    ------
+    ValueError, TypeError
+        A bad attribute, or constant weights that disagree with them or each other;
+        the message names the node.
+    """
+
+    def __init__(
+        self,
+        node: RecurrentNode,
+        constants: dict[str, np.ndarray],
+    ) -> None:
+        self.node = node
+        self.op = node.op
+        self.label = node.label
+        self.want_Y = node.output(0) != ""
+        self.n_outputs = 3 if self.op == "LSTM" else 2
+        try:
+            self.attributes = node_attributes(node.op, node.version, node.node)
+        except RecurrentError as e:
+            raise _named(self.label, e) from None
+        #: weight name -> tensor name, for the weights the graph computes per call
+        self.dynamic = {
+            w: node.input(w)
+            for w in WEIGHTS
+            if w in INPUTS[node.op] and node.input(w) and node.input(w) not in constants
+        }
+        self.layer: Layer | None = None
+        #: X's dtype in the model, where the node computes on X cast to another
+        self.source_dtype: np.dtype | None = None
+        #: a state of size 0 means zeros (a stream's first step)
+        self.zero_size_states = False
+        if not self.dynamic:
+            W, R, B, P = (
+                constants.get(node.input(w)) if w in INPUTS[node.op] else None for w in WEIGHTS
+            )
+            try:
+                self.layer = Layer(self.op, W, R, B, self.attributes, P)
+            except (RecurrentError, RecurrentTypeError) as e:
+                raise _named(self.label, e) from None
+
+    def computing(self, dtype: np.dtype, source_dtype: np.dtype) -> BoundNode:
+        """This node computing on ``dtype`` inputs cast from ``source_dtype`` (same
+        result: onnx-recurrent computes float16 and bfloat16 in float32 inside)."""
+        other = copy.copy(self)
+        other.source_dtype = np.dtype(source_dtype)
+        if self.layer is not None and self.layer.dtype != dtype:
+            layer = self.layer
+            W, R, B, P = (
+                None if a is None else a.astype(dtype)
+                for a in (layer.W, layer.R, layer.B, layer.P)
+            )
+            other.layer = Layer(self.op, W, R, B, self.attributes, P)
+        return other
+
+    def __repr__(self) -> str:
+        how = "bound" if self.layer is not None else f"dynamic {sorted(self.dynamic)}"
+        return f"<BoundNode {self.label} v{self.node.version}, {how}>"
+
+    def __call__(
+        self,
+        X: np.ndarray,
+        sequence_lens: np.ndarray | None = None,
+        initial_h: np.ndarray | None = None,
+        initial_c: np.ndarray | None = None,
+        weights: dict[str, np.ndarray | None] | None = None,
+    ) -> tuple[np.ndarray | None, ...]:
+        """The node's outputs ``(Y, Y_h[, Y_c])``; ``Y`` is None when the node does not
+        name it. ``weights`` gives the dynamic ones by spec name (``W``, ``R``, ...).
+
+        Raises
+        ------
+        ValueError, TypeError
+            As :meth:`Layer.__call <onnx_recurrent.Layer.__call__>` and the functions
+            do, with the node named first.
+        """
+        if self.zero_size_states:
+            initial_h = None if initial_h is not None and initial_h.size == 0 else initial_h
+            initial_c = None if initial_c is not None and initial_c.size == 0 else initial_c
+        try:
+            dtype = self.source_dtype or X.dtype
+            if dtype == ml_dtypes.bfloat16 and self.node.version < 22:
+                raise RecurrentTypeError(
+                    f"X: bfloat16 needs {self.op} version 22, "
+                    f"this node is version {self.node.version}"
+                )
+            if self.layer is not None:
+                return self.layer(
+                    X, sequence_lens, initial_h, initial_c, output_sequence=self.want_Y
+                )
+            given = {w: (weights or {}).get(w) for w in WEIGHTS}
+            states = (initial_h, initial_c) if self.op == "LSTM" else (initial_h,)
+            extra = {"P": given["P"]} if self.op == "LSTM" else {}
+            return _FUNCTIONS[self.op](
+                X,
+                given["W"],
+                given["R"],
+                given["B"],
+                sequence_lens,
+                *states,
+                **extra,
+                output_sequence=self.want_Y,
+                **self.attributes,
+            )
+        except (RecurrentError, RecurrentTypeError) as e:
+            raise _named(self.label, e) from None
+
+
+def bind(
+    model: onnx.ModelProto, *, zero_size_states: bool = False
+) -> dict[tuple[str, ...], BoundNode]:
+    """Every recurrent node of ``model`` bound, keyed by :func:`node_key`;
+    ``zero_size_states``: a state of size 0 means zeros (streaming's first step).
+
+    Raises
+    ------
+    ValueError, TypeError
+        A node with a bad attribute or bad constant weights (the message names it).
+    """
+    nodes = recurrent_nodes(model)
+    names = [n.input(w) for n in nodes for w in WEIGHTS if w in INPUTS[n.op]]
+    constants = constant_values(model, names)
+    bound = {node_key(n.node): BoundNode(n, constants) for n in nodes}
+    for b in bound.values():
+        b.zero_size_states = zero_size_states
+    return bound
+
+
+def node_key(node: onnx.NodeProto) -> tuple[str, ...]:
+    """A node's identity within a model: its name, inputs and outputs."""
+    return (node.op_type, node.name, *node.input, "->", *node.output)

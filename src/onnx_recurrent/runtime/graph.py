@@ -1,0 +1,307 @@
+"""Graph surgery shared by the hosts, streaming and check.
+
+- :func:`recurrent_nodes`: every GRU, RNN and LSTM node of a model, at the top level
+  and inside ``If``, ``Loop`` and ``Scan`` bodies, with its operator version.
+- :func:`node_attributes`: a node's attributes as the keywords of the functions, with
+  the version differences settled (GRU-1's ``'foward'``, ``output_sequence`` of
+  versions 1 and 3 dropped: ``Y`` is produced whenever the node names it).
+- :func:`constant_values`: the values of tensors computed from initializers only
+  (Silero's weights go through ``Slice``, ``Concat`` and ``Unsqueeze``), folded once.
+- :func:`subgraphs`, :func:`element_types`: walking and typing helpers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+from onnx.helper import get_attribute_value, tensor_dtype_to_np_dtype
+
+from ..errors import RecurrentError
+
+#: the recurrent operators and their versions
+VERSIONS = {"GRU": (1, 3, 7, 14, 22), "RNN": (1, 7, 14, 22), "LSTM": (1, 7, 14, 22)}
+#: inputs by position, as the spec names them
+INPUTS = {
+    "GRU": ("X", "W", "R", "B", "sequence_lens", "initial_h"),
+    "RNN": ("X", "W", "R", "B", "sequence_lens", "initial_h"),
+    "LSTM": ("X", "W", "R", "B", "sequence_lens", "initial_h", "initial_c", "P"),
+}
+WEIGHTS = ("W", "R", "B", "P")
+#: operators whose result is not a function of their inputs
+_RANDOM = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike"}
+_RANDOM |= {"Multinomial", "Bernoulli"}
+
+
+def is_default_domain(domain: str) -> bool:
+    return domain in ("", "ai.onnx")
+
+
+def opset_version(model: onnx.ModelProto) -> int:
+    """The model's opset of the default domain (the latest known if it imports none)."""
+    for entry in model.opset_import:
+        if is_default_domain(entry.domain):
+            return entry.version
+    return onnx.defs.onnx_opset_version()
+
+
+def node_version(op: str, opset: int) -> int:
+    """The version of operator ``op`` that a model of ``opset`` runs.
+
+    Raises
+    ------
+    ValueError
+        No version of ``op`` is as old as ``opset``.
+    """
+    known = [v for v in VERSIONS[op] if v <= opset]
+    if not known:
+        raise RecurrentError(f"{op} has no version <= opset {opset}")
+    return max(known)
+
+
+def subgraphs(node: onnx.NodeProto) -> Iterator[onnx.GraphProto]:
+    """The graphs held by a node's attributes (``If`` branches, ``Loop``/``Scan`` bodies)."""
+    for attribute in node.attribute:
+        if attribute.type == onnx.AttributeProto.GRAPH:
+            yield attribute.g
+        elif attribute.type == onnx.AttributeProto.GRAPHS:
+            yield from attribute.graphs
+
+
+def walk(graph: onnx.GraphProto) -> Iterator[tuple[onnx.GraphProto, onnx.NodeProto]]:
+    """Every node of ``graph`` and of its subgraphs, each with the graph that holds it."""
+    for node in graph.node:
+        yield graph, node
+        for sub in subgraphs(node):
+            yield from walk(sub)
+
+
+@dataclass(frozen=True)
+class RecurrentNode:
+    """A GRU, RNN or LSTM node of a model and the version its opset selects."""
+
+    node: onnx.NodeProto
+    graph: onnx.GraphProto
+    version: int
+
+    @property
+    def op(self) -> str:
+        return self.node.op_type
+
+    @property
+    def label(self) -> str:
+        """How errors name the node: ``LSTM node 'name'``."""
+        return f"{self.node.op_type} node {self.node.name!r}"
+
+    def input(self, name: str) -> str:
+        """The tensor name feeding spec input ``name`` ('' if absent)."""
+        position = INPUTS[self.op].index(name)
+        inputs = self.node.input
+        return inputs[position] if position < len(inputs) else ""
+
+    def output(self, position: int) -> str:
+        outputs = self.node.output
+        return outputs[position] if position < len(outputs) else ""
+
+
+def recurrent_nodes(model: onnx.ModelProto) -> list[RecurrentNode]:
+    """Every recurrent node, top level first, then inside subgraphs (depth first).
+
+    Raises
+    ------
+    ValueError
+        A recurrent node whose operator has no version as old as the model's opset.
+    """
+    opset = opset_version(model)
+    return [
+        RecurrentNode(node, graph, node_version(node.op_type, opset))
+        for graph, node in walk(model.graph)
+        if node.op_type in VERSIONS and is_default_domain(node.domain)
+    ]
+
+
+def _decoded(value):
+    if isinstance(value, bytes):
+        return value.decode()
+    if isinstance(value, list):
+        return [_decoded(v) for v in value]
+    return value
+
+
+def node_attributes(op: str, version: int, node: onnx.NodeProto) -> dict:
+    """The node's attributes as keywords of :func:`~onnx_recurrent.gru` and the others.
+
+    Only the attributes the node sets (the schemas' defaults are not all the spec's);
+    ``output_sequence`` dropped; GRU-1's ``'foward'`` read as ``'forward'``.
+
+    Raises
+    ------
+    ValueError
+        An attribute the operator's version does not have.
+    """
+    schema = onnx.defs.get_schema(op, version)
+    given = {a.name: _decoded(get_attribute_value(a)) for a in node.attribute}
+    unknown = set(given) - set(schema.attributes)
+    if unknown:
+        raise RecurrentError(
+            f"unknown attribute(s) {sorted(unknown)}; "
+            f"{op}-{version} has {sorted(schema.attributes)}"
+        )
+    given.pop("output_sequence", None)
+    if given.get("direction") == "foward":
+        given["direction"] = "forward"
+    return given
+
+
+def _initializers(graph: onnx.GraphProto, main: bool) -> dict[str, onnx.TensorProto]:
+    fed = {i.name for i in graph.input} if main else set()
+    # a main-graph initializer that is also an input is a default the caller may replace
+    return {t.name: t for t in graph.initializer if t.name not in fed}
+
+
+def constant_values(model: onnx.ModelProto, names: Iterable[str]) -> dict[str, np.ndarray]:
+    """The values of those ``names`` that are computed from initializers only.
+
+    A tensor is constant if it is an initializer (not one the main graph also lists as
+    an input, which a caller may replace), or the output of a deterministic
+    default-domain node without subgraphs whose inputs are all constant. The ones asked
+    for are computed together by onnx.reference; those that are not constant, or whose
+    computation fails, are left out.
+    """
+    producers: dict[str, onnx.NodeProto] = {}
+    tensors: dict[str, onnx.TensorProto] = _initializers(model.graph, main=True)
+    for graph, node in walk(model.graph):
+        if graph is not model.graph:
+            tensors.update(_initializers(graph, main=False))
+        for out in node.output:
+            if out:
+                producers[out] = node
+
+    memo: dict[str, bool] = {}
+
+    def constant(name: str) -> bool:
+        if name in memo:
+            return memo[name]
+        memo[name] = False  # a cycle is never constant
+        node = producers.get(name)
+        if name in tensors:
+            result = True
+        elif node is None or not is_default_domain(node.domain) or node.op_type in _RANDOM:
+            result = False
+        else:
+            result = not any(True for _ in subgraphs(node)) and all(
+                constant(i) for i in node.input if i
+            )
+        memo[name] = result
+        return result
+
+    wanted = [n for n in dict.fromkeys(names) if n and constant(n)]
+    if not wanted:
+        return {}
+    direct = {n: numpy_helper.to_array(tensors[n]) for n in wanted if n in tensors}
+    computed = [n for n in wanted if n not in tensors]
+    if not computed:
+        return direct
+    order: list[onnx.NodeProto] = []
+    used: list[onnx.TensorProto] = []
+    seen: set[str] = set()
+
+    def visit(name: str) -> None:
+        if name in seen:
+            return
+        seen.add(name)
+        if name in tensors:
+            used.append(tensors[name])
+            return
+        node = producers[name]
+        for i in node.input:
+            if i:
+                visit(i)
+        if not any(node is n for n in order):
+            order.append(node)
+
+    for name in computed:
+        visit(name)
+    graph = onnx.helper.make_graph(
+        order,
+        "constants",
+        [],
+        [onnx.helper.make_empty_tensor_value_info(n) for n in computed],
+        initializer=used,
+    )
+    folded = onnx.helper.make_model(
+        graph, opset_imports=model.opset_import, ir_version=model.ir_version
+    )
+    from onnx.reference import ReferenceEvaluator
+
+    try:
+        values = ReferenceEvaluator(folded).run(None, {})
+    except Exception:  # not foldable: the weights cross per call
+        return direct
+    return direct | {n: np.asarray(v) for n, v in zip(computed, values, strict=True)}
+
+
+def element_types(model: onnx.ModelProto) -> dict[str, int]:
+    """Tensor name -> ONNX element type, as declared or inferred (names whose type
+    cannot be told are absent)."""
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model)
+    except Exception:  # inference is a help, not a requirement
+        inferred = model
+    types: dict[str, int] = {}
+
+    def note(values: Sequence[onnx.ValueInfoProto]) -> None:
+        for v in values:
+            if v.type.HasField("tensor_type") and v.type.tensor_type.elem_type:
+                types[v.name] = v.type.tensor_type.elem_type
+
+    graphs = [inferred.graph] + [g for _, n in walk(inferred.graph) for g in subgraphs(n)]
+    for g in graphs:
+        note(g.input)
+        note(g.output)
+        note(g.value_info)
+        for t in g.initializer:
+            types[t.name] = t.data_type
+    return types
+
+
+def np_dtype(elem_type: int) -> np.dtype:
+    return np.dtype(tensor_dtype_to_np_dtype(elem_type))
+
+
+def prune(model: onnx.ModelProto) -> None:
+    """Remove, in place, the nodes whose outputs nothing uses and the initializers no
+    node uses (a bound layer's weights and the nodes that computed them), in every
+    graph. Nodes with subgraphs and random ones stay."""
+
+    def graphs() -> list[onnx.GraphProto]:
+        return [model.graph] + [g for _, n in walk(model.graph) for g in subgraphs(n)]
+
+    while True:
+        used = {o.name for g in graphs() for o in g.output}
+        used |= {i for _, n in walk(model.graph) for i in n.input}
+        removed = False
+        for g in graphs():
+            keep = [
+                n
+                for n in g.node
+                if any(o in used for o in n.output)
+                or n.op_type in _RANDOM
+                or not is_default_domain(n.domain)
+                or any(True for _ in subgraphs(n))
+            ]
+            if len(keep) < len(g.node):
+                removed = True
+                del g.node[:]
+                g.node.extend(keep)
+        if not removed:
+            break
+    for g in graphs():
+        fed = {i.name for i in g.input}
+        keep_t = [t for t in g.initializer if t.name in used or t.name in fed]
+        if len(keep_t) < len(g.initializer):
+            del g.initializer[:]
+            g.initializer.extend(keep_t)

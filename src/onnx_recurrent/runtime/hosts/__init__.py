@@ -1,0 +1,42 @@
+"""Who runs a model's graph: onnxruntime (custom nodes) or onnx.reference."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import onnx
+
+from ..bound import BoundNode
+
+HOSTS = ("auto", "onnxruntime", "reference")
+
+
+def make_host(
+    host: str,
+    model: onnx.ModelProto,
+    bound: Mapping[tuple[str, ...], BoundNode],
+    sess_options: Any = None,
+    providers: Sequence[Any] | None = None,
+):
+    """The host object, and why ``"auto"`` fell back to the reference host ('' if not).
+
+    Raises
+    ------
+    RuntimeError
+        ``host="onnxruntime"`` and that host cannot run the model here.
+    """
+    if host == "reference":
+        from .reference import ReferenceHost
+
+        return ReferenceHost(model, bound), ""
+    from .onnxruntime import HostUnavailable, OnnxruntimeHost
+
+    try:
+        return OnnxruntimeHost(model, bound, sess_options, providers), ""
+    except HostUnavailable as e:
+        if host == "onnxruntime":
+            raise RuntimeError(f"host='onnxruntime' cannot run this model: {e}") from None
+        from .reference import ReferenceHost
+
+        return ReferenceHost(model, bound), str(e)
