@@ -373,6 +373,7 @@ class OnnxruntimeHost:
     ):
         keys: dict[str, BoundNode] = {}
         try:
+            _setup()  # HostUnavailable where a package is missing
             rewritten = rewrite(model, bound, keys)
             import onnxruntime as ort
 

@@ -1,0 +1,221 @@
+"""InferenceSession under both hosts: same results, same errors, faults contained."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import onnx
+import pytest
+
+import onnx_recurrent as orc
+
+from models import node_model, random_inputs
+from oracle import gru_ref, lstm_ref, rnn_ref
+
+pytest.importorskip("onnxruntime_extensions")
+HOSTS = ["onnxruntime", "reference"]
+REFS = {"GRU": gru_ref, "LSTM": lstm_ref, "RNN": rnn_ref}
+
+
+def oracle(op, feeds, attributes):
+    """The float64 oracle on the feeds (layout 0 feeds turned batch-first if asked)."""
+    return REFS[op](
+        **{k: v.astype(np.float64) if v.dtype.kind == "f" else v for k, v in feeds.items()},
+        **attributes,
+    )
+
+
+def batch_first(feeds):
+    """Layout-1 feeds from layout-0 ones: X, initial_h, initial_c with axes 0 and 1 swapped."""
+    swap = {"X", "initial_h", "initial_c"}
+    return {
+        k: np.ascontiguousarray(v.swapaxes(0, 1)) if k in swap else v for k, v in feeds.items()
+    }
+
+
+def _feeds_for(session, feeds):
+    return {k: v for k, v in feeds.items() if k in {i.name for i in session.get_inputs()}}
+
+
+def _constant_weights_model(op, feeds, attributes):
+    """The node model with W, R, B (and P) as initializers, as exported models have."""
+    model = node_model(op, feeds, attributes)
+    graph = model.graph
+    weights = {"W", "R", "B", "P"}
+    for name in [i.name for i in graph.input if i.name in weights and i.name in feeds]:
+        graph.initializer.append(onnx.numpy_helper.from_array(feeds[name], name))
+    keep = [i for i in graph.input if i.name not in weights]
+    del graph.input[:]
+    graph.input.extend(keep)
+    return model
+
+
+@pytest.mark.parametrize(
+    ("op", "attributes", "dtype"),
+    [
+        ("GRU", {"layout": 1, "linear_before_reset": 1}, np.float32),
+        ("LSTM", {"input_forget": 1, "direction": "bidirectional"}, np.float64),
+        ("RNN", {"activations": ["Affine"]}, np.float32),
+        ("LSTM", {"clip": 1.5}, np.float16),
+    ],
+)
+@pytest.mark.parametrize("host", HOSTS)
+def test_models_onnxruntime_gets_wrong_equal_the_oracle(op, attributes, dtype, host):
+    D = 2 if attributes.get("direction") == "bidirectional" else 1
+    feeds = random_inputs(op, T=5, N=3, I=4, H=6, D=D, dtype=dtype)
+    if attributes.get("layout"):
+        feeds = batch_first(feeds)
+    model = _constant_weights_model(op, feeds, attributes)
+    session = orc.InferenceSession(model, host=host)
+    assert session.host == host
+    got = session.run(None, _feeds_for(session, feeds))
+    want = oracle(op, feeds, attributes)
+    tol = 2e-3 if dtype == np.float16 else 1e-5
+    for g, w in zip(got, want, strict=False):
+        np.testing.assert_allclose(g.astype(np.float64), w, atol=tol, rtol=tol)
+
+
+def test_hosts_agree_on_silero_and_errors():
+    vad = pytest.importorskip("onnx_recurrent.vad")
+    path = vad.silero_model_path()
+    rng = np.random.default_rng(0)
+    feeds = {
+        "input": (rng.standard_normal((4, 576)) * 0.1).astype(np.float32),
+        "state": np.zeros((2, 4, 128), np.float32),
+        "sr": np.array(16000, np.int64),
+    }
+    ort = pytest.importorskip("onnxruntime")
+    want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feeds)
+    for host in HOSTS:
+        got = orc.InferenceSession(path, host=host).run(None, feeds)
+        assert np.max(np.abs(got[0] - want[0])) < 1e-4, host
+
+
+@pytest.mark.parametrize("host", HOSTS)
+def test_same_error_under_both_hosts(host):
+    feeds = random_inputs("LSTM", T=6, N=2, I=3, H=4, D=1)
+    model = _constant_weights_model("LSTM", feeds, {})
+    session = orc.InferenceSession(model, host=host)
+    bad = _feeds_for(session, feeds)
+    bad["sequence_lens"] = np.array([9, 1], np.int32)
+    with pytest.raises(
+        ValueError, match=r"LSTM node .*sequence_lens must lie in \[0, seq_length=6\]"
+    ):
+        session.run(None, bad)
+    with pytest.raises(TypeError, match="list of names"):
+        session.run("Y", bad)
+    # the session lives on and computes right
+    good = session.run(None, _feeds_for(session, feeds))
+    np.testing.assert_allclose(good[1], oracle("LSTM", feeds, {})[1], atol=1e-5)
+
+
+def test_drop_in_surface():
+    feeds = random_inputs("GRU", T=4, N=2, I=3, H=5, D=1)
+    model = _constant_weights_model("GRU", feeds, {})
+    model.producer_name = "tests"
+    session = orc.InferenceSession(model, None, ["CPUExecutionProvider"], host="onnxruntime")
+    assert session.get_providers() == ["CPUExecutionProvider"]
+    assert session.get_modelmeta().producer_name == "tests"
+    assert [i.name for i in session.get_inputs()] == [
+        i.name for i in model.graph.input if i.name in feeds
+    ]
+    with pytest.raises(ValueError, match="host must be one of"):
+        orc.InferenceSession(model, host="tvm")
+
+
+def _run_child(code: str, **kwargs) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.path.dirname(__file__)}
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        **kwargs,
+    )
+
+
+def test_auto_falls_back_without_extensions_with_one_warning():
+    child = _run_child(
+        """
+        import sys, warnings
+        sys.modules["onnxruntime_extensions"] = None  # as if not installed
+        import onnx_recurrent as orc
+        from models import node_model, random_inputs
+        feeds = random_inputs("GRU", T=3, N=2, I=3, H=4, D=1)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            session = orc.InferenceSession(node_model("GRU", feeds, {}))
+        print(session.host, len(caught), caught[0].message)
+        """
+    )
+    assert child.returncode == 0, child.stderr
+    host, count, message = child.stdout.split(" ", 2)
+    assert (host, count) == ("reference", "1")
+    assert "onnxruntime_extensions is not installed" in message
+
+
+def test_error_inside_the_callback_does_not_kill_the_process():
+    child = _run_child(
+        """
+        import numpy as np, onnx_recurrent as orc
+        from models import node_model, random_inputs
+        feeds = random_inputs("GRU", T=5, N=2, I=3, H=4, D=1)
+        session = orc.InferenceSession(node_model("GRU", feeds, {}), host="onnxruntime")
+        feeds["sequence_lens"] = np.array([7, 1], np.int32)
+        try:
+            session.run(None, feeds)
+        except ValueError as e:
+            print("ValueError", e)
+        feeds["sequence_lens"] = np.array([5, 1], np.int32)
+        print("next", session.run(None, feeds)[1].shape)
+        """
+    )
+    assert child.returncode == 0, child.stderr
+    assert "ValueError GRU node" in child.stdout
+    assert "next (1, 2, 4)" in child.stdout
+
+
+def test_ctrl_c_during_a_long_node_raises_and_the_process_lives():
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(
+                """
+                import sys, numpy as np, onnx_recurrent as orc
+                from models import node_model, random_inputs
+                feeds = random_inputs("LSTM", T=20000, N=16, I=64, H=128, D=1, full=False)
+                small = {k: (v[:3] if k == "X" else v) for k, v in feeds.items()}
+                model = node_model("LSTM", feeds, {})
+                model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "T"
+                session = orc.InferenceSession(model, host="onnxruntime")
+                want = session.run(None, small)
+                print("ready", flush=True)
+                try:
+                    session.run(None, feeds)
+                    print("finished")
+                except KeyboardInterrupt:
+                    print("interrupted", flush=True)
+                again = session.run(None, small)
+                print("same", all(np.array_equal(a, b) for a, b in zip(want, again)))
+                """
+            ),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.path.dirname(__file__)},
+    )
+    assert child.stdout.readline().strip() == "ready"
+    time.sleep(1.0)
+    child.send_signal(signal.SIGINT)
+    out, err = child.communicate(timeout=300)
+    assert child.returncode == 0, err
+    assert "interrupted" in out and "same True" in out, (out, err)
