@@ -374,6 +374,9 @@ class OnnxruntimeHost:
         keys: dict[str, BoundNode] = {}
         try:
             _setup()  # HostUnavailable where a package is missing
+            edges = [*model.graph.input, *model.graph.output]
+            if any(v.type.tensor_type.elem_type == TensorProto.BFLOAT16 for v in edges):
+                raise HostUnavailable("onnxruntime's Python API takes no bfloat16 arrays")
             rewritten = rewrite(model, bound, keys)
             import onnxruntime as ort
 
