@@ -3,18 +3,20 @@
 Usage::
 
     python examples/vad_segments.py WAV [--runtime onnx-recurrent|onnxruntime]
+                                        [--host auto|onnxruntime|reference]
 
 The WAV file must be mono 16-bit PCM at 8000 Hz, 16000 Hz or a multiple of 16000 Hz
 (convert others with ``sox IN -r 16000 -c 1 -b 16 OUT.wav``). The model comes from the
 silero-vad package: ``pip install --no-deps silero-vad`` (no torch needed). By default it
-runs on ``onnx_recurrent.InferenceSession``; ``--runtime onnxruntime`` runs the same
+runs on ``onnx_recurrent.InferenceSession`` (``--host`` picks who runs the graph's
+other nodes, as for ``onnx-recurrent run``); ``--runtime onnxruntime`` runs the same
 streaming loop on onnxruntime instead. Recordings longer than ``--progress-after``
 seconds get a tqdm progress bar on stderr.
 
 Example output::
 
     $ python examples/vad_segments.py tests/data/speech_16k.wav
-    tests/data/speech_16k.wav: 4.95 s, 16000 Hz, 155 chunks (onnx-recurrent)
+    tests/data/speech_16k.wav: 4.95 s, 16000 Hz, 155 chunks (onnx-recurrent, onnxruntime)
     0.738 - 2.206 s
     3.074 - 4.222 s
 """
@@ -27,7 +29,7 @@ import sys
 from onnx_recurrent import vad
 
 
-def make_session(runtime: str, model_path: str):
+def make_session(runtime: str, model_path: str, host: str = "auto"):
     """Return a session over the model on the chosen runtime."""
     if runtime == "onnxruntime":
         import onnxruntime
@@ -39,7 +41,7 @@ def make_session(runtime: str, model_path: str):
         )
     import onnx_recurrent
 
-    return onnx_recurrent.InferenceSession(model_path)
+    return onnx_recurrent.InferenceSession(model_path, host=host)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,6 +52,12 @@ def main(argv: list[str] | None = None) -> int:
         choices=["onnx-recurrent", "onnxruntime"],
         default="onnx-recurrent",
         help="which runtime runs the model (default: onnx-recurrent)",
+    )
+    parser.add_argument(
+        "--host",
+        choices=["auto", "onnxruntime", "reference"],
+        default="auto",
+        help="onnx-recurrent's graph host (default: auto, onnxruntime where it can)",
     )
     parser.add_argument(
         "--threshold", type=float, default=0.5, help="speech probability threshold (0.5)"
@@ -71,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     duration = samples.size / rate
-    session = make_session(args.runtime, str(model_path))
+    session = make_session(args.runtime, str(model_path), args.host)
     try:
         probs = vad.speech_probabilities(
             session, samples, rate, progress=duration > args.progress_after
@@ -81,7 +89,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     segments = vad.speech_segments(probs, rate, num_samples=samples.size, threshold=args.threshold)
 
-    print(f"{args.wav}: {duration:.2f} s, {rate} Hz, {probs.size} chunks ({args.runtime})")
+    runtime = args.runtime if args.runtime == "onnxruntime" else f"{args.runtime}, {session.host}"
+    print(f"{args.wav}: {duration:.2f} s, {rate} Hz, {probs.size} chunks ({runtime})")
     if not segments:
         print("no speech found")
     for start, end in segments:

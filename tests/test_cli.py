@@ -80,3 +80,18 @@ def test_errors_exit_2_with_a_message(tmp_path, args, message):
     done = _cli(*[a.format(model=model) for a in args])
     assert done.returncode == 2
     assert message in done.stderr
+
+
+def test_first_use_says_the_kernels_compile_once(tmp_path):
+    import os
+
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "cache")}
+
+    def run():
+        return subprocess.run([*CLI, "run"], capture_output=True, text=True, timeout=300, env=env)
+
+    first, second = run(), run()
+    assert first.returncode == 0 and second.returncode == 0, (first.stderr, second.stderr)
+    line = [s for s in first.stderr.splitlines() if "compiling the kernels" in s]
+    assert len(line) == 1 and "once; cached in" in line[0] and str(tmp_path) in line[0]
+    assert "compiling" not in second.stderr

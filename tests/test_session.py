@@ -1,4 +1,4 @@
-"""InferenceSession: onnxruntime's shape, checked feeds, concurrent runs."""
+"""InferenceSession under each host: onnxruntime's shape, checked feeds, concurrent runs."""
 
 from __future__ import annotations
 
@@ -19,12 +19,12 @@ def model_and_feeds():
     return model, feeds
 
 
-def test_model_from_path_bytes_and_proto(tmp_path, model_and_feeds):
+def test_model_from_path_bytes_and_proto(host, tmp_path, model_and_feeds):
     model, feeds = model_and_feeds
     path = tmp_path / "m.onnx"
     path.write_bytes(model.SerializeToString())
     results = [
-        orc.InferenceSession(m).run(None, feeds)
+        orc.InferenceSession(m, host=host).run(None, feeds)
         for m in (model, model.SerializeToString(), str(path), path)
     ]
     for r in results[1:]:
@@ -32,9 +32,9 @@ def test_model_from_path_bytes_and_proto(tmp_path, model_and_feeds):
             np.testing.assert_array_equal(a, b)
 
 
-def test_inputs_and_outputs_describe_the_graph(model_and_feeds):
+def test_inputs_and_outputs_describe_the_graph(host, model_and_feeds):
     model, feeds = model_and_feeds
-    session = orc.InferenceSession(model)
+    session = orc.InferenceSession(model, host=host)
     inputs = session.get_inputs()
     assert [i.name for i in inputs] == list(feeds)
     assert inputs[0].shape == [30, 4, 8] and inputs[0].type == "tensor(float)"
@@ -42,18 +42,18 @@ def test_inputs_and_outputs_describe_the_graph(model_and_feeds):
     assert [o.name for o in session.get_outputs()] == ["Y", "Y_h", "Y_c"]
 
 
-def test_output_names_select_and_order(model_and_feeds):
+def test_output_names_select_and_order(host, model_and_feeds):
     model, feeds = model_and_feeds
-    session = orc.InferenceSession(model)
+    session = orc.InferenceSession(model, host=host)
     _Y, Y_h, Y_c = session.run(None, feeds)
     Y_c2, Y_h2 = session.run(["Y_c", "Y_h"], feeds)
     np.testing.assert_array_equal(Y_c, Y_c2)
     np.testing.assert_array_equal(Y_h, Y_h2)
 
 
-def test_concurrent_runs_equal_serial_runs(model_and_feeds):
+def test_concurrent_runs_equal_serial_runs(host, model_and_feeds):
     model, feeds = model_and_feeds
-    session = orc.InferenceSession(model)
+    session = orc.InferenceSession(model, host=host)
     rng = np.random.default_rng(7)
     variants = [
         {**feeds, "X": rng.standard_normal(feeds["X"].shape).astype(np.float32)} for _ in range(12)
@@ -85,19 +85,19 @@ def test_concurrent_runs_equal_serial_runs(model_and_feeds):
         ),
     ],
 )
-def test_bad_feeds(model_and_feeds, change, error, match):
+def test_bad_feeds(host, model_and_feeds, change, error, match):
     model, feeds = model_and_feeds
     feeds = dict(feeds)
     change(feeds)
     with pytest.raises(error, match=match):
-        orc.InferenceSession(model).run(None, feeds)
+        orc.InferenceSession(model, host=host).run(None, feeds)
 
 
-def test_unknown_output_and_bad_model():
+def test_unknown_output_and_bad_model(host):
     model = node_model("RNN", random_inputs("RNN", full=False), {})
     with pytest.raises(ValueError, match=r"unknown output name\(s\) \['Z'\]"):
-        orc.InferenceSession(model).run(["Z"], random_inputs("RNN", full=False))
+        orc.InferenceSession(model, host=host).run(["Z"], random_inputs("RNN", full=False))
     with pytest.raises(FileNotFoundError, match="no such file"):
-        orc.InferenceSession("/nonexistent/model.onnx")
+        orc.InferenceSession("/nonexistent/model.onnx", host=host)
     with pytest.raises(TypeError, match=r"model must be a path, bytes or onnx\.ModelProto"):
-        orc.InferenceSession(42)
+        orc.InferenceSession(42, host=host)

@@ -80,9 +80,10 @@ def ort_probs(model_path, recording) -> np.ndarray:
 # --- the end-to-end comparison ------------------------------------------------------
 
 
-def test_silero_vad_onnx_recurrent_matches_onnxruntime(model_path, recording, ort_probs):
+def test_silero_vad_onnx_recurrent_matches_onnxruntime(host, model_path, recording, ort_probs):
     samples, rate = recording
-    session = onnx_recurrent.InferenceSession(str(model_path))
+    session = onnx_recurrent.InferenceSession(str(model_path), host=host)
+    assert session.host == host
     probs = vad.speech_probabilities(session, samples, rate)
 
     assert probs.shape == ort_probs.shape == (-(-samples.size // 512),)
@@ -371,9 +372,9 @@ def test_silero_model_path_unknown_file():
 # --- the example ----------------------------------------------------------------------
 
 
-def test_example_prints_segments(model_path, recording):
+def test_example_prints_segments(host, model_path, recording):
     out = subprocess.run(
-        [sys.executable, str(EXAMPLE), str(RECORDING)],
+        [sys.executable, str(EXAMPLE), str(RECORDING), "--host", host],
         capture_output=True,
         text=True,
         check=True,
@@ -381,5 +382,5 @@ def test_example_prints_segments(model_path, recording):
     ).stdout
     lines = out.splitlines()
     chunks = -(-recording[0].size // 512)
-    assert f"{chunks} chunks (onnx-recurrent)" in lines[0]
+    assert f"{chunks} chunks (onnx-recurrent, {host})" in lines[0]
     assert len(lines) == 3 and all(line.endswith(" s") for line in lines[1:]), out

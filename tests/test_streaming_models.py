@@ -49,11 +49,11 @@ def _stream(session: StreamingSession, x: np.ndarray, chunk: int, axis: int) -> 
 
 @pytest.mark.parametrize("name", MODELS)
 @pytest.mark.parametrize("chunk", [1, 7, 50])
-def test_chunks_give_the_full_call(name, chunk, expected):
+def test_chunks_give_the_full_call(host, name, chunk, expected):
     outputs, time_axis, _ = MODELS[name]
     x = expected[f"{name}.x"]
     full = orc.InferenceSession(_model(name)).run(None, {"x": x})
-    got = _stream(StreamingSession(_model(name)), x, chunk, time_axis)
+    got = _stream(StreamingSession(_model(name), host=host), x, chunk, time_axis)
     assert len(got) == len(outputs)
     for out, g, f in zip(outputs, got, full, strict=True):
         assert g.shape == f.shape, out
@@ -108,9 +108,9 @@ def test_exposed_model_streams_on_onnxruntime(name, expected):
     )
 
 
-def test_states_reset_and_restore(expected):
+def test_states_reset_and_restore(host, expected):
     x = expected["lstm.x"]  # [seq, batch 2, 4]
-    session = StreamingSession(_model("lstm"))
+    session = StreamingSession(_model("lstm"), host=host)
     assert len(session.states) == 4
     assert all(v is None for v in session.states.values())
     first = session.step({"x": x[:10]})
@@ -130,8 +130,8 @@ def test_states_reset_and_restore(expected):
     assert [a.name for a in session.get_outputs()] == ["y", "h_n", "c_n"]
 
 
-def test_batch_size_comes_from_the_first_feed():
-    session = StreamingSession(_model("gru"))
+def test_batch_size_comes_from_the_first_feed(host):
+    session = StreamingSession(_model("gru"), host=host)
     session.step({"x": np.ones((3, 2, 4), np.float32)})
     assert {v.shape for v in session.states.values()} == {(1, 3, 8)}
     with pytest.raises(ValueError, match="initial_h"):
@@ -140,8 +140,8 @@ def test_batch_size_comes_from_the_first_feed():
     session.step({"x": np.ones((2, 2, 4), np.float32)})  # a new stream may change it
 
 
-def test_bad_feeds():
-    session = StreamingSession(_model("gru"))
+def test_bad_feeds(host):
+    session = StreamingSession(_model("gru"), host=host)
     state = next(iter(session.states))
     x = np.ones((1, 2, 4), np.float32)
     with pytest.raises(ValueError, match="states are fed by the session"):
@@ -212,7 +212,7 @@ def _chunks(x: np.ndarray, size: int, axis: int):
 
 
 @pytest.mark.parametrize("op", ["GRU", "RNN", "LSTM"])
-def test_unnamed_outputs_and_batch_first_layout(op):
+def test_unnamed_outputs_and_batch_first_layout(host, op):
     """A node with only Y, no initial state and layout=1: the states get names and shapes."""
     feeds = random_inputs(op, T=12, N=2, full=False, seed=3)
     feeds["X"] = np.ascontiguousarray(feeds["X"].swapaxes(0, 1))  # [N, T, I]
@@ -227,7 +227,7 @@ def test_unnamed_outputs_and_batch_first_layout(op):
     assert [o.name for o in exposed.graph.output][1:] == [
         f"rec.{n}" for n in (["Y_h", "Y_c"] if op == "LSTM" else ["Y_h"])
     ]
-    session = StreamingSession(model)
+    session = StreamingSession(model, host=host)
     ys = [session.step({**feeds, "X": c})[0] for c in _chunks(feeds["X"], 5, axis=1)]
     full = orc.InferenceSession(model).run(None, feeds)[0]
     np.testing.assert_allclose(np.concatenate(ys, axis=1), full, rtol=1e-6, atol=1e-6)
@@ -295,7 +295,7 @@ def _if_model():
     return model, (W1, R1, W2, R2)
 
 
-def test_nodes_inside_if_branches():
+def test_nodes_inside_if_branches(host):
     model, (W1, R1, W2, R2) = _if_model()
     exposed = expose_states(model)
     onnx.checker.check_model(exposed, full_check=True)
@@ -303,7 +303,7 @@ def test_nodes_inside_if_branches():
     assert [o.name for o in exposed.graph.output] == ["y", "gru.Y_h", "rnn.Y_h"]
 
     x = np.random.default_rng(8).standard_normal((9, 2, 4)).astype(np.float32)
-    session = StreamingSession(model)
+    session = StreamingSession(model, host=host)
     # then, else, then: each node's state carries over the chunks of its own branch
     order = [(True, x[:3]), (False, x[3:6]), (True, x[6:])]
     got = [session.step({"cond": np.array(c), "x": chunk})[0] for c, chunk in order]

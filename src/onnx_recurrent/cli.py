@@ -126,9 +126,35 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def note_first_use() -> None:
+    """One line on stderr when the kernels have no compiled code cached yet (first use:
+    numba compiles them during the first call, which takes seconds)."""
+    from .backends import jit_cache, numba_backend  # noqa: F401  (decorates the kernels)
+
+    cached, where = jit_cache.cache_state()
+    if cached:
+        return
+    if where is None:
+        print(
+            "onnx-recurrent: compiling the kernels (about 10-15 s; numba cannot cache them "
+            "here, so every run compiles them again)",
+            file=sys.stderr,
+        )
+    else:
+        print(
+            f"onnx-recurrent: compiling the kernels on first use (about 10-15 s, once; "
+            f"cached in {where})",
+            file=sys.stderr,
+        )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``onnx-recurrent``; returns the exit status."""
     args = build_parser().parse_args(argv)
+    try:
+        note_first_use()
+    except ImportError:  # no numba: the NumPy backend has nothing to compile
+        pass
     try:
         return args.handler(args)
     except (RecurrentError, RecurrentTypeError, FileNotFoundError) as e:

@@ -29,7 +29,7 @@ from collections.abc import Callable
 import numba
 from numba.core import caching, config
 
-__all__ = ["CompileCacheWarning", "jit"]
+__all__ = ["CompileCacheWarning", "cache_state", "jit"]
 
 
 class CompileCacheWarning(RuntimeWarning):
@@ -40,6 +40,8 @@ _lock = threading.Lock()
 #: source directory -> cache root of ours ("" for numba's own choice, None for no cache)
 _plans: dict[str, str | None] = {}
 _warned = False
+#: the cached dispatchers, for :func:`cache_state`
+_cached: list = []
 
 
 def jit(**options) -> Callable:
@@ -59,7 +61,9 @@ def jit(**options) -> Callable:
                 if root:  # numba reads CACHE_DIR when it builds the function's locator
                     config.CACHE_DIR = root
                 try:
-                    return numba.njit(cache=True, **options)(func)
+                    dispatcher = numba.njit(cache=True, **options)(func)
+                    _cached.append(dispatcher)
+                    return dispatcher
                 except RuntimeError:  # a directory found writable was taken away since
                     _warn([root] if root else _numba_dirs(inspect.getfile(func)), 3)
                 finally:
@@ -67,6 +71,20 @@ def jit(**options) -> Callable:
             return numba.njit(cache=False, **options)(func)
 
     return decorate
+
+
+def cache_state() -> tuple[bool, str | None]:
+    """Whether the kernels decorated so far have compiled code in their cache (any of
+    them: none on first use), and the cache directory (None: no cache)."""
+    found, where = False, None
+    for dispatcher in _cached:
+        try:  # numba's cache internals: a missing or stale index loads as {}
+            cache = dispatcher._cache
+            where = cache._cache_path
+            found = found or bool(cache._cache_file._load_index())
+        except Exception:  # another numba: say it is cached rather than guess
+            return True, where
+    return found, where
 
 
 def _plan(func: Callable) -> str | None:
