@@ -136,3 +136,39 @@ def test_converters_return_runnable_layers():
     X = np.swapaxes(feeds["X"], 0, 1).copy()  # Keras is batch-first
     Y, Y_h = layer(X)
     assert Y.shape == (2, 3, 1, 4) and Y_h.shape == (2, 1, 4)
+
+
+@pytest.mark.parametrize("op", ["GRU", "LSTM", "RNN"])
+@pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
+@pytest.mark.parametrize("states", [False, True])
+def test_short_calls_equal_the_scan(monkeypatch, op, direction, states):
+    """A small time-major call of full-length sequences (one compiled call per
+    direction, scan.sequence) gives the general scan's results bit for bit."""
+    from onnx_recurrent import layers
+
+    taken = []
+
+    def spy(*args):
+        taken.append(scan.sequence(*args))
+        return taken[-1]
+
+    monkeypatch.setattr(layers, "sequence", spy)
+    D = 2 if direction == "bidirectional" else 1
+    feeds = random_inputs(op, T=7, N=3, I=5, H=6, D=D)
+    attributes = {"direction": direction}
+    if op == "GRU":
+        attributes["linear_before_reset"] = 1
+    layer = orc.Layer(op, feeds["W"], feeds["R"], feeds["B"], attributes, P=feeds.get("P"))
+    given = {k: feeds[k] for k in ("initial_h", "initial_c") if states and k in feeds}
+    short = layer(feeds["X"], **given)
+    assert taken and (taken[0] is not None) == (
+        orc.backends.select(layer.spec, np.float32).name == "numba"
+    )
+    full = np.full(3, 7, np.int32)  # lengths given: the general scan
+    general = layer(feeds["X"], full, **given)
+    for a, b in zip(short, general, strict=True):
+        np.testing.assert_array_equal(a, b)
+    Y_only = layer(feeds["X"], output_sequence=False, **given)
+    assert Y_only[0] is None
+    for a, b in zip(Y_only[1:], general[1:], strict=True):
+        np.testing.assert_array_equal(a, b)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -45,6 +46,12 @@ def _within(seconds: float, fn, *args):
     return value
 
 
+def _sigint_default() -> None:
+    """In a child before it starts: SIGINT to its default (a shell's background job
+    inherits it ignored, and Python then never raises KeyboardInterrupt)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _python(*code: str, env: dict[str, str] | None = None, timeout: float = TIMEOUT) -> str:
     """Run the pieces of ``code`` (each dedented) in a fresh interpreter; its stdout.
     Fails on an error or a timeout."""
@@ -56,6 +63,7 @@ def _python(*code: str, env: dict[str, str] | None = None, timeout: float = TIME
             text=True,
             timeout=timeout,
             env=environment,
+            preexec_fn=_sigint_default if os.name == "posix" else None,
         )
     except subprocess.TimeoutExpired as e:
         pytest.fail(f"subprocess still running after {timeout} s (a hang):\n{e.stderr}")

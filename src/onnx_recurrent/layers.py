@@ -125,15 +125,10 @@ class Layer:
             0 if a is None else a.ctypes.data for a in (self.W, self.R, self.B, self.P)
         )
         self._directions: tuple[Weights, ...] | None = None
-        # small forward calls of full-length sequences: scan.sequence
-        self._short = (
-            spec.direction == "forward"
-            and not spec.layout
-            and self.dtype
-            in (
-                np.float32,
-                np.float64,
-            )
+        # small time-major calls of full-length sequences: scan.sequence
+        self._short = not spec.layout and self.dtype in (
+            np.float32,
+            np.float64,
         )
         self._step_macs = spec.cell.n_gates * spec.hidden_size * (spec.hidden_size + W.shape[2])
 
@@ -257,13 +252,13 @@ class Layer:
         return self.compute(x, output_sequence)
 
     def _states(self, N: int, initial_h, initial_c) -> tuple[np.ndarray | None, ...]:
-        """The initial states of a forward time-major call, checked."""
+        """The initial states of a time-major call, checked."""
         states = [initial_h]
         if self.spec.cell.n_peepholes:
             states.append(initial_c)
         elif initial_c is not None:
             raise RecurrentError(f"initial_c is for LSTM only, this layer is a {self.op}")
-        shape = (1, N, self.hidden_size)
+        shape = (self.spec.num_directions, N, self.hidden_size)
         for name, value in zip(("initial_h", "initial_c")[: len(states)], states, strict=True):
             if value is not None:
                 check_state(name, value, shape, self.dtype)

@@ -581,13 +581,14 @@ class NumbaBackend:
         rh = np.empty((rows if split else 0, H), dtype)
         return Shares(_ALONE if shares == 1 else Sync.make(shares), spare, gz, rh)
 
-    def run_sequence(self, spec, w, X, finals, Y, block) -> None:
-        """A whole forward call of full-length sequences on this thread, in the
-        compute dtype: ``X`` ``[T, N, I]`` C-ordered; ``finals``: ``Y_h`` (and
-        ``Y_c``) ``[1, N, H]``, the initial states, become the final ones; ``Y``
-        ``[T, 1, N, H]`` or None."""
+    def run_sequence(self, spec, w, acts, X, finals, Y, block) -> None:
+        """A whole call of one direction (weights ``w``, activations ``acts``) over
+        full-length sequences on this thread, in the compute dtype: ``X`` ``[T, N, I]``
+        C-ordered, in the order of the steps; ``finals``: ``Y_h`` (and ``Y_c``) ``[1,
+        N, H]``, the initial states, become the final ones; ``Y`` ``[T, 1, N, H]`` (a
+        view in the order of the steps) or None."""
         dt = X.dtype
-        plan = w.derived.get(("numba", dt, 1)) or _plan(spec, w, spec.activations[0], dt, 1)
+        plan = w.derived.get(("numba", dt, 1)) or _plan(spec, w, acts, dt, 1)
         shared = self.shares(spec, X.shape[1], dt, 1)
         _sequence(
             plan, _ALONE.sync, _ALONE.calls, X, finals[0], finals[-1], shared.gz, shared.rh,
