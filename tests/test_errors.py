@@ -87,6 +87,39 @@ ATTRIBUTE_CASES = [
 ]
 
 
+#: attributes of another type than the specification's (as the onnx checker has them)
+ATTRIBUTE_TYPE_CASES = [
+    ({"clip": "3"}, TypeError, r"clip must be a float, got '3'"),
+    ({"clip": True}, TypeError, r"clip must be a float, got True"),
+    ({"hidden_size": 3.0}, TypeError, r"hidden_size must be an integer, got 3.0"),
+    ({"hidden_size": True}, TypeError, r"hidden_size must be an integer, got True"),
+    ({"direction": 1}, TypeError, r"direction must be a string"),
+    ({"activations": "Tanh"}, TypeError, r"activations must be a list of strings, got 'Tanh'"),
+    ({"activations": [1, 2, 3]}, TypeError, r"activations\[0\] must be a string, got 1"),
+    ({"activation_alpha": ["x"]}, TypeError, r"activation_alpha\[0\] must be a float, got 'x'"),
+    ({"activation_beta": 0.5}, TypeError, r"activation_beta must be a list of floats, got 0.5"),
+    ({"layout": 1.0}, ValueError, r"layout must be 0 or 1 \(an integer\), got 1.0"),
+    ({"layout": True}, ValueError, r"layout must be 0 or 1 \(an integer\), got True"),
+]
+
+
+@pytest.mark.parametrize("op", FUNCTIONS)
+@pytest.mark.parametrize(("attributes", "error", "match"), ATTRIBUTE_TYPE_CASES)
+def test_attributes_of_another_type(op, attributes, error, match):
+    with pytest.raises(error, match=match):
+        FUNCTIONS[op](*random_inputs(op).values(), **attributes)
+
+
+@pytest.mark.parametrize("value", [2, -1, "no", 1.0, None])
+def test_flags_are_0_or_1(value):
+    feeds = random_inputs("GRU")
+    with pytest.raises(ValueError, match=r"linear_before_reset must be an integer, 0 or 1"):
+        orc.gru(*feeds.values(), linear_before_reset=value)
+    feeds = random_inputs("LSTM")
+    with pytest.raises(ValueError, match=r"input_forget must be an integer, 0 or 1"):
+        orc.lstm(*feeds.values(), input_forget=value)
+
+
 @pytest.mark.parametrize("op", FUNCTIONS)
 @pytest.mark.parametrize(("attributes", "match"), ATTRIBUTE_CASES)
 def test_bad_attributes(op, attributes, match):

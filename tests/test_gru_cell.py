@@ -108,3 +108,19 @@ def test_bad_input(change, match):
     args = {"X": X, "initial_hidden_state": h, "W": W, "R": R, "B": B, "hidden_size": 4, **change}
     with pytest.raises(ValueError, match=match):
         orc.gru_cell(**args)
+
+
+def test_bias_dtype_and_flag_are_checked():
+    X = np.zeros((2, 3), np.float32)
+    h = np.zeros((2, 4), np.float32)
+    W, R = np.zeros((12, 3), np.float32), np.zeros((12, 4), np.float32)
+    with pytest.raises(TypeError, match=r"B must have X's dtype float32, got float64"):
+        orc.gru_cell(X, h, W, R, np.zeros(12), hidden_size=4)
+    with pytest.raises(TypeError, match=r"B must have a float dtype .* got int32"):
+        orc.gru_cell(X, h, W, R, np.zeros(12, np.int32), hidden_size=4)
+    with pytest.raises(
+        ValueError, match=r"linear_before_reset must be an integer, 0 or 1, got 'no'"
+    ):
+        orc.gru_cell(X, h, W, R, hidden_size=4, linear_before_reset="no")
+    with pytest.raises(TypeError, match=r"clip must be a float, got '3'"):
+        orc.gru_cell(X, h, W, R, hidden_size=4, clip="3")

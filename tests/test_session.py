@@ -5,6 +5,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+import onnx
 import pytest
 
 import onnx_recurrent as orc
@@ -101,3 +102,41 @@ def test_unknown_output_and_bad_model(host):
         orc.InferenceSession("/nonexistent/model.onnx", host=host)
     with pytest.raises(TypeError, match=r"model must be a path, bytes or onnx\.ModelProto"):
         orc.InferenceSession(42, host=host)
+
+
+@pytest.mark.parametrize(
+    ("attributes", "match"),
+    [
+        (
+            {"clip": "3"},
+            r"attribute 'clip' must be of type FLOAT \(the GRU-22 schema\), got STRING",
+        ),
+        ({"clip": 3}, r"attribute 'clip' must be of type FLOAT \(the GRU-22 schema\), got INT"),
+        ({"hidden_size": 3.0}, r"attribute 'hidden_size' must be of type INT .*got FLOAT"),
+        ({"linear_before_reset": 2}, r"linear_before_reset must be an integer, 0 or 1, got 2"),
+        ({"direction": 1}, r"attribute 'direction' must be of type STRING .*got INT"),
+        ({"activations": "Sigmoid"}, r"attribute 'activations' must be of type STRINGS"),
+    ],
+)
+def test_node_attributes_of_the_schema_types(host, attributes, match):
+    """A node's attributes must have their schema's types, as the onnx checker has them."""
+    feeds = random_inputs("GRU", full=False)
+    model = node_model("GRU", feeds, attributes)
+    with pytest.raises(ValueError, match=r"GRU node '': " + match):
+        orc.InferenceSession(model, host=host).run(None, feeds)
+
+
+@pytest.mark.parametrize("opset", [99, onnx.defs.onnx_opset_version() + 1])
+def test_an_opset_newer_than_known_is_an_error(host, opset):
+    feeds = random_inputs("LSTM", full=False)
+    model = node_model("LSTM", feeds, {}, opset=opset)
+    with pytest.raises(
+        ValueError,
+        match=rf"imports opset {opset}, newer than any the installed onnx .* knows .*"
+        r"onnx-recurrent implements \(LSTM 1, 7, 14, 22\)",
+    ):
+        orc.InferenceSession(model, host=host)
+    # the newest opset onnx knows still selects LSTM-22
+    latest = onnx.defs.onnx_opset_version()
+    session = orc.InferenceSession(node_model("LSTM", feeds, {}, opset=latest), host=host)
+    assert len(session.run(None, feeds)) == 3

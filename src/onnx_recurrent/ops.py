@@ -8,7 +8,7 @@ import numpy as np
 
 from . import cells, prepared
 from .errors import RecurrentError
-from .spec import as_float_array, check_weights, check_X, make_spec
+from .spec import as_float_array, check_dtype, check_flag, check_weights, check_X, make_spec
 
 _COMMON_DOC = """
     X : (seq_length, batch_size, input_size) ndarray
@@ -64,7 +64,10 @@ def _run(cell, arguments, X, W, R, B, sequence_lens, states, P=None):
     X = check_X(spec, X)
     W, R, B, P = check_weights(spec, W, R, B, P, dtype=X.dtype, input_size=X.shape[2])
     layer = prepared.layer(spec, attributes, W, R, B, P)
-    return layer(X, sequence_lens, *states, output_sequence=arguments["output_sequence"])
+    try:
+        return layer(X, sequence_lens, *states, output_sequence=arguments["output_sequence"])
+    finally:
+        prepared.settle(layer)
 
 
 def _with_doc(doc: str):
@@ -271,7 +274,7 @@ def gru_cell(
     clip : float, optional
         Bounds each activation's input to ``[-clip, clip]``; None, 0 (OpenVINO's
         serialised default) or infinity means no clipping.
-    linear_before_reset : bool
+    linear_before_reset : bool or {0, 1}
 
     Returns
     -------
@@ -283,13 +286,16 @@ def gru_cell(
     ValueError
         A shape that disagrees (expected and actual in the message), a bias whose
         length is neither ``3*hidden_size`` nor, with ``linear_before_reset``,
-        ``4*hidden_size``, an unknown activation, ``clip < 0``.
+        ``4*hidden_size``, an unknown activation, ``clip < 0``, ``linear_before_reset``
+        other than a bool, 0 or 1.
     TypeError
-        A non-float X or an input whose dtype differs from X's.
+        A non-float X or an input (``B`` included) whose dtype differs from X's; a
+        ``clip`` or activation parameter that is not a number.
     """
     X = as_float_array("X", X)
     R = np.asarray(R)
     H = hidden_size
+    linear_before_reset = check_flag("linear_before_reset", linear_before_reset)
     if X.ndim != 2:
         raise RecurrentError(f"X must be 2-D [batch_size, input_size], got shape {list(X.shape)}")
     N, I = X.shape
@@ -308,7 +314,7 @@ def gru_cell(
     Wb = np.zeros(3 * H, X.dtype)
     Rb = np.zeros(3 * H, X.dtype)
     if B is not None:
-        B = np.asarray(B)
+        B = check_dtype("B", B, X.dtype, "X's")
         lengths = (3 * H, 4 * H) if linear_before_reset else (3 * H,)
         if B.shape not in [(n,) for n in lengths]:
             allowed = " or ".join(f"[{n}]" for n in lengths)

@@ -1,7 +1,7 @@
 """One call, described once: attributes parsed and checked, inputs normalised.
 
 Everything here is shared by every operator; what differs between GRU, RNN and LSTM is
-the :class:`~onnx_recurrent.cells.Cell` (gate count, activation count, states).
+the cell (:class:`CellTraits`: gate count, activation count, states).
 After :func:`check_inputs` the kernels never branch on layout, absent inputs or
 missing ``sequence_lens`` again.
 """
@@ -12,7 +12,7 @@ import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import ml_dtypes
 import numpy as np
@@ -20,8 +20,17 @@ import numpy as np
 from .activations import Activation, resolve
 from .errors import RecurrentError, RecurrentTypeError
 
-if TYPE_CHECKING:
-    from .cells import Cell
+
+class CellTraits(Protocol):
+    """What the specification needs of an operator's cell: :class:`onnx_recurrent.cells.Cell`
+    has it (cells import this module, never the reverse)."""
+
+    name: str
+    n_gates: int
+    n_activations: int
+    n_peepholes: int
+    default_activations: tuple[str, ...]
+
 
 DIRECTIONS = ("forward", "reverse", "bidirectional")
 #: element types of T, and the type each is computed in (SEMANTICS.md, "Types")
@@ -37,7 +46,7 @@ COMPUTE_DTYPE = {
 class RecSpec:
     """The attributes of one recurrent call, validated."""
 
-    cell: Cell
+    cell: CellTraits
     hidden_size: int
     direction: str
     layout: int
@@ -51,15 +60,43 @@ class RecSpec:
         return 2 if self.direction == "bidirectional" else 1
 
 
-def _flag(name: str, value: Any) -> bool:
+def check_flag(name: str, value: Any) -> bool:
+    """An int attribute that is 0 or 1 (``linear_before_reset``, ``input_forget``)."""
     if isinstance(value, bool | np.bool_):
         return bool(value)
-    if isinstance(value, int | np.integer):
-        return value != 0
-    raise RecurrentError(f"{name} must be an integer (0 or 1), got {value!r}")
+    if isinstance(value, int | np.integer) and value in (0, 1):
+        return bool(value)
+    raise RecurrentError(f"{name} must be an integer, 0 or 1, got {value!r}")
 
 
-def make_spec(cell: Cell, R: np.ndarray, **attributes: Any) -> RecSpec:
+def _real(name: str, value: Any) -> float:
+    """A float attribute (an int is taken too, as a float; not a string or a bool)."""
+    if isinstance(value, bool | np.bool_) or not isinstance(value, int | float | np.number):
+        raise RecurrentTypeError(f"{name} must be a float, got {value!r}")
+    if isinstance(value, complex | np.complexfloating):
+        raise RecurrentTypeError(f"{name} must be a real float, got {value!r}")
+    return float(value)
+
+
+def _reals(name: str, values: Any) -> tuple[float, ...]:
+    """A floats attribute: a sequence (or 1-D array) of numbers."""
+    if isinstance(values, str | bytes) or not isinstance(values, Sequence | np.ndarray):
+        raise RecurrentTypeError(f"{name} must be a list of floats, got {values!r}")
+    return tuple(_real(f"{name}[{i}]", v) for i, v in enumerate(values))
+
+
+def _strings(name: str, values: Any) -> list[str]:
+    """A strings attribute: a sequence of str (or bytes, as ONNX stores them)."""
+    if isinstance(values, str | bytes) or not isinstance(values, Sequence | np.ndarray):
+        raise RecurrentTypeError(f"{name} must be a list of strings, got {values!r}")
+    names = [v.decode() if isinstance(v, bytes) else v for v in values]
+    for i, v in enumerate(names):
+        if not isinstance(v, str):
+            raise RecurrentTypeError(f"{name}[{i}] must be a string, got {v!r}")
+    return names
+
+
+def make_spec(cell: CellTraits, R: np.ndarray, **attributes: Any) -> RecSpec:
     """Parse and check the attributes of one call (R gives the hidden size).
 
     Calls repeat the same attributes: parsed ones are kept, by value and type
@@ -77,12 +114,12 @@ def make_spec(cell: Cell, R: np.ndarray, **attributes: Any) -> RecSpec:
 
 
 @functools.lru_cache(maxsize=256)
-def _parsed(cell: Cell, shape: tuple, items: tuple) -> RecSpec:
+def _parsed(cell: CellTraits, shape: tuple, items: tuple) -> RecSpec:
     return _parse(cell, shape, **{item[0]: item[-1] for item in items})
 
 
 def _parse(
-    cell: Cell,
+    cell: CellTraits,
     shape: tuple[int, ...],
     *,
     hidden_size: int | None = None,
@@ -97,11 +134,19 @@ def _parse(
 ) -> RecSpec:
     if isinstance(direction, bytes):
         direction = direction.decode()
-    if not isinstance(direction, str) or direction.lower() not in DIRECTIONS:
+    if not isinstance(direction, str):
+        raise RecurrentTypeError(
+            f"direction must be a string {list(DIRECTIONS)}, got {direction!r}"
+        )
+    if direction.lower() not in DIRECTIONS:
         raise RecurrentError(f"direction must be one of {list(DIRECTIONS)}, got {direction!r}")
     direction = direction.lower()
-    if layout not in (0, 1) or isinstance(layout, bool):
-        raise RecurrentError(f"layout must be 0 or 1, got {layout!r}")
+    if (
+        isinstance(layout, bool)
+        or not isinstance(layout, int | np.integer)
+        or layout not in (0, 1)
+    ):
+        raise RecurrentError(f"layout must be 0 or 1 (an integer), got {layout!r}")
     if len(shape) != 3:
         raise RecurrentError(
             f"R must be 3-D [num_directions, {cell.n_gates}*hidden_size, hidden_size], "
@@ -110,7 +155,9 @@ def _parse(
     inferred = shape[2]
     if hidden_size is None:
         hidden_size = inferred
-    elif not isinstance(hidden_size, int | np.integer) or hidden_size != inferred:
+    elif not isinstance(hidden_size, int | np.integer) or isinstance(hidden_size, bool):
+        raise RecurrentTypeError(f"hidden_size must be an integer, got {hidden_size!r}")
+    elif hidden_size != inferred:
         raise RecurrentError(
             f"hidden_size={hidden_size!r} disagrees with R of shape {shape} "
             f"(its last axis is hidden_size={inferred})"
@@ -118,7 +165,7 @@ def _parse(
     if hidden_size < 1:
         raise RecurrentError(f"hidden_size must be positive, got R of shape {shape}")
     if clip is not None:
-        clip = float(clip)
+        clip = _real("clip", clip)
         if math.isnan(clip) or clip <= 0:
             raise RecurrentError(f"clip must be a positive number, got {clip!r}")
         if math.isinf(clip):
@@ -127,7 +174,7 @@ def _parse(
     if activations is None:
         names = list(cell.default_activations) * num_directions
     else:
-        names = [a.decode() if isinstance(a, bytes) else a for a in activations]
+        names = _strings("activations", activations)
         expected = cell.n_activations * num_directions
         if len(names) != expected:
             raise RecurrentError(
@@ -137,8 +184,8 @@ def _parse(
             )
     bound = _resolve(
         tuple(names),
-        None if activation_alpha is None else tuple(float(a) for a in activation_alpha),
-        None if activation_beta is None else tuple(float(b) for b in activation_beta),
+        None if activation_alpha is None else _reals("activation_alpha", activation_alpha),
+        None if activation_beta is None else _reals("activation_beta", activation_beta),
     )
     n = cell.n_activations
     per_direction = tuple(bound[d * n : (d + 1) * n] for d in range(num_directions))
@@ -149,8 +196,8 @@ def _parse(
         layout=int(layout),
         clip=clip,
         activations=per_direction,
-        linear_before_reset=_flag("linear_before_reset", linear_before_reset),
-        input_forget=_flag("input_forget", input_forget),
+        linear_before_reset=check_flag("linear_before_reset", linear_before_reset),
+        input_forget=check_flag("input_forget", input_forget),
     )
 
 
@@ -192,7 +239,8 @@ def _check_shape(name: str, array: np.ndarray, expected: tuple[int, ...], meanin
         )
 
 
-def _same_type(name: str, value: Any, dtype: np.dtype, owner: str) -> np.ndarray:
+def check_dtype(name: str, value: Any, dtype: np.dtype, owner: str) -> np.ndarray:
+    """``value`` as an array of ``dtype`` (``owner`` says whose in the message)."""
     array = as_float_array(name, value)
     if array.dtype != dtype:
         raise RecurrentTypeError(f"{name} must have {owner} dtype {dtype}, got {array.dtype}")
@@ -228,18 +276,18 @@ def check_weights(
     """W, R, B, P checked against the spec, ``dtype`` and ``input_size`` (``owner``
     names where those come from in messages); the arrays themselves, not copies."""
     D, H, G = spec.num_directions, spec.hidden_size, spec.cell.n_gates
-    W = _same_type("W", W, dtype, owner)
-    R = _same_type("R", R, dtype, owner)
+    W = check_dtype("W", W, dtype, owner)
+    R = check_dtype("R", R, dtype, owner)
     _check_shape("W", W, (D, G * H, input_size), f"[num_directions, {G}*hidden_size, input_size]")
     _check_shape("R", R, (D, G * H, H), f"[num_directions, {G}*hidden_size, hidden_size]")
     if B is not None:
-        B = _same_type("B", B, dtype, owner)
+        B = check_dtype("B", B, dtype, owner)
         _check_shape("B", B, (D, 2 * G * H), f"[num_directions, {2 * G}*hidden_size]")
     if P is not None:
         npeep = spec.cell.n_peepholes
         if not npeep:
             raise RecurrentError(f"P (peepholes) is for LSTM only, not {spec.cell.name}")
-        P = _same_type("P", P, dtype, owner)
+        P = check_dtype("P", P, dtype, owner)
         _check_shape("P", P, (D, npeep * H), f"[num_directions, {npeep}*hidden_size]")
     return W, R, B, P
 
@@ -248,7 +296,7 @@ def check_state(
     name: str, value: Any, shape: tuple[int, int, int], dtype: np.dtype, layout: int = 0
 ) -> np.ndarray:
     """An initial state of ``shape`` and X's ``dtype``, or a clear error."""
-    value = _same_type(name, value, dtype, "X's")
+    value = check_dtype(name, value, dtype, "X's")
     dims = (
         "[batch_size, num_directions, hidden_size]"
         if layout

@@ -54,11 +54,27 @@ def node_version(op: str, opset: int) -> int:
     Raises
     ------
     ValueError
-        No version of ``op`` is as old as ``opset``.
+        No version of ``op`` is as old as ``opset``; or ``opset`` is newer than the
+        opsets the installed onnx knows, or selects a version of ``op`` newer than
+        those onnx-recurrent implements (it may compute something else).
     """
+    versions = ", ".join(map(str, VERSIONS[op]))
+    latest = onnx.defs.onnx_opset_version()
+    if opset > latest:
+        raise RecurrentError(
+            f"the model imports opset {opset}, newer than any the installed onnx "
+            f"{onnx.__version__} knows (up to {latest}): its {op} may differ from the "
+            f"versions onnx-recurrent implements ({op} {versions})"
+        )
     known = [v for v in VERSIONS[op] if v <= opset]
     if not known:
         raise RecurrentError(f"{op} has no version <= opset {opset}")
+    since = onnx.defs.get_schema(op, opset).since_version
+    if since > max(known):
+        raise RecurrentError(
+            f"opset {opset} selects {op}-{since}, newer than the versions onnx-recurrent "
+            f"implements ({op} {versions})"
+        )
     return max(known)
 
 
@@ -123,6 +139,19 @@ def recurrent_nodes(model: onnx.ModelProto) -> list[RecurrentNode]:
     ]
 
 
+_TYPE_NAMES = {
+    onnx.AttributeProto.FLOAT: "FLOAT",
+    onnx.AttributeProto.INT: "INT",
+    onnx.AttributeProto.STRING: "STRING",
+    onnx.AttributeProto.FLOATS: "FLOATS",
+    onnx.AttributeProto.INTS: "INTS",
+    onnx.AttributeProto.STRINGS: "STRINGS",
+    onnx.AttributeProto.TENSOR: "TENSOR",
+    onnx.AttributeProto.GRAPH: "GRAPH",
+    onnx.AttributeProto.UNDEFINED: "UNDEFINED",
+}
+
+
 def _decoded(value):
     if isinstance(value, bytes):
         return value.decode()
@@ -140,16 +169,25 @@ def node_attributes(op: str, version: int, node: onnx.NodeProto) -> dict:
     Raises
     ------
     ValueError
-        An attribute the operator's version does not have.
+        An attribute the operator's version does not have, or of another type than
+        its schema's (as the onnx checker has it: ``clip`` a float, ``hidden_size`` an
+        int, ``direction`` a string, ...).
     """
     schema = onnx.defs.get_schema(op, version)
-    given = {a.name: _decoded(get_attribute_value(a)) for a in node.attribute}
-    unknown = set(given) - set(schema.attributes)
+    unknown = {a.name for a in node.attribute} - set(schema.attributes)
     if unknown:
         raise RecurrentError(
             f"unknown attribute(s) {sorted(unknown)}; "
             f"{op}-{version} has {sorted(schema.attributes)}"
         )
+    for a in node.attribute:
+        expected = schema.attributes[a.name].type
+        if a.type != expected:
+            raise RecurrentError(
+                f"attribute {a.name!r} must be of type {_TYPE_NAMES.get(expected, expected)} "
+                f"(the {op}-{version} schema), got {_TYPE_NAMES.get(a.type, a.type)}"
+            )
+    given = {a.name: _decoded(get_attribute_value(a)) for a in node.attribute}
     given.pop("output_sequence", None)
     if given.get("direction") == "foward":
         given["direction"] = "forward"
