@@ -67,8 +67,9 @@ class Weights:
     R: np.ndarray
     bias: np.ndarray
     extra: dict[str, np.ndarray] = field(default_factory=dict)
-    #: made from these weights once (hidden-unit shares, a backend's arrangements)
+    #: made from these weights once (a backend's arrangements), and their bytes
     derived: dict = field(default_factory=dict, repr=False)
+    derived_bytes: dict = field(default_factory=dict, repr=False)
 
     def project(self, xb: np.ndarray, dtype: np.dtype) -> np.ndarray:
         """``X W^T + bias`` for a block of inputs ``[steps, rows, input]``: one matrix
@@ -83,14 +84,22 @@ class Weights:
 
     def hidden_units(self, j0: int, j1: int, n_gates: int) -> Weights:
         """The weights of hidden units ``j0..j1-1`` of every gate (gate order kept): a
-        cell of ``j1 - j0`` units that reads the whole previous hidden state."""
-        key = ("hidden_units", j0, j1)
-        if key not in self.derived:
-            H = self.R.shape[1]
-            rows = np.concatenate([np.arange(g * H + j0, g * H + j1) for g in range(n_gates)])
-            extra = {k: v[j0:j1] for k, v in self.extra.items()}
-            self.derived[key] = Weights(self.W[rows], self.R[rows], self.bias[rows], extra)
-        return self.derived[key]
+        cell of ``j1 - j0`` units that reads the whole previous hidden state (these
+        weights themselves for all of them; else copies, not kept)."""
+        H = self.R.shape[1]
+        if (j0, j1) == (0, H):
+            return self
+        rows = np.concatenate([np.arange(g * H + j0, g * H + j1) for g in range(n_gates)])
+        extra = {k: v[j0:j1] for k, v in self.extra.items()}
+        return Weights(self.W[rows], self.R[rows], self.bias[rows], extra)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held: the arrays, ``W^T`` once made, and the backends' arrangements."""
+        arrays = [self.W, self.R, self.bias, *self.extra.values()]
+        if "WT" in self.__dict__:  # the cached property, made
+            arrays.append(self.__dict__["WT"])
+        return sum(a.nbytes for a in arrays) + sum(self.derived_bytes.values())
 
     @cached_property
     def WT(self) -> np.ndarray:

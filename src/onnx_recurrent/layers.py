@@ -125,6 +125,7 @@ class Layer:
             0 if a is None else a.ctypes.data for a in (self.W, self.R, self.B, self.P)
         )
         self._directions: tuple[Weights, ...] | None = None
+        self._settled = False  # prepared.settle: its memory counted after a first call
         # small time-major calls of full-length sequences: scan.sequence
         self._short = not spec.layout and self.dtype in (
             np.float32,
@@ -170,8 +171,14 @@ class Layer:
 
     @property
     def nbytes(self) -> int:
-        """Bytes of the weight copies (prepared arrangements add about as much again)."""
+        """Bytes of the weight copies (see :meth:`memory` for all the layer holds)."""
         return sum(a.nbytes for a in (self.W, self.R, self.B, self.P) if a is not None)
+
+    def memory(self) -> int:
+        """Bytes the layer holds now: the weight copies and what has been prepared from
+        them so far (each direction's arrangement, a backend's packed panels)."""
+        prepared = self._directions or ()
+        return self.nbytes + sum(w.nbytes for w in prepared)
 
     def directions(self) -> tuple[Weights, ...]:
         """Each direction's weights as the cell arranged them, in the compute type

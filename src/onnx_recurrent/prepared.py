@@ -19,11 +19,12 @@ import threading
 import numpy as np
 
 from .layers import Layer
-from .spec import RecSpec
+from .spec import COMPUTE_DTYPE, RecSpec
 
 #: layers kept, at most (least recently used dropped first)
 MAX_ENTRIES = 16
-#: bytes of weight copies kept, at most
+#: bytes kept, at most: the weight copies and what is prepared from them
+#: (:meth:`~onnx_recurrent.Layer.memory`; a new layer counted at what it will hold)
 MAX_BYTES = 64 << 20
 
 _lock = threading.Lock()
@@ -78,12 +79,24 @@ def layer(
                         _entries.append(entry)
             return kept
     made = Layer.from_spec(spec, attributes, W, R, B, P)
-    if made.nbytes <= MAX_BYTES:
+    if _cost(made) <= MAX_BYTES:
         with _lock:
             _entries.append((key, made))
             while len(_entries) > MAX_ENTRIES or _kept_bytes() > MAX_BYTES:
                 del _entries[0]
     return made
+
+
+def settle(layer: Layer) -> None:
+    """After a call of ``layer``: if it was kept new, count what its call prepared
+    (its estimate may be short: packed panels are padded) and drop the least recently
+    used layers, it too if need be, until the kept ones fit :data:`MAX_BYTES`."""
+    if not _entries or _entries[-1][1] is not layer or layer._settled:
+        return
+    with _lock:
+        layer._settled = True
+        while _entries and _kept_bytes() > MAX_BYTES:
+            del _entries[0]
 
 
 def clear() -> None:
@@ -92,5 +105,12 @@ def clear() -> None:
         _entries.clear()
 
 
+def _cost(layer: Layer) -> int:
+    """What ``layer`` holds, or will once prepared: its copies, each direction's
+    arrangement in the compute type and a backend's panels (about as large again)."""
+    compute = 2 * layer.nbytes * COMPUTE_DTYPE[layer.dtype].itemsize // layer.dtype.itemsize
+    return max(layer.memory(), layer.nbytes + compute)
+
+
 def _kept_bytes() -> int:
-    return sum(kept.nbytes for _, kept in _entries)
+    return sum(_cost(kept) for _, kept in _entries)

@@ -506,6 +506,7 @@ def _plan(spec, w, acts: tuple, dt: np.dtype, shares: int) -> Plan:
         bounds, *fields, P, *widths,
     )  # fmt: skip
     w.derived[key] = plan
+    w.derived_bytes[key] = sum(a.nbytes for a in (*fields, P, bounds))
     return plan
 
 
