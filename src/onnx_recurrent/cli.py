@@ -151,10 +151,7 @@ def note_first_use() -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``onnx-recurrent``; returns the exit status."""
     args = build_parser().parse_args(argv)
-    try:
-        note_first_use()
-    except ImportError:  # no numba: the NumPy backend has nothing to compile
-        pass
+    note_first_use()
     try:
         return args.handler(args)
     except (RecurrentError, RecurrentTypeError, FileNotFoundError) as e:

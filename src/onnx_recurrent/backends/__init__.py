@@ -72,10 +72,8 @@ def _load(name: str) -> Backend | str:
 
 @functools.cache
 def _blas_controller():
-    try:
-        from threadpoolctl import ThreadpoolController
-    except ImportError:
-        return None
+    from threadpoolctl import ThreadpoolController
+
     return ThreadpoolController()
 
 
@@ -84,9 +82,6 @@ def single_threaded_blas() -> Iterator[None]:
     """BLAS on one thread inside the context (threadpoolctl), when our own threads
     split the work: two levels of threads on the same cores only get in each other's way."""
     controller = _blas_controller()
-    if controller is None:
-        yield
-        return
     with controller.limit(limits=1, user_api="blas"):
         yield
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -64,24 +63,16 @@ class ThreadLimit:
         self.threads = threads
         self.original: Any = None
         self.variable_before = os.environ.get(self.VARIABLE)
-        if threads:
-            try:
-                import threadpoolctl  # noqa: F401
-            except ImportError:
-                notes.append(
-                    "--threads: NumPy's BLAS threads not limited (pip install threadpoolctl)"
-                )
 
     def apply(self) -> None:
         if not self.threads:
             return
         os.environ[self.VARIABLE] = str(self.threads)
-        with contextlib.suppress(ImportError):
-            from threadpoolctl import threadpool_limits
+        from threadpoolctl import threadpool_limits
 
-            limiter = threadpool_limits(self.threads)
-            if self.original is None:
-                self.original = limiter
+        limiter = threadpool_limits(self.threads)
+        if self.original is None:
+            self.original = limiter
 
     def restore(self) -> None:
         if self.original is not None:

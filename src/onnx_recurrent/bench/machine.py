@@ -17,15 +17,12 @@ if TYPE_CHECKING:
 
 
 def blas_info() -> str:
-    try:
-        from threadpoolctl import threadpool_info
+    from threadpoolctl import threadpool_info
 
-        pools = [p for p in threadpool_info() if p.get("user_api") == "blas"]
-        if pools:
-            p = pools[0]
-            return f"BLAS {p.get('internal_api')} threads {p.get('num_threads')}"
-    except ImportError:
-        pass
+    pools = [p for p in threadpool_info() if p.get("user_api") == "blas"]
+    if pools:
+        p = pools[0]
+        return f"BLAS {p.get('internal_api')} threads {p.get('num_threads')}"
     name = "?"
     with contextlib.suppress(Exception):
         config = np.show_config(mode="dicts")
@@ -123,10 +120,8 @@ def sgemm_peak(size: int = 1024, calls: int = 10) -> dict[str, float]:
             fastest = min(fastest, time.perf_counter() - t0)
         return size**3 / fastest / 1e9
 
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:
-        return {"all": best()}
+    from threadpoolctl import threadpool_limits
+
     with threadpool_limits(usable_cpus(), user_api="blas"):
         peaks = {"all": best()}
     with threadpool_limits(1, user_api="blas"):
