@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import numpy as np
@@ -11,8 +10,8 @@ import pytest
 from onnx import TensorProto, helper
 
 import onnx_recurrent as orc
-from onnx_recurrent import cells
-from onnx_recurrent.check import add_parser, cell_step, check, installed_peers, lint
+from onnx_recurrent import cells, cli
+from onnx_recurrent.check import cell_step, check, installed_peers, lint
 from onnx_recurrent.spec import make_spec
 
 from models import node_model, random_inputs
@@ -21,10 +20,8 @@ DATA = Path(__file__).parent / "data"
 
 
 def _main(*argv: str) -> int:
-    parser = argparse.ArgumentParser(prog="onnx-recurrent")
-    add_parser(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["check", *argv])
-    return args.handler(args)
+    """``onnx-recurrent check ARGV...`` in this process; its exit status."""
+    return cli.main(["check", *argv])
 
 
 def _save(tmp_path, model, feeds=None) -> list[str]:
@@ -182,8 +179,8 @@ def test_an_int_input_must_be_given(tmp_path, capsys):
         (["/nonexistent.onnx"], "no such file"),
         (["{model}", "-i", "X"], "-i expects NAME=VALUE"),
         (["{model}", "-i", "X=/nonexistent.npy"], "cannot read"),
-        (["{model}", "-i", "nope={npy}"], "unknown input name"),
-        (["{model}", "--dim", "seq=x"], "--dim"),
+        (["{model}", "-i", "nope={npy}"], "the model has no input 'nope'"),
+        (["{model}", "--dim", "seq=x"], "--dim seq=x: the model has no dim 'seq' (none"),
         (["{model}", "--atol", "-1"], "atol and rtol must be >= 0"),
     ],
 )

@@ -1,4 +1,9 @@
-"""The ``onnx-recurrent`` command line: a thin front on the library."""
+"""The ``onnx-recurrent`` command line: a thin front on the library.
+
+Each subcommand is loaded when it is used (``run`` is here; ``check`` and ``bench`` are
+their packages'), so that a command does not pay for the others. A usage error (a bad
+file or argument) is one line on stderr and exit status 2.
+"""
 
 from __future__ import annotations
 
@@ -9,15 +14,28 @@ import time
 from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from .arguments import add_host, add_model_inputs, model_feeds
 from .errors import RecurrentError, RecurrentTypeError
-from .runtime.feeds import load_feeds, parse_pairs, random_feeds
-from .runtime.hosts import HOSTS
 from .runtime.session import InferenceSession
 
 EXAMPLE = "example_gru.onnx"
+
+#: subcommand -> (the module whose ``add_parser`` registers it, its one-line help)
+COMMANDS = {
+    "run": (__name__, "run a model (the bundled example if none is given)"),
+    "check": (
+        "onnx_recurrent.check",
+        "compare a model's outputs on onnx-recurrent and every installed peer",
+    ),
+    "bench": (
+        "onnx_recurrent.bench.command",
+        "time GRU/LSTM/RNN against onnxruntime, OpenVINO and onnx.reference",
+    ),
+}
 
 
 def _data(name: str) -> Path:
@@ -38,28 +56,27 @@ def cmd_run(args: argparse.Namespace) -> int:
             f"model: bundled example {model.name} (PyTorch 2-layer bidirectional "
             "batch-first nn.GRU + linear head)"
         )
-        feeds = {"x": np.load(_data("example_input.npy"))}
+        given = {"x": np.load(_data("example_input.npy"))}
         with np.load(_data("example_expected.npz")) as f:
             expected = dict(f)
     else:
         model = args.model
         print(f"model: {model}")
-        feeds = load_feeds(parse_pairs(args.input, "-i"))
+        given = None
     session = InferenceSession(model, host=args.host)
     print(f"host: {session.host}")
-    missing = [i for i in session.get_inputs() if i.name not in feeds]
-    if missing:
-        dims = {k: int(v) for k, v in parse_pairs(args.dim, "--dim").items()}
-        drawn = random_feeds(missing, dims, seed=args.seed)
-        for name, value in drawn.items():
-            print(f"input {name}: random {list(value.shape)} {value.dtype} (seed {args.seed})")
-        feeds.update(drawn)
-        for name, value in feeds.items():
-            if name not in drawn:
-                print(f"input {name}: shape {list(value.shape)} {value.dtype}")
+    if not session.recurrent_nodes:
+        print(
+            "note: the model has no GRU, RNN or LSTM node: onnx-recurrent computes nothing "
+            f"in it ({session.host} runs all of it)"
+        )
+    if given is None:
+        feeds, drawn = model_feeds(args, session.get_inputs())
     else:
-        for name, value in feeds.items():
-            print(f"input {name}: shape {list(value.shape)} {value.dtype}")
+        feeds, drawn = given, set()
+    for name, value in feeds.items():
+        how = f"random (seed {args.seed})" if name in drawn else "given"
+        print(f"input {name}: shape {list(value.shape)} {value.dtype}, {how}")
     start = time.perf_counter()
     outputs = session.run(None, feeds)
     elapsed = time.perf_counter() - start
@@ -81,48 +98,31 @@ def cmd_run(args: argparse.Namespace) -> int:
     return status
 
 
-def add_host_argument(parser: argparse.ArgumentParser) -> None:
-    """``--host``: who runs the graph (:class:`~onnx_recurrent.InferenceSession`)."""
-    parser.add_argument(
-        "--host",
-        choices=HOSTS,
-        default="auto",
-        help="who runs the non-recurrent nodes: onnxruntime (custom nodes for the recurrent "
-        "ones), onnx.reference, or auto (onnxruntime where it can; default)",
+def add_parser(sub: Any) -> None:
+    """Register the ``run`` subcommand."""
+    run = sub.add_parser("run", help=COMMANDS["run"][1])
+    run.add_argument(
+        "model", nargs="?", help="path to an .onnx model; omit for the bundled example"
     )
+    add_model_inputs(run)
+    run.add_argument("-o", "--output", metavar="OUT.npz", help="save the outputs")
+    add_host(run)
+    run.set_defaults(handler=cmd_run)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser, with ``command``'s subcommand loaded in full (the others listed with
+    their help only; all of them in full when ``command`` is None)."""
     parser = argparse.ArgumentParser(
         prog="onnx-recurrent",
         description="Run ONNX models; onnx-recurrent computes their GRU, RNN and LSTM nodes.",
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="run a model (the bundled example if none is given)")
-    run.add_argument(
-        "model", nargs="?", help="path to an .onnx model; omit for the bundled example"
-    )
-    run.add_argument(
-        "-i",
-        "--input",
-        action="append",
-        default=[],
-        metavar="NAME=FILE.npy",
-        help="an input from a .npy file (repeatable); inputs not given are drawn at random",
-    )
-    run.add_argument(
-        "--dim",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="value of a named dimension for random inputs (default 1 for batch, else 8)",
-    )
-    run.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
-    run.add_argument("-o", "--output", metavar="OUT.npz", help="save the outputs")
-    add_host_argument(run)
-    run.set_defaults(handler=cmd_run)
-    for module in ("check", "bench"):  # each registers its own subcommand
-        importlib.import_module(f".{module}", __package__).add_parser(sub)
+    for name, (module, summary) in COMMANDS.items():
+        if command is not None and name != command:
+            sub.add_parser(name, help=summary)
+        else:
+            importlib.import_module(module).add_parser(sub)
     return parser
 
 
@@ -149,14 +149,23 @@ def note_first_use() -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``onnx-recurrent``; returns the exit status."""
-    args = build_parser().parse_args(argv)
+    """Entry point of ``onnx-recurrent``; returns the exit status (2 and one line on
+    stderr for a bad file or argument)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = next((a for a in argv if not a.startswith("-")), None)
+    args = build_parser(command if command in COMMANDS else None).parse_args(argv)
     note_first_use()
     try:
         return args.handler(args)
-    except (RecurrentError, RecurrentTypeError, FileNotFoundError) as e:
-        print(f"onnx-recurrent: error: {e}", file=sys.stderr)
+    except (RecurrentError, RecurrentTypeError, OSError) as e:
+        print(f"onnx-recurrent {args.command}: error: {_one_line(e)}", file=sys.stderr)
         return 2
+
+
+def _one_line(e: BaseException) -> str:
+    if isinstance(e, OSError) and e.filename is not None and e.strerror:
+        return f"{e.filename}: {e.strerror}"
+    return " ".join(str(e).split()) or type(e).__name__
 
 
 if __name__ == "__main__":

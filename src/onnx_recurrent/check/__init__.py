@@ -16,19 +16,16 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import onnx
 
-from ..errors import RecurrentError, RecurrentTypeError
-from ..runtime.feeds import load_feeds, parse_pairs, random_feeds
-from ..runtime.hosts import HOSTS
-from ..runtime.session import InferenceSession, _load
+from ..arguments import add_host, add_model_inputs, model_feeds
+from ..errors import RecurrentError
+from ..runtime.session import InferenceSession, load_model
 from .lint import Finding, lint
 from .peers import PEERS, installed_peers, one_line
 from .trace import Comparison, Divergence, cell_step, compare, trace
@@ -119,7 +116,7 @@ def check(
     ValueError
         Bad feeds, an unknown peer, or a model onnx-recurrent rejects.
     """
-    proto = _load(model)
+    proto = load_model(model)
     peers = installed_peers() if peers is None else list(peers)
     unknown = [p for p in peers if p not in PEERS]
     if unknown:
@@ -147,36 +144,16 @@ def check(
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    """``onnx-recurrent check``: print the lint, the table and the trace; 1 if a peer differs."""
-    try:
-        return _cmd_check(args)
-    except (RecurrentError, RecurrentTypeError, FileNotFoundError) as e:
-        print(f"onnx-recurrent check: error: {e}", file=sys.stderr)
-        return 2
-
-
-def _cmd_check(args: argparse.Namespace) -> int:
-    path = Path(args.model)
-    if not path.exists():
-        raise FileNotFoundError(f"model: no such file {args.model!r}")
-    try:
-        model = onnx.load(path)
-    except Exception as e:
-        raise RecurrentError(f"model {args.model!r}: not an ONNX model ({one_line(e)})") from None
-    feeds = load_feeds(parse_pairs(args.input, "-i"))
-    session = InferenceSession(model)
-    missing = [i for i in session.get_inputs() if i.name not in feeds]
+    """``onnx-recurrent check``: print the lint, the table and the trace; 1 if a peer
+    differs (a bad file or argument raises: the command line prints it, status 2)."""
+    model = load_model(args.model)
+    session = InferenceSession(model, host=args.host)
+    feeds, drawn = model_feeds(args, session.get_inputs())
     opset = ", ".join(f"{o.domain or 'ai.onnx'} {o.version}" for o in model.opset_import)
     producer = " ".join(filter(None, (model.producer_name, model.producer_version)))
     print(f"model: {args.model} (producer {producer or 'unknown'}; opset {opset})")
-    drawn = {}
-    if missing:
-        try:
-            dims = {k: int(v) for k, v in parse_pairs(args.dim, "--dim").items()}
-        except ValueError as e:
-            raise RecurrentError(f"--dim: {e}") from None
-        drawn = random_feeds(missing, dims, seed=args.seed)
-        feeds.update(drawn)
+    if not session.recurrent_nodes:
+        print("note: the model has no GRU, RNN or LSTM node: onnx-recurrent computes nothing")
     for name, value in feeds.items():
         how = f"random (seed {args.seed})" if name in drawn else "given"
         print(f"input {name}: {list(value.shape)} {value.dtype}, {how}")
@@ -230,22 +207,7 @@ def add_parser(subparsers: Any) -> None:
         ),
     )
     p.add_argument("model", help="path to an .onnx model")
-    p.add_argument(
-        "-i",
-        "--input",
-        action="append",
-        default=[],
-        metavar="NAME=FILE.npy",
-        help="an input from a .npy file (repeatable); float inputs not given are random",
-    )
-    p.add_argument(
-        "--dim",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="value of a named dimension for random inputs (default 1 for batch, else 8)",
-    )
-    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    add_model_inputs(p)
     p.add_argument("--atol", type=float, default=1e-4, help="absolute tolerance (1e-4)")
     p.add_argument("--rtol", type=float, default=1e-3, help="relative tolerance (1e-3)")
     p.add_argument(
@@ -259,10 +221,5 @@ def add_parser(subparsers: Any) -> None:
         choices=list(PEERS),
         help="compare with this peer only (repeatable; default every installed one)",
     )
-    p.add_argument(
-        "--host",
-        choices=HOSTS,
-        default="auto",
-        help="who runs the graph on our side (default auto: onnxruntime where it can)",
-    )
+    add_host(p)
     p.set_defaults(handler=cmd_check)

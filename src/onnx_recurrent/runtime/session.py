@@ -50,16 +50,48 @@ class NodeArg:
         return cls(value_info.name, shape, f"tensor({type_name})", t.elem_type)
 
 
-def _load(model: str | os.PathLike | bytes | onnx.ModelProto) -> onnx.ModelProto:
+def load_model(model: str | os.PathLike | bytes | onnx.ModelProto) -> onnx.ModelProto:
+    """The model given as a path, serialised bytes or a ``ModelProto`` (as is).
+
+    Raises
+    ------
+    FileNotFoundError
+        No such file.
+    ValueError
+        A directory, an empty file or bytes, or data that is not an ONNX model
+        (protobuf cannot parse it, or it has no graph); the message names the model.
+    OSError
+        The file cannot be read.
+    TypeError
+        ``model`` is none of these.
+    """
     if isinstance(model, onnx.ModelProto):
         return model
     if isinstance(model, bytes | bytearray):
-        return onnx.load_from_string(bytes(model))
+        return _parse(bytes(model), "given as bytes")
     if isinstance(model, str | os.PathLike):
-        if not os.path.exists(model):
-            raise FileNotFoundError(f"model: no such file {os.fspath(model)!r}")
-        return onnx.load(model)
+        name = os.fspath(model)
+        if not os.path.exists(name):
+            raise FileNotFoundError(f"model: no such file {name!r}")
+        if os.path.isdir(name):
+            raise RecurrentError(f"model {name!r} is a directory, not an .onnx file")
+        with open(name, "rb") as f:
+            return _parse(f.read(), repr(name))
     raise TypeError(f"model must be a path, bytes or onnx.ModelProto, got {type(model).__name__}")
+
+
+def _parse(data: bytes, name: str) -> onnx.ModelProto:
+    if not data:
+        raise RecurrentError(f"model {name} is empty (0 bytes), not an ONNX model")
+    try:
+        model = onnx.load_from_string(data)
+    except Exception as e:  # protobuf's DecodeError, and what else its versions raise
+        text = str(e).strip().splitlines()
+        why = text[0] if text else type(e).__name__
+        raise RecurrentError(f"model {name} is not an ONNX model ({why})") from None
+    if not model.HasField("graph"):
+        raise RecurrentError(f"model {name} is not an ONNX model (it has no graph)")
+    return model
 
 
 @dataclass(frozen=True)
@@ -146,7 +178,7 @@ class InferenceSession:
     ) -> None:
         if host not in HOSTS:
             raise RecurrentError(f"host must be one of {list(HOSTS)}, got {host!r}")
-        self._model = _load(model)
+        self._model = load_model(model)
         graph = self._model.graph
         initializers = {i.name for i in graph.initializer}
         self._inputs = [NodeArg.of(v) for v in graph.input if v.name not in initializers]

@@ -26,7 +26,7 @@ from onnx import helper
 from onnx.helper import tensor_dtype_to_np_dtype
 
 from ..errors import RecurrentError
-from .session import InferenceSession, NodeArg, _load
+from .session import InferenceSession, NodeArg, load_model
 
 #: per operator: (input index, input name, output index, output name) of each state
 STATE_SLOTS = {
@@ -395,7 +395,7 @@ class StreamingSession:
         *,
         host: str = "auto",
     ) -> None:
-        original = _load(model)
+        original = load_model(model)
         self._outputs = [NodeArg.of(o) for o in original.graph.output]
         self._model, self._infos = expose(original)
         backward = [

@@ -1,0 +1,145 @@
+"""What the commands share on the command line: a model's inputs (``-i NAME=FILE.npy``,
+the others drawn at random: ``--dim NAME=VALUE``, ``--seed``) and ``--host``. A tool
+module: the library never imports it (models are read by
+:func:`onnx_recurrent.runtime.session.load_model`).
+
+Every mistake here is a :class:`~onnx_recurrent.errors.RecurrentError` naming the
+file or argument, which the command line prints as one line (exit status 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from onnx.helper import tensor_dtype_to_np_dtype
+
+from .errors import RecurrentError
+from .runtime.hosts import HOSTS
+from .runtime.session import NodeArg
+
+
+def add_model_inputs(parser: argparse.ArgumentParser) -> None:
+    """``-i NAME=FILE.npy``, ``--dim NAME=VALUE`` and ``--seed``."""
+    parser.add_argument(
+        "-i",
+        "--input",
+        action="append",
+        default=[],
+        metavar="NAME=FILE.npy",
+        help="an input from a .npy file (repeatable); float inputs not given are drawn at random",
+    )
+    parser.add_argument(
+        "--dim",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="value of a named dimension for random inputs (default 1 for batch, else 8)",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+
+
+def add_host(parser: argparse.ArgumentParser) -> None:
+    """``--host``: who runs the graph (:class:`~onnx_recurrent.InferenceSession`)."""
+    parser.add_argument(
+        "--host",
+        choices=HOSTS,
+        default="auto",
+        help="who runs the non-recurrent nodes: onnxruntime (custom nodes for the recurrent "
+        "ones), onnx.reference, or auto (onnxruntime where it can; default)",
+    )
+
+
+def parse_pairs(pairs: Sequence[str], option: str) -> dict[str, str]:
+    """``["a=1", "b=x.npy"]`` as a dict; a clear error for an item without ``=``."""
+    parsed = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name or not value:
+            raise RecurrentError(f"{option} expects NAME=VALUE, got {pair!r}")
+        parsed[name] = value
+    return parsed
+
+
+def parse_dims(pairs: Sequence[str], inputs: Sequence[NodeArg]) -> dict[str, int]:
+    """``--dim`` values: positive integers for the named dims of ``inputs``."""
+    named = sorted({d for i in inputs for d in i.shape or [] if isinstance(d, str)})
+    dims = {}
+    for name, value in parse_pairs(pairs, "--dim").items():
+        if name not in named:
+            known = ", ".join(named) if named else "none: every dim of its inputs is fixed"
+            raise RecurrentError(f"--dim {name}={value}: the model has no dim {name!r} ({known})")
+        try:
+            dims[name] = int(value)
+        except ValueError:
+            dims[name] = 0
+        if dims[name] < 1:
+            raise RecurrentError(f"--dim {name}={value}: the value must be a positive integer")
+    return dims
+
+
+def load_feeds(files: Mapping[str, str], inputs: Sequence[NodeArg]) -> dict[str, np.ndarray]:
+    """One ``.npy`` file per input name (names the model's inputs)."""
+    names = [i.name for i in inputs]
+    feeds = {}
+    for name, path in files.items():
+        if name not in names:
+            raise RecurrentError(f"-i {name}={path}: the model has no input {name!r} ({names})")
+        try:
+            feeds[name] = np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as e:
+            raise RecurrentError(f"-i {name}={path}: cannot read it ({_first_line(e)})") from None
+    return feeds
+
+
+def random_feeds(
+    inputs: Sequence[NodeArg], dims: Mapping[str, int], seed: int = 0
+) -> dict[str, np.ndarray]:
+    """Seeded standard-normal float arrays for the given inputs.
+
+    Named dims take their value from ``dims``, else 1 for a name containing "batch"
+    and 8 for any other free dim.
+
+    Raises
+    ------
+    ValueError
+        An input of a non-float type (its values cannot be guessed).
+    """
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for arg in inputs:
+        dtype = np.dtype(tensor_dtype_to_np_dtype(arg.elem_type))
+        if dtype.kind != "f" and dtype.name != "bfloat16":
+            raise RecurrentError(
+                f"input {arg.name!r} is {arg.type}: its values cannot be drawn at random; "
+                f"give it as -i {arg.name}=FILE.npy"
+            )
+        shape = []
+        for d in arg.shape or []:
+            if isinstance(d, int) and d > 0:
+                shape.append(d)
+            elif isinstance(d, str) and d in dims:
+                shape.append(int(dims[d]))
+            else:
+                shape.append(1 if isinstance(d, str) and "batch" in d.lower() else 8)
+        feeds[arg.name] = rng.standard_normal(shape).astype(dtype)
+    return feeds
+
+
+def model_feeds(
+    args: argparse.Namespace, inputs: Sequence[NodeArg]
+) -> tuple[dict[str, np.ndarray], set[str]]:
+    """The feeds of ``-i``, ``--dim`` and ``--seed`` for a model of these ``inputs``,
+    and the names of those drawn at random."""
+    feeds = load_feeds(parse_pairs(args.input, "-i"), inputs)
+    dims = parse_dims(args.dim, inputs)
+    missing = [i for i in inputs if i.name not in feeds]
+    drawn = random_feeds(missing, dims, seed=args.seed)
+    return {**feeds, **drawn}, set(drawn)
+
+
+def _first_line(e: Any) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
