@@ -3,7 +3,7 @@
 Each activation is applied in place to a float array. ``activation_alpha`` and
 ``activation_beta`` are consumed in order, each activation taking only the
 parameters it uses, with the defaults of the corresponding ONNX operators
-(SEMANTICS.md, "Activations").
+(docs/semantics.md, "Activations and their parameters").
 """
 
 from __future__ import annotations

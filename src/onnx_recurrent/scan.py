@@ -277,7 +277,7 @@ def scan(
             threads.run(
                 min(workers, len(units)), worker, lambda: stop.append(True), placement=PIN_UNITS
             )
-    if ragged or T == 0:  # no step ran: zeros, not initial_h (SEMANTICS.md, "Sequences")
+    if ragged or T == 0:  # no step ran: zeros, not initial_h (docs/semantics.md)
         empty = x.sequence_lens == 0
         for final in finals_tm:
             final[:, empty] = 0
