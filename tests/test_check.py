@@ -11,7 +11,9 @@ from onnx import TensorProto, helper
 
 import onnx_recurrent as orc
 from onnx_recurrent import cells, cli
-from onnx_recurrent.check import cell_step, check, installed_peers, lint
+from onnx_recurrent.check import cell_step, check, installed_peers, lint, probes
+from onnx_recurrent.check.peers import PEERS
+from onnx_recurrent.runtime.graph import walk
 from onnx_recurrent.spec import make_spec
 
 from models import node_model, random_inputs
@@ -65,18 +67,24 @@ def test_rnn_clip_onnx_reference_is_wrong(tmp_path, capsys):
     assert "result: onnx.reference beyond the tolerance" in out
 
 
-def test_rnn_sequence_lens_onnx_reference_is_wrong(tmp_path, capsys):
+def test_rnn_sequence_lens_onnx_reference_as_probed(tmp_path, capsys):
+    """onnx.reference's sequence_lens is being fixed upstream: its probe decides whether
+    the lint names it, and the comparison and the trace agree with the probe."""
     feeds = random_inputs("RNN", T=6, N=3, seed=2)
     feeds["sequence_lens"] = np.array([6, 2, 4], np.int32)
     del feeds["initial_h"]
     model = node_model("RNN", feeds, {"hidden_size": 3})
     argv = _save(tmp_path, model, {"sequence_lens": feeds["sequence_lens"]})
-    assert _main(*argv, "--trace") == 1
+    probed = probes.probe("onnx.reference", probes.Form("RNN"), probes.SEQUENCE_LENS)
+    assert _main(*argv, "--trace", "--peer", "onnx.reference") == int(probed.wrong)
     out = capsys.readouterr().out
-    assert "onnx.reference: ignores sequence_lens" in out
-    assert _row(out, "Y", "onnx.reference").endswith("DIFFERS")
-    assert "Y first differs at step t=2 (direction 0 forward, batch 1)" in out
-    assert "t=2 is past sequence_lens[1]=2" in out
+    named = "onnx.reference: ignores sequence_lens (runs every sequence to the end) (probed: "
+    assert (named in out) == probed.wrong
+    row = _row(out, "Y", "onnx.reference")
+    assert row.endswith("DIFFERS" if probed.wrong else "ok")
+    if probed.wrong:
+        assert "Y first differs at step t=2 (direction 0 forward, batch 1)" in out
+        assert "t=2 is past sequence_lens[1]=2" in out
 
 
 def test_clean_float32_gru_agrees_with_onnxruntime(tmp_path, capsys):
@@ -165,12 +173,13 @@ def test_an_int_input_must_be_given(tmp_path, capsys):
     assert "'sequence_lens' is tensor(int32)" in err
     assert "-i sequence_lens=FILE.npy" in err
     np.save(tmp_path / "lens.npy", feeds["sequence_lens"])
-    assert _main(
-        *argv, "-i", f"sequence_lens={tmp_path / 'lens.npy'}", "--peer", "onnxruntime"
-    ) in (
-        0,
-        1,
-    )
+    # given, the model runs; onnxruntime honours sequence_lens: it agrees with ours
+    lens = f"sequence_lens={tmp_path / 'lens.npy'}"
+    assert _main(*argv, "-i", lens, "--peer", "onnxruntime") == 0
+    out = capsys.readouterr().out
+    assert "input sequence_lens: [2] int32, given" in out
+    if "onnxruntime" in installed_peers():
+        assert _row(out, "Y", "onnxruntime").endswith("ok")
 
 
 @pytest.mark.parametrize(
@@ -181,7 +190,6 @@ def test_an_int_input_must_be_given(tmp_path, capsys):
         (["{model}", "-i", "X=/nonexistent.npy"], "cannot read"),
         (["{model}", "-i", "nope={npy}"], "the model has no input 'nope'"),
         (["{model}", "--dim", "seq=x"], "--dim seq=x: the model has no dim 'seq' (none"),
-        (["{model}", "--atol", "-1"], "atol and rtol must be >= 0"),
     ],
 )
 def test_usage_errors_exit_2(tmp_path, capsys, argv, message):
@@ -200,7 +208,9 @@ def test_a_peer_that_cannot_run_the_model_is_reported(tmp_path, capsys):
     argv = _save(tmp_path, node_model("LSTM", feeds, {"layout": 1, "hidden_size": 3}))
     assert _main(*argv, "--peer", "onnxruntime") == 0
     out = capsys.readouterr().out
-    assert "onnxruntime: does not implement layout=1" in out
+    refused = probes.probe("onnxruntime", probes.Form("LSTM"), probes.LAYOUT)
+    assert refused.refused is not None  # what the lint says comes from its probe
+    assert f"onnxruntime: does not support layout=1 (refused: {refused.refused})" in out
     assert "(all)   onnxruntime  error: " in out and "layout == 1" in out
     assert "(onnxruntime could not run it)" in out
 
@@ -216,35 +226,232 @@ def test_openvino_layout_1_gives_wrong_shapes(tmp_path, capsys):
     assert "openvino  DIFFERS: shape [3, 1, 5, 3], ours [3, 5, 1, 3]" in out
 
 
-def test_lint_findings():
+def _symbolic_constant(model: onnx.ModelProto, feeds) -> onnx.ModelProto:
+    """The same node with W, R and B as initializers and X's dims symbolic."""
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    g = model.graph
+    fed = [i for i in g.input if i.name not in ("W", "R", "B")]
+    for i in fed:
+        if i.name == "X":
+            i.type.tensor_type.shape.dim[0].dim_param = "T"
+            i.type.tensor_type.shape.dim[1].dim_param = "N"
+    del g.input[:]
+    g.input.extend(fed)
+    g.initializer.extend(onnx.numpy_helper.from_array(feeds[n], n) for n in ("W", "R", "B"))
+    return model
+
+
+def _scenario(name):
+    """A one-node model and its feeds, for what a peer may get wrong."""
+    bidi = {"direction": "bidirectional", "hidden_size": 3}
+    if name == "rnn clip":
+        return _clip_rnn()
+    if name == "lstm peepholes and initial states":
+        feeds = random_inputs("LSTM", T=5, N=3, seed=4)
+        del feeds["sequence_lens"]
+        return node_model("LSTM", feeds, {"hidden_size": 3}), feeds
+    if name.startswith("lstm sequence_lens"):
+        feeds = random_inputs("LSTM", T=5, N=3, seed=4)
+        feeds["sequence_lens"] = np.array([5, 1, 3], np.int32)
+        for optional in ("initial_h", "initial_c", "P"):
+            del feeds[optional]
+        model = node_model("LSTM", feeds, {"hidden_size": 3})
+        if name.endswith("symbolic"):
+            model = _symbolic_constant(model, feeds)
+            feeds = {k: v for k, v in feeds.items() if k not in ("W", "R", "B")}
+        return model, feeds
+    op, attrs, kw = {
+        "gru layout=1": ("GRU", {"layout": 1, "hidden_size": 3}, {}),
+        "lstm double": ("LSTM", {"hidden_size": 3}, {"dtype": np.float64}),
+        "rnn affine unset alpha": ("RNN", {"hidden_size": 3, "activations": ["Affine"]}, {}),
+        "gru activations": (
+            "GRU",
+            {"hidden_size": 3, "activations": ["HardSigmoid", "Softsign"]},
+            {},
+        ),
+        "lstm input_forget": ("LSTM", {"hidden_size": 3, "input_forget": 1}, {}),
+        "rnn per-direction activations": (
+            "RNN",
+            {**bidi, "activations": ["Tanh", "Relu"]},
+            {"D": 2},
+        ),
+        "gru no hidden_size": ("GRU", {}, {}),
+        "gru-3": ("GRU", {"hidden_size": 3}, {"opset": 3}),
+        "gru plain": ("GRU", {**bidi, "linear_before_reset": 1}, {"D": 2}),
+    }[name]
+    opset = kw.pop("opset", 22)
+    feeds = random_inputs(op, T=5, N=3, full=False, seed=3, **kw)
+    if attrs.get("layout") == 1:
+        feeds["X"] = np.ascontiguousarray(feeds["X"].swapaxes(0, 1))
+    return node_model(op, feeds, attrs, opset=opset), feeds
+
+
+SCENARIOS = [
+    "rnn clip",
+    "lstm sequence_lens",
+    "lstm sequence_lens symbolic",
+    "lstm peepholes and initial states",
+    "gru layout=1",
+    "lstm double",
+    "rnn affine unset alpha",
+    "gru activations",
+    "lstm input_forget",
+    "rnn per-direction activations",
+    "gru no hidden_size",
+    "gru-3",
+    "gru plain",
+]
+
+
+@pytest.mark.parametrize("name", SCENARIOS)
+def test_lint_names_a_peer_exactly_where_it_differs_on_the_model(name):
+    """Whatever the installed peers' versions: a peer is named by the lint (from its
+    probes) if and only if it differs from ours on the model itself, or fails on it;
+    each finding gives its evidence."""
+    model, feeds = _scenario(name)
+    report = check(model, feeds)
+    named = {f.peer for f in report.findings if f.peer is not None}
+    wrong = {c.peer for c in report.comparisons if c.exceeds or c.error is not None}
+    assert named == wrong, [str(f) for f in report.findings]
+    for f in report.findings:
+        assert f.message.endswith(")") and ("(probed" in f.message or "(refused: " in f.message)
+
+
+def test_lint_openvino_sequence_lens_depends_on_the_form():
+    """OpenVINO ignores sequence_lens when X's dims are symbolic and the weights
+    constant (measured with 2026.4), honours it with fixed dims: the lint applies the
+    probe of the model's own form, and says which."""
+    pytest.importorskip("openvino")
+    fixed, _ = _scenario("lstm sequence_lens")
+    symbolic, _ = _scenario("lstm sequence_lens symbolic")
+    form = probes.Form("LSTM")
+    static = probes.probe("openvino", form, probes.SEQUENCE_LENS)
+    dynamic = probes.probe(
+        "openvino", probes.Form("LSTM", static=False, constant=True), probes.SEQUENCE_LENS
+    )
+    about = "openvino: ignores sequence_lens"
+    assert any(about in str(f) for f in lint(fixed, ["openvino"])) == static.wrong
+    got = [str(f) for f in lint(symbolic, ["openvino"])]
+    assert any(about in f for f in got) == dynamic.wrong
+    if dynamic.wrong:
+        assert any("probed with X's dims symbolic and the weights constant: " in f for f in got)
+
+
+def test_lint_messages_of_the_installed_peers():
+    """What the probes of this machine's peers show, worded (each peer when installed)."""
+
     def findings(op, attrs, *, opset=22, dtype=np.float32, D=1, **kw):
         feeds = random_inputs(op, full=False, dtype=dtype, D=D, **kw)
         return [str(f) for f in lint(node_model(op, feeds, attrs, opset=opset))]
 
+    peers = set(installed_peers())
     bidi = {"direction": "bidirectional", "hidden_size": 3}
-    got = findings("RNN", {**bidi, "activations": ["Tanh", "Relu"]}, D=2)
-    assert (
-        "RNN-22 'RNN_0': onnx.reference: knows only Tanh and Affine for RNN: fails on ['Relu']"
-        in got
-    )
-    assert any("openvino: does not honour per-direction activations" in f for f in got)
     got = findings("RNN", {**bidi, "activations": ["ScaledTanh", "ScaledTanh"]}, D=2)
-    assert sum("uses 0 for ScaledTanh's alpha" in f for f in got) == 1  # once, not per direction
+    if "onnxruntime" in peers:  # once, not per direction; the evidence measured
+        (alpha,) = [f for f in got if "onnxruntime: uses 0 for ScaledTanh's alpha" in f]
+        assert alpha.endswith(")") and "(the ONNX default is 1) (probed: max |diff| " in alpha
     got = findings("GRU", {"hidden_size": 3}, opset=3)
-    assert "GRU-3 'GRU_0': onnxruntime: has no GRU before version 7 (this node is GRU-3)" in got
+    if "onnxruntime" in peers:
+        assert any(
+            f.startswith("GRU-3 'GRU_0': onnxruntime: cannot run GRU-3 in float (refused: ")
+            for f in got
+        )
     got = findings("LSTM", {"hidden_size": 3, "input_forget": 1}, dtype=np.float64)
-    assert "LSTM-22 'LSTM_0': onnxruntime: has no double kernel" in got
-    assert "LSTM-22 'LSTM_0': onnx.reference: ignores input_forget=1" in got
+    if "onnxruntime" in peers:
+        assert any("onnxruntime: cannot run LSTM-22 in double (refused: " in f for f in got)
+    if "onnx.reference" in peers:
+        assert any("onnx.reference: ignores input_forget=1 (probed: " in f for f in got)
     got = findings("GRU", {"activations": ["Sigmoid", "Elu"]})
-    assert "GRU-22 'GRU_0': openvino: fails without the hidden_size attribute" in got
-    assert "GRU-22 'GRU_0': onnxruntime: fails without the hidden_size attribute" in got
-    assert any(
-        "openvino: supports only Sigmoid/Tanh/Relu activations, not ['Elu']" in f for f in got
-    )
+    if "openvino" in peers:
+        assert any(
+            "openvino: fails without the hidden_size attribute (refused: " in f for f in got
+        )
     assert findings("GRU", {"hidden_size": 3}) == []
 
 
-def test_lint_walks_subgraphs():
+@pytest.fixture
+def fake_peer(monkeypatch):
+    """``make(alter)``: a peer that runs onnx-recurrent on the model as ``alter`` leaves
+    it (``alter`` may raise: a refusal); its probes are forgotten afterwards."""
+    made = []
+
+    def make(alter):
+        name = f"fake-{len(made)}"
+
+        def run(model, feeds, names):
+            altered = onnx.ModelProto.FromString(model.SerializeToString())
+            alter(altered)
+            session = orc.InferenceSession(altered, host="reference")
+            return session.run(list(names), dict(feeds))
+
+        monkeypatch.setitem(PEERS, name, ("onnx", run))
+        made.append(name)
+        return name
+
+    probes.probe.cache_clear()
+    yield make
+    probes.probe.cache_clear()
+
+
+def _recurrent(model):
+    return [n for _, n in walk(model.graph) if n.op_type in ("GRU", "RNN", "LSTM")]
+
+
+def _drop_attribute(name):
+    def alter(model):
+        for node in _recurrent(model):
+            kept = [a for a in node.attribute if a.name != name]
+            del node.attribute[:]
+            node.attribute.extend(kept)
+
+    return alter
+
+
+def test_lint_names_a_peer_only_where_its_probe_shows_it(fake_peer):
+    """The mechanism, on peers made to order: one as right as ours, one that ignores
+    clip, one that ignores sequence_lens when X's dims are symbolic only, one that
+    refuses layout=1."""
+
+    def lens_if_symbolic(model):
+        x = next(i for i in model.graph.input if i.name == "X")
+        if any(d.dim_param for d in x.type.tensor_type.shape.dim):
+            for node in _recurrent(model):
+                if len(node.input) > 4:
+                    node.input[4] = ""
+
+    def no_layout_1(model):
+        for node in _recurrent(model):
+            if any(a.name == "layout" and a.i == 1 for a in node.attribute):
+                raise RuntimeError("no layout=1 here")
+
+    right = fake_peer(lambda model: None)
+    no_clip = fake_peer(_drop_attribute("clip"))
+    lens = fake_peer(lens_if_symbolic)
+    layout = fake_peer(no_layout_1)
+    peers = [right, no_clip, lens, layout]
+
+    clipped, _ = _clip_rnn()
+    assert [str(f) for f in lint(clipped, peers)] == [
+        "RNN-22 'RNN_0': fake-1: ignores clip=1 (probed: max |diff| 0.54)"
+    ]
+    fixed, _ = _scenario("lstm sequence_lens")
+    assert lint(fixed, peers) == []
+    symbolic, _ = _scenario("lstm sequence_lens symbolic")
+    (finding,) = lint(symbolic, peers)
+    assert (finding.peer, finding.feature) == (lens, "sequence_lens")
+    assert finding.message.startswith(
+        "ignores sequence_lens (runs every sequence to the end) "
+        "(probed with X's dims symbolic and the weights constant: max |diff| "
+    )
+    batch_first, _ = _scenario("gru layout=1")
+    assert [str(f) for f in lint(batch_first, peers)] == [
+        "GRU-22 'GRU_0': fake-3: does not support layout=1 "
+        "(refused: RuntimeError: no layout=1 here)"
+    ]
+    assert lint(clipped, []) == []  # no peer, nothing probed
+
+
+def test_lint_walks_subgraphs(fake_peer):
     feeds = random_inputs("RNN", full=False)
     rnn = helper.make_node("RNN", ["X", "W", "R"], ["Y"], name="inner", hidden_size=3, clip=2.0)
     branch = helper.make_graph(
@@ -263,8 +470,11 @@ def test_lint_walks_subgraphs():
         ],
         [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)],
     )
-    got = [str(f) for f in lint(helper.make_model(graph))]
-    assert "RNN-22 'inner' in cond: onnx.reference: ignores clip=2" in got
+    model = helper.make_model(graph)
+    right = fake_peer(lambda model: None)
+    no_clip = fake_peer(_drop_attribute("clip"))
+    got = [str(f) for f in lint(model, [right, no_clip])]
+    assert got == ["RNN-22 'inner' in cond: fake-1: ignores clip=2 (probed: max |diff| 0.54)"]
 
 
 @pytest.mark.parametrize(
@@ -317,12 +527,28 @@ def test_cell_step_is_the_operator(op, attrs):
             np.testing.assert_allclose(c, expected[2][0, b], rtol=1e-5, atol=1e-6)
 
 
-def test_check_as_a_function():
+def test_check_as_a_function(fake_peer):
+    """On a peer that ignores clip: the first step past the clip (t=3), and there the
+    batch entry that differs most, computed here from the two results."""
     model, feeds = _clip_rnn()
-    report = check(model, feeds, peers=["onnx.reference"], trace_nodes=True)
+    no_clip = fake_peer(_drop_attribute("clip"))
+    report = check(model, feeds, peers=[no_clip], trace_nodes=True)
     assert report.exceeds
     assert [c.output for c in report.comparisons] == ["Y", "Y_h"]
+    ours = orc.rnn(**feeds, hidden_size=3, clip=1.0)[0]
+    theirs = orc.rnn(**feeds, hidden_size=3)[0]
+    diff = np.abs(ours - theirs)  # [T, 1, N, H]
+    assert diff[:3].max() <= 1e-4 < diff[3].max()  # step 3 is the first to differ
+    batch = int(np.argmax(diff[3, 0].max(axis=-1)))
     (div,) = report.divergences
-    assert (div.step, div.direction, div.batch, div.gate) == (3, 0, div.batch, "i")
+    assert (div.step, div.direction, div.batch, div.gate) == (3, 0, batch, "i")
+    assert f"Y first differs at step t=3 (direction 0 forward, batch {batch})" in div.message
     with pytest.raises(ValueError, match="unknown peer"):
         check(model, feeds, peers=["tensorflow"])
+
+
+def test_check_rejects_negative_tolerances():
+    """The function checks them too (the command line's --atol/--rtol never pass one)."""
+    feeds = random_inputs("RNN", full=False)
+    with pytest.raises(ValueError, match="atol and rtol must be >= 0, got -1"):
+        check(node_model("RNN", feeds, {}), feeds, peers=[], atol=-1)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -76,7 +77,15 @@ def test_run_model_with_given_and_random_inputs(tmp_path):
         (["run", "{corrupt}"], "corrupt.onnx' is not an ONNX model ("),
         (["run", "{model}", "-i", "X"], "-i expects NAME=VALUE, got 'X'"),
         (["run", "{model}", "-i", "X=/nonexistent.npy"], "-i X=/nonexistent.npy: cannot read"),
-        (["run", "{model}", "-i", "X={model}"], "cannot read it"),
+        (["run", "{model}", "-i", "X={model}"], "-i X={model}: not a .npy file"),
+        (["run", "{model}", "-i", "X={tmp}"], "-i X={tmp}: cannot read it (Is a directory)"),
+        (["run", "{model}", "-i", "X={objects}"], "not a readable .npy file (Object arrays"),
+        (["run", "{model}", "-i", "={npy}"], "-i expects NAME=VALUE"),
+        (["run", "-i", "X={npy}"], "-i needs a model path (the bundled example runs on its"),
+        (["run", "{model}", "--seed", "x"], "argument --seed: invalid int value: 'x'"),
+        (["run", "{model}", "--host", "nope"], "argument --host: invalid choice: 'nope'"),
+        (["run", "{model}", "-o", "{tmp}/no/o.npz"], "-o {tmp}/no/o.npz: no such directory"),
+        (["run", "{unknown_op}", "--host", "reference"], "error: NotImplementedError: No "),
         (["run", "{model}", "-i", "Z={npy}"], "the model has no input 'Z' (['X', 'W', 'R'])"),
         (["run", "{model}", "--dim", "T=abc"], "--dim T=abc: the value must be a positive"),
         (["run", "{model}", "--dim", "T=0"], "--dim T=0: the value must be a positive"),
@@ -85,6 +94,20 @@ def test_run_model_with_given_and_random_inputs(tmp_path):
         (["check", "{corrupt}"], "is not an ONNX model"),
         (["check", "{model}", "--dim", "nosuch=3"], "the model has no dim 'nosuch' (N, T)"),
         (["check", "{empty}"], "is empty (0 bytes)"),
+        (["check", "{tmp}"], "is a directory, not an .onnx file"),
+        (["check", "{model}", "-i", "X={model}"], "-i X={model}: not a .npy file"),
+        (["check", "{model}", "--dim", "T=-2"], "--dim T=-2: the value must be a positive"),
+        (["check", "{model}", "--atol", "-1"], "--atol: expected a tolerance, 0 or more"),
+        (["check", "{model}", "--peer", "nope"], "argument --peer: invalid choice: 'nope'"),
+        (["bench", "--repeat", "0", "--list"], "--repeat: expected a number of rounds, 1 or"),
+        (["bench", "--budget", "0", "--list"], "--budget: expected a duration in seconds, more"),
+        (["bench", "--threads", "x", "--list"], "--threads: expected a number of threads"),
+        (["bench", "--warmup", "-1", "--list"], "--warmup: expected a number of calls, 0 or"),
+        (["bench", "--ops", "foo", "--list"], "unknown op 'foo'; choose from gru, lstm, rnn"),
+        (["bench", "--json", "{tmp}/no/b.json", "--list"], "--json {tmp}/no/b.json: no such"),
+        (["bench", "--models", "--json", "{tmp}/no/b.json", "--list"], "no such directory"),
+        ([], "onnx-recurrent: error: the following arguments are required: command"),
+        (["nosuch"], "onnx-recurrent: error: argument command: invalid choice: 'nosuch'"),
     ],
 )
 def test_errors_exit_2_with_one_line(tmp_path, args, message):
@@ -98,14 +121,65 @@ def test_errors_exit_2_with_one_line(tmp_path, args, message):
     (tmp_path / "empty.onnx").write_bytes(b"")
     (tmp_path / "corrupt.onnx").write_bytes(bytes(range(256)) * 2)
     np.save(tmp_path / "x.npy", feeds["X"])
+    np.save(tmp_path / "objects.npy", np.array([{}], dtype=object), allow_pickle=True)
     paths = {"tmp": tmp_path, "model": model, "npy": tmp_path / "x.npy"}
     paths |= {"empty": tmp_path / "empty.onnx", "corrupt": tmp_path / "corrupt.onnx"}
+    paths |= {"objects": tmp_path / "objects.npy", "unknown_op": tmp_path / "unknown.onnx"}
+    onnx.save(_relu_model(op="NoSuchOp"), paths["unknown_op"])
     done = _cli(*[a.format(**paths) for a in args])
     assert done.returncode == 2, (done.stdout, done.stderr)
     lines = [line for line in done.stderr.splitlines() if "compiling the kernels" not in line]
     assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
-    assert lines[0].startswith(f"onnx-recurrent {args[0]}: error: ")
-    assert message in lines[0]
+    command = f" {args[0]}" if args and args[0] in ("run", "check", "bench") else ""
+    assert lines[0].startswith(f"onnx-recurrent{command}: error: "), lines[0]
+    assert message.format(**paths) in lines[0]
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/mem"), reason="needs Linux's /proc")
+def test_an_unreadable_model_or_input_is_one_line(tmp_path):
+    """A file that exists but cannot be read (/proc/self/mem: read fails, even as root)."""
+    for args, message in [
+        (["run", "/proc/self/mem"], "onnx-recurrent run: error: /proc/self/mem: Input/output"),
+        (["check", "/proc/self/mem"], "onnx-recurrent check: error: /proc/self/mem: Input/"),
+    ]:
+        done = _cli(*args)
+        assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+        assert done.stderr.count("\n") == 1 and done.stderr.startswith(message), done.stderr
+    path = tmp_path / "relu.onnx"
+    onnx.save(_relu_model(), path)
+    done = _cli("run", str(path), "-i", "x=/proc/self/mem")
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "-i x=/proc/self/mem: cannot read it (Input/output error)" in done.stderr
+
+
+def _relu_model(op: str = "Relu") -> onnx.ModelProto:
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node(op, ["x"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_an_empty_or_corrupt_model_is_a_value_error_naming_it(tmp_path):
+    """InferenceSession, not only the command line: a clear ValueError naming the model."""
+    import onnx_recurrent as orc
+
+    (tmp_path / "empty.onnx").write_bytes(b"")
+    (tmp_path / "bad.onnx").write_bytes(b"\xff" * 64)
+    cases = [
+        (str(tmp_path / "empty.onnx"), r"model '.*empty\.onnx' is empty \(0 bytes\)"),
+        (tmp_path / "bad.onnx", r"model '.*bad\.onnx' is not an ONNX model \("),
+        (b"", r"model given as bytes is empty \(0 bytes\)"),
+        (b"\xff" * 64, r"model given as bytes is not an ONNX model \("),
+        (str(tmp_path), r"model '.*' is a directory, not an \.onnx file"),
+    ]
+    for model, match in cases:
+        with pytest.raises(ValueError, match=match):
+            orc.InferenceSession(model)
 
 
 def test_a_model_without_recurrent_nodes_runs_and_says_so(tmp_path):
@@ -136,12 +210,19 @@ def test_a_command_loads_only_its_own_modules():
         "import sys\nfrom onnx_recurrent import cli\n"
         "cli.build_parser('run')\n"
         "print(sorted(m for m in sys.modules if m.startswith('onnx_recurrent.')"
-        " and m.split('.')[1] in ('bench', 'check')))"
+        " and m.split('.')[1] in ('bench', 'check', 'vad', 'dask')))"
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     assert done.stdout.strip() == "[]", done.stdout + done.stderr
     help_text = _cli("--help").stdout
     assert all(name in help_text for name in ("run", "check", "bench"))
+
+
+def test_the_listed_help_is_what_each_subcommand_registers():
+    """``COMMANDS`` repeats each subcommand's one-line help (so as not to import it)."""
+    from onnx_recurrent import cli
+
+    assert cli.build_parser().format_help() == cli.build_parser("run").format_help()
 
 
 def test_first_use_says_the_kernels_compile_once(tmp_path):

@@ -172,9 +172,18 @@ def test_attributes_parsed_once_still_checked_by_type_and_value():
         orc.gru(**feeds, layout=False)
     names = ["Affine", "Tanh"]
     a = orc.gru(**feeds, activations=names, activation_alpha=[0.5], activation_beta=[0.1])
-    b = orc.gru(
-        **feeds, activations=names, activation_alpha=np.array([0.5]), activation_beta=(0.1,)
-    )
     c = orc.gru(**feeds, activations=names, activation_alpha=[0.25], activation_beta=[0.1])
+    assert not np.array_equal(a[1], c[1])  # alpha matters
+    # the same array, changed in place between calls: its new values are used
+    alpha = np.array([0.5])
+    b = orc.gru(**feeds, activations=names, activation_alpha=alpha, activation_beta=(0.1,))
     np.testing.assert_array_equal(a[1], b[1])
-    assert not np.array_equal(a[1], c[1])
+    alpha[0] = 0.25
+    b = orc.gru(**feeds, activations=names, activation_alpha=alpha, activation_beta=(0.1,))
+    np.testing.assert_array_equal(c[1], b[1])
+    # so is a list changed in place (kept parsed by value, not by identity)
+    listed = [0.5]
+    orc.gru(**feeds, activations=names, activation_alpha=listed, activation_beta=[0.1])
+    listed[0] = 0.25
+    b = orc.gru(**feeds, activations=names, activation_alpha=listed, activation_beta=[0.1])
+    np.testing.assert_array_equal(c[1], b[1])

@@ -10,12 +10,28 @@ carried; :mod:`onnx_recurrent.convert` moves weights between PyTorch, Keras and 
 
 from __future__ import annotations
 
-from . import convert
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from .errors import RecurrentError, RecurrentTypeError
 from .layers import Layer
 from .ops import gru, gru_cell, lstm, rnn
-from .runtime import InferenceSession, NodeArg, reference_ops
-from .runtime.streaming import StreamingSession, expose_states
+
+if TYPE_CHECKING:
+    from . import convert, runtime
+    from .runtime import InferenceSession, NodeArg, reference_ops
+    from .runtime.streaming import StreamingSession, expose_states
+
+#: attribute -> the module that holds it, imported on first use (PEP 562): the runtime
+#: needs onnx, convert the frameworks' conventions, vad and dask (tools) audio I/O and Dask
+_LAZY = {
+    "InferenceSession": "runtime",
+    "NodeArg": "runtime",
+    "reference_ops": "runtime",
+    "StreamingSession": "runtime.streaming",
+    "expose_states": "runtime.streaming",
+}
+_SUBMODULES = ("convert", "dask", "runtime", "vad")
 
 __all__ = [
     "InferenceSession",
@@ -25,11 +41,29 @@ __all__ = [
     "RecurrentTypeError",
     "StreamingSession",
     "convert",
+    "dask",
     "expose_states",
     "gru",
     "gru_cell",
     "lstm",
     "reference_ops",
     "rnn",
+    "runtime",
+    "vad",
 ]
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    elif name in _SUBMODULES:
+        value = importlib.import_module(f".{name}", __name__)
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

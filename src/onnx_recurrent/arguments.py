@@ -1,6 +1,7 @@
 """What the commands share on the command line: a model's inputs (``-i NAME=FILE.npy``,
-the others drawn at random: ``--dim NAME=VALUE``, ``--seed``) and ``--host``. A tool
-module: the library never imports it (models are read by
+the others drawn at random: ``--dim NAME=VALUE``, ``--seed``), ``--host``, an output
+file's directory checked before the work, and the note on the kernels' first
+compilation. A tool module: the library never imports it (models are read by
 :func:`onnx_recurrent.runtime.session.load_model`).
 
 Every mistake here is a :class:`~onnx_recurrent.errors.RecurrentError` naming the
@@ -10,6 +11,8 @@ file or argument, which the command line prints as one line (exit status 2).
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -87,11 +90,23 @@ def load_feeds(files: Mapping[str, str], inputs: Sequence[NodeArg]) -> dict[str,
     for name, path in files.items():
         if name not in names:
             raise RecurrentError(f"-i {name}={path}: the model has no input {name!r} ({names})")
-        try:
-            feeds[name] = np.load(path, allow_pickle=False)
-        except (OSError, ValueError) as e:
-            raise RecurrentError(f"-i {name}={path}: cannot read it ({_first_line(e)})") from None
+        feeds[name] = _load_npy(path, f"-i {name}={path}")
     return feeds
+
+
+def _load_npy(path: str, label: str) -> np.ndarray:
+    try:
+        with open(path, "rb") as f:
+            is_npy = f.read(6) == b"\x93NUMPY"
+            f.seek(0)
+            array = np.load(f, allow_pickle=False) if is_npy else None
+    except OSError as e:
+        raise RecurrentError(f"{label}: cannot read it ({e.strerror or _first_line(e)})") from None
+    except ValueError as e:  # a damaged .npy, or one of Python objects
+        raise RecurrentError(f"{label}: not a readable .npy file ({_first_line(e)})") from None
+    if array is None:
+        raise RecurrentError(f"{label}: not a .npy file (numpy.save writes one)")
+    return array
 
 
 def random_feeds(
@@ -143,3 +158,54 @@ def model_feeds(
 def _first_line(e: Any) -> str:
     text = str(e).strip()
     return text.splitlines()[0] if text else type(e).__name__
+
+
+def number(kind: type, minimum: float, what: str, strict: bool = False) -> Any:
+    """An argparse type: a ``kind`` number >= ``minimum`` (> with ``strict``); argparse
+    exits with status 2 and one line on anything else."""
+    bound = f"more than {minimum:g}" if strict else f"{minimum:g} or more"
+
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            value = None
+        if value is None or value != value or value < minimum or (strict and value == minimum):
+            raise argparse.ArgumentTypeError(f"expected {what}, {bound}, got {text!r}")
+        return value
+
+    parse.__name__ = kind.__name__  # argparse names the type in its messages
+    return parse
+
+
+def writable(path: str, option: str) -> None:
+    """Check, before the work, that ``path`` can be written: its directory exists."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise RecurrentError(f"{option} {path}: is a directory")
+    if not os.path.isdir(folder):
+        raise RecurrentError(f"{option} {path}: no such directory {folder!r}")
+    if not os.access(folder, os.W_OK):
+        raise RecurrentError(f"{option} {path}: the directory {folder!r} is not writable")
+
+
+def note_first_use() -> None:
+    """One line on stderr when the kernels have no compiled code cached yet (first use:
+    numba compiles them during the first call, which takes seconds)."""
+    from .backends import jit_cache, numba_backend  # noqa: F401  (decorates the kernels)
+
+    cached, where = jit_cache.cache_state()
+    if cached:
+        return
+    if where is None:
+        print(
+            "onnx-recurrent: compiling the kernels (about 10-15 s; numba cannot cache them "
+            "here, so every run compiles them again)",
+            file=sys.stderr,
+        )
+    else:
+        print(
+            f"onnx-recurrent: compiling the kernels on first use (about 10-15 s, once; "
+            f"cached in {where})",
+            file=sys.stderr,
+        )

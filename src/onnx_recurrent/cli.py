@@ -1,8 +1,9 @@
 """The ``onnx-recurrent`` command line: a thin front on the library.
 
-Each subcommand is loaded when it is used (``run`` is here; ``check`` and ``bench`` are
-their packages'), so that a command does not pay for the others. A usage error (a bad
-file or argument) is one line on stderr and exit status 2.
+Each subcommand is loaded when it is used (``run`` is here; ``check``, ``bench`` and
+``vad`` are their packages'), so that a command does not pay for the others; ``--help``
+lists them all from :data:`COMMANDS`. A usage error (a bad file or argument, a model
+that cannot run) is one line on stderr and exit status 2, never a traceback.
 """
 
 from __future__ import annotations
@@ -11,14 +12,15 @@ import argparse
 import importlib
 import sys
 import time
+import warnings
 from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
-from .arguments import add_host, add_model_inputs, model_feeds
+from .arguments import add_host, add_model_inputs, model_feeds, note_first_use, writable
 from .errors import RecurrentError, RecurrentTypeError
 from .runtime.session import InferenceSession
 
@@ -35,6 +37,10 @@ COMMANDS = {
         "onnx_recurrent.bench.command",
         "time GRU/LSTM/RNN against onnxruntime, OpenVINO and onnx.reference",
     ),
+    "vad": (
+        "onnx_recurrent.vad.command",
+        "find the speech in recordings (Silero VAD): one row per speech segment",
+    ),
 }
 
 
@@ -50,7 +56,14 @@ def _preview(array: np.ndarray, count: int = 5) -> str:
 
 def cmd_run(args: argparse.Namespace) -> int:
     expected = None
+    if args.output:
+        writable(args.output, "-o")
     if args.model is None:
+        if args.input or args.dim:
+            given = "-i" if args.input else "--dim"
+            raise RecurrentError(
+                f"{given} needs a model path (the bundled example runs on its own input)"
+            )
         model = _data(EXAMPLE)
         print(
             f"model: bundled example {model.name} (PyTorch 2-layer bidirectional "
@@ -77,6 +90,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     for name, value in feeds.items():
         how = f"random (seed {args.seed})" if name in drawn else "given"
         print(f"input {name}: shape {list(value.shape)} {value.dtype}, {how}")
+    note_first_use()
     start = time.perf_counter()
     outputs = session.run(None, feeds)
     elapsed = time.perf_counter() - start
@@ -110,10 +124,17 @@ def add_parser(sub: Any) -> None:
     run.set_defaults(handler=cmd_run)
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a usage error in one line on stderr (status 2, as argparse's)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser, with ``command``'s subcommand loaded in full (the others listed with
     their help only; all of them in full when ``command`` is None)."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="onnx-recurrent",
         description="Run ONNX models; onnx-recurrent computes their GRU, RNN and LSTM nodes.",
     )
@@ -126,46 +147,40 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
-def note_first_use() -> None:
-    """One line on stderr when the kernels have no compiled code cached yet (first use:
-    numba compiles them during the first call, which takes seconds)."""
-    from .backends import jit_cache, numba_backend  # noqa: F401  (decorates the kernels)
-
-    cached, where = jit_cache.cache_state()
-    if cached:
-        return
-    if where is None:
-        print(
-            "onnx-recurrent: compiling the kernels (about 10-15 s; numba cannot cache them "
-            "here, so every run compiles them again)",
-            file=sys.stderr,
-        )
-    else:
-        print(
-            f"onnx-recurrent: compiling the kernels on first use (about 10-15 s, once; "
-            f"cached in {where})",
-            file=sys.stderr,
-        )
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``onnx-recurrent``; returns the exit status (2 and one line on
-    stderr for a bad file or argument)."""
+    """Entry point of ``onnx-recurrent``; returns the exit status.
+
+    A bad file or argument, or a model that cannot run, is one line on stderr (no
+    traceback) and status 2; so is each warning, on a line of its own.
+    """
     argv = list(sys.argv[1:] if argv is None else argv)
     command = next((a for a in argv if not a.startswith("-")), None)
     args = build_parser(command if command in COMMANDS else None).parse_args(argv)
-    note_first_use()
-    try:
-        return args.handler(args)
-    except (RecurrentError, RecurrentTypeError, OSError) as e:
-        print(f"onnx-recurrent {args.command}: error: {_one_line(e)}", file=sys.stderr)
-        return 2
+    prog = f"onnx-recurrent {args.command}"
+    with warnings.catch_warnings():
+        warnings.showwarning = lambda message, *_, **__: print(
+            f"{prog}: warning: {_squeeze(str(message)).removeprefix('onnx-recurrent: ')}",
+            file=sys.stderr,
+        )
+        try:
+            return args.handler(args)
+        except (RecurrentError, RecurrentTypeError, OSError) as e:
+            print(f"{prog}: error: {_one_line(e)}", file=sys.stderr)
+        except Exception as e:  # a model its host cannot run (onnxruntime, onnx.reference)
+            print(f"{prog}: error: {type(e).__name__}: {_one_line(e)}", file=sys.stderr)
+    return 2
 
 
 def _one_line(e: BaseException) -> str:
     if isinstance(e, OSError) and e.filename is not None and e.strerror:
         return f"{e.filename}: {e.strerror}"
-    return " ".join(str(e).split()) or type(e).__name__
+    lines = [line for line in str(e).splitlines() if line.strip()]
+    return _squeeze(lines[0]) if lines else type(e).__name__
+
+
+def _squeeze(text: str, width: int = 400) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 3] + "..."
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ class CellTraits(Protocol):
 
 
 DIRECTIONS = ("forward", "reverse", "bidirectional")
-#: element types of T, and the type each is computed in (SEMANTICS.md, "Types")
+#: element types of T, and the type each is computed in (docs/semantics.md, "Element types")
 COMPUTE_DTYPE = {
     np.dtype(np.float16): np.dtype(np.float32),
     np.dtype(ml_dtypes.bfloat16): np.dtype(np.float32),

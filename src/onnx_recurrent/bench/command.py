@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ..arguments import note_first_use, number, writable
 from .cases import DEFAULT_BUDGET, MIN_REPEATS, OPS, SHAPES, make_cases, parse_list
 from .driver import Bench, run_bench
 from .models import (
@@ -35,7 +36,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
         skip_reference = (
             parse_list(args.skip_reference, SHAPES, "shape") if args.skip_reference else []
         )
+        _check_files(args)
         if args.plot:
+            writable(args.plot, "--plot")
             check_plot_support()
     except (ValueError, ImportError) as e:
         print(f"onnx-recurrent bench: error: {e}", file=sys.stderr)
@@ -49,6 +52,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     def progress(text: str) -> None:
         print(text, file=sys.stderr, flush=True)
 
+    note_first_use()
     bench = run_bench(
         ops,
         shapes,
@@ -112,6 +116,7 @@ def cmd_bench_models(args: argparse.Namespace) -> int:
             else parse_list(args.runtimes, MODEL_RUNTIMES, "runtime")
         )
         make_model_runtimes(runtimes)  # at least one of ours
+        _check_files(args)
     except ValueError as e:
         print(f"onnx-recurrent bench: error: {e}", file=sys.stderr)
         return 2
@@ -123,6 +128,7 @@ def cmd_bench_models(args: argparse.Namespace) -> int:
     def progress(text: str) -> None:
         print(text, file=sys.stderr, flush=True)
 
+    note_first_use()
     bench = run_models(
         args.k,
         runtimes=runtimes,
@@ -141,17 +147,13 @@ def cmd_bench_models(args: argparse.Namespace) -> int:
     return 0 if all(r.error is None for r in bench.results) else 1
 
 
-def _count(text: str) -> int:
-    """A non-negative integer (argparse exits with status 2 on anything else)."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(
-            f"expected a number of processes, 0 or more, got {text!r}"
-        )
-    return value
+def _check_files(args: argparse.Namespace) -> None:
+    """The files the run writes at its end, checked before it starts."""
+    if args.json:
+        writable(args.json, "--json")
+
+
+_count = number(int, 0, "a number of processes")
 
 
 def add_parser(subparsers: Any) -> None:
@@ -199,23 +201,28 @@ def add_parser(subparsers: Any) -> None:
     )
     p.add_argument(
         "--repeat",
-        type=int,
+        type=number(int, 1, "a number of rounds"),
         metavar="N",
         help="timed rounds per case (default: adaptive to the time budget, at least "
         f"{MIN_REPEATS})",
     )
     p.add_argument(
         "--budget",
-        type=float,
+        type=number(float, 0, "a duration in seconds", strict=True),
         metavar="SECONDS",
         help="target duration of the whole run, split over the shapes (default: "
         + ", ".join(f"{s} {v:g} s" for s, v in DEFAULT_BUDGET.items() if s != "tiny")
         + ")",
     )
-    p.add_argument("--warmup", type=int, default=1, help="untimed calls first (default 1)")
+    p.add_argument(
+        "--warmup",
+        type=number(int, 0, "a number of calls"),
+        default=1,
+        help="untimed calls first (default 1)",
+    )
     p.add_argument(
         "--threads",
-        type=int,
+        type=number(int, 1, "a number of threads"),
         metavar="N",
         help="threads for every runtime (onnxruntime intra_op_num_threads, OpenVINO "
         "INFERENCE_NUM_THREADS, ours ONNX_RECURRENT_NUM_THREADS, NumPy's BLAS through "
@@ -229,14 +236,14 @@ def add_parser(subparsers: Any) -> None:
     )
     p.add_argument(
         "--reference-limit",
-        type=float,
+        type=number(float, 0, "a duration in seconds", strict=True),
         default=30.0,
         metavar="SECONDS",
         help="skip onnx.reference in a case when one call takes longer (default 30)",
     )
     p.add_argument(
         "--reference-repeats",
-        type=int,
+        type=number(int, 0, "a number of calls"),
         default=REFERENCE_REPEATS,
         metavar="N",
         help="with --models: at most N timed calls of onnx.reference alone per model "

@@ -8,12 +8,20 @@ import platform
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from .runtimes import Runtime
+
+class Described(Protocol):
+    """What :func:`machine_info` reads of a runtime (``bench.runtimes.Runtime`` is one;
+    a protocol, so that this module does not import that one, which imports it)."""
+
+    name: str
+
+    def missing(self) -> str | None: ...
+
+    def info(self) -> str: ...
 
 
 def blas_info() -> str:
@@ -57,8 +65,13 @@ def physical_cores() -> int:
 
 
 def git_commit() -> str | None:
-    """The checkout's short commit (with '+ changes' if the tree is dirty), if any."""
-    root = Path(__file__).resolve().parents[3]  # src/onnx_recurrent/bench/machine.py
+    """The short commit of the git checkout this package's source is tracked in (with
+    '+ uncommitted changes' if the tree is dirty); None for an installed package (even
+    in a virtual environment inside a checkout), or without git."""
+    source = Path(__file__).resolve()
+    root = next((d for d in source.parents if (d / ".git").exists()), None)
+    if root is None:  # installed: no checkout to name
+        return None
 
     def git(*args: str, check: bool = False) -> str:
         done = subprocess.run(
@@ -67,6 +80,7 @@ def git_commit() -> str | None:
         return done.stdout.strip()
 
     try:
+        git("ls-files", "--error-unmatch", str(source), check=True)  # tracked here?
         head = git("rev-parse", "--short", "HEAD", check=True)
         dirty = git("status", "--porcelain", "--untracked-files=no")
     except (OSError, subprocess.SubprocessError):
@@ -74,7 +88,7 @@ def git_commit() -> str | None:
     return f"{head} + uncommitted changes" if dirty else head
 
 
-def machine_info(runtimes: Sequence[Runtime]) -> dict[str, Any]:
+def machine_info(runtimes: Sequence[Described]) -> dict[str, Any]:
     affinity = usable_cpus()
     info = {
         "cpu": cpu_model(),

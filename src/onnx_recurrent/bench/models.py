@@ -10,8 +10,8 @@ onnx.reference and OpenVINO get wrong (input_forget=1). Ours runs through
 (onnxruntime runs the graph, the recurrent nodes are custom ops computed by
 onnx-recurrent) and ``host="reference"`` (onnx.reference runs the graph). The
 competitors run the same model alone: onnxruntime, OpenVINO and onnx.reference. A
-runtime alone that :func:`onnx_recurrent.check.lint.lint` knows to get a model wrong is
-skipped with that reason.
+runtime alone that :func:`onnx_recurrent.check.lint.lint` probes to get a model wrong
+is skipped with that reason (:func:`~.runtimes.known_wrong`).
 
 The timing is the operator bench's (:func:`~.timing.prepare_calls`,
 :func:`~.timing.time_calls`: warm-up, then rounds of one call of each runtime in a
@@ -46,7 +46,16 @@ from .report import (
     format_notes,
     markdown_table,
 )
-from .runtimes import OnnxRuntime, OpenVINO, Ours, Reference, Runtime, Unavailable, ort_options
+from .runtimes import (
+    OnnxRuntime,
+    OpenVINO,
+    Ours,
+    Reference,
+    Runtime,
+    Unavailable,
+    known_wrong,
+    ort_options,
+)
 from .timing import CaseResult, _first_line, prepare_calls, time_calls
 
 #: default time per case, in seconds (loading and warm-up included)
@@ -209,27 +218,6 @@ def make_model_cases(select: str | None = None) -> list[ModelCase]:
         return list(MODEL_CASES)
     exact = [c for c in MODEL_CASES if c.name.lower() == select.lower()]
     return exact or [c for c in MODEL_CASES if select.lower() in c.name.lower()]
-
-
-#: lint's peer names, by runtime name
-_LINT_PEERS = {"onnxruntime": "onnxruntime", "openvino": "openvino", "reference": "onnx.reference"}
-
-
-def known_wrong(model: Any) -> dict[str, str]:
-    """What each runtime alone is known to get wrong in ``model`` (check's lint), by
-    runtime name: the reason to skip it."""
-    try:
-        from onnx_recurrent.check.lint import lint
-
-        findings = lint(model)
-    except Exception:
-        return {}
-    reasons: dict[str, list[str]] = {}
-    for name, peer in _LINT_PEERS.items():
-        for f in findings:
-            if f.peer == peer and f.message not in reasons.get(name, []):
-                reasons.setdefault(name, []).append(f.message)
-    return {name: "known wrong: " + "; ".join(m) for name, m in reasons.items()}
 
 
 # ------------------------------------------------------------------ the runtimes
@@ -464,7 +452,7 @@ def run_model_case(
         warmup=warmup,
         reference_limit=reference_limit,
         ours=ours,
-        skip=known_wrong(model),
+        skip=known_wrong(model, runtimes=[r.name for r in runtimes]),
     )
     if result.error is None:
         if before_timing is not None:

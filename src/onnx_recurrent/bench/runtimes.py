@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -56,8 +56,13 @@ class Runtime:
             return f"not installed ({e}; pip install {self.install})"
         return None
 
+    #: what it gets wrong but works around itself (``Finding.feature`` of check's lint):
+    #: not a reason to skip it (see :func:`known_wrong`)
+    handles: frozenset[str] = frozenset()
+
     def unsupported(self, case: Case) -> str | None:
-        """None if it can run ``case``, else why not."""
+        """None if it can run ``case``, else why not (what it gets wrong is probed:
+        :func:`known_wrong`)."""
         return None
 
     def prepare(self, case: Case, model: Any, feeds: dict[str, np.ndarray]) -> Call:
@@ -132,13 +137,6 @@ class OnnxRuntime(Runtime):
     name, title, short = "onnxruntime", "onnxruntime ms", "Δ ort"
     module, install = "onnxruntime", "onnxruntime"
 
-    def unsupported(self, case):
-        if case.layout == 1:
-            return "no CPU kernel for layout=1"
-        if case.dtype == "float64":
-            return "no CPU kernel for double"
-        return None
-
     def _options(self):
         return ort_options(self.threads)
 
@@ -180,6 +178,7 @@ def openvino_reason(error: BaseException) -> str:
 class OpenVINO(Runtime):
     name, title, short = "openvino", "OpenVINO ms", "Δ ov"
     module, install = "openvino", "openvino"
+    handles = frozenset({"layout"})  # prepare() times the equivalent time-major model
 
     def __init__(self, threads: int | None = None) -> None:
         super().__init__(threads)
@@ -213,7 +212,7 @@ class OpenVINO(Runtime):
     def prepare(self, case, model, feeds):
         call = self.compile(model, feeds)
         if case.layout == 1:
-            # OpenVINO 2026.4 ignores layout=1 (it computes as if X were time-major):
+            # OpenVINO may ignore layout=1 (2026.4 computes as if X were time-major):
             # if its outputs have the wrong shapes, time the equivalent model instead.
             got = [tuple(o.shape) for o in call()]
             if got != output_shapes(case):
@@ -245,8 +244,6 @@ class Reference(Runtime):
         self.skip_shapes = set(skip_shapes)
 
     def unsupported(self, case):
-        if case.ragged:
-            return "ignores sequence_lens (wrong semantics): not run on ragged cases"
         if case.shape.name in self.skip_shapes:
             return f"skipped at {case.shape.name} (--skip-reference)"
         return None
@@ -261,6 +258,42 @@ class Reference(Runtime):
         import onnx
 
         return f"onnx {onnx.__version__} (onnx.reference.ReferenceEvaluator)"
+
+
+#: lint's peer names, by runtime name
+_LINT_PEERS = {"onnxruntime": "onnxruntime", "openvino": "openvino", "reference": "onnx.reference"}
+
+
+def known_wrong(
+    model: Any,
+    handled: Mapping[str, Collection[str]] | None = None,
+    runtimes: Iterable[str] | None = None,
+) -> dict[str, str]:
+    """What each runtime alone gets wrong in ``model``, as check's lint probes it
+    (:func:`onnx_recurrent.check.lint.lint`), by runtime name: the reason to skip it.
+
+    ``handled``: runtime name -> the lint features (``Finding.feature``) that the
+    runtime works around itself, not reasons to skip it. ``runtimes``: probe only
+    these (default: every installed one).
+    """
+    names = {n: peer for n, peer in _LINT_PEERS.items() if runtimes is None or n in set(runtimes)}
+    if not names:
+        return {}
+    try:
+        from onnx_recurrent.check.lint import lint
+
+        findings = lint(model, list(names.values()))
+    except Exception:
+        return {}
+    handled = handled or {}
+    reasons: dict[str, list[str]] = {}
+    for name, peer in names.items():
+        for f in findings:
+            if f.peer != peer or f.feature in handled.get(name, ()):
+                continue
+            if f.message not in reasons.get(name, []):
+                reasons.setdefault(name, []).append(f.message)
+    return {name: "known wrong: " + "; ".join(m) for name, m in reasons.items()}
 
 
 RUNTIMES: dict[str, type[Runtime]] = {

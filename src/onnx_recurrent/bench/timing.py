@@ -24,7 +24,7 @@ from .cases import (
     make_model,
 )
 from .load import BackgroundLoad
-from .runtimes import Call, Runtime, Unavailable
+from .runtimes import Call, Runtime, Unavailable, known_wrong
 
 
 def settle(
@@ -300,8 +300,9 @@ def run_case(
 ) -> CaseResult:
     """Prepare, warm up, check and time one case; ``runtimes[0]`` must be ours.
 
-    A competitor that is missing, cannot run the case, or fails is skipped with its
-    reason; onnx.reference is also skipped when one of its calls takes longer than
+    A competitor that is missing, cannot run the case, gets it wrong (check's lint
+    probes it: :func:`~.runtimes.known_wrong`), or fails is skipped with its reason;
+    onnx.reference is also skipped when one of its calls takes longer than
     ``reference_limit`` seconds. ``budget`` is the case's time in seconds, loading and
     warm-up included: the timed rounds get what is left of it. With
     ``background_load`` busy processes, half the rounds are timed quiet, half with the
@@ -316,8 +317,10 @@ def run_case(
         valid = int(feeds["sequence_lens"].sum())
         result.macs = case.macs * valid // (case.shape.T * case.shape.N)
     model = make_model(case, feeds, opset)
+    handled = {r.name: getattr(r, "handles", ()) for r in runtimes}
+    skip = known_wrong(model, handled, [r.name for r in runtimes])
     calls = prepare_calls(
-        result, runtimes, model, feeds, warmup=warmup, reference_limit=reference_limit
+        result, runtimes, model, feeds, warmup=warmup, reference_limit=reference_limit, skip=skip
     )
     if result.error is None:
         if before_timing is not None:

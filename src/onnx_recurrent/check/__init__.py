@@ -2,14 +2,15 @@
 
 The peers are onnxruntime, onnx.reference and OpenVINO (CPU, ``INFERENCE_PRECISION_HINT``
 f32), each imported lazily and skipped when absent. Before running, each recurrent node
-is linted against what a peer is known to get wrong for it (SEMANTICS.md, last
-section). The report is a table of the largest absolute and relative difference per
-output and peer, or the peer's error. With ``trace``, each main-graph recurrent node
-whose ``Y`` differs is located: the first time step, direction and batch entry where
-the peer leaves the tolerance, and the gate that explains it, recomputed in float64
-from the node's inputs (:func:`cell_step`). Modules: ``peers`` (running them), ``lint``,
-``trace`` (comparing outputs, the float64 cell step, the trace); here, the report and
-the command line.
+is linted: the probes its attributes call for (``probes``: tiny one-node models in the
+node's form, run once per process) say what each peer gets wrong for it. The report is
+a table of the largest absolute and relative difference per output and peer, or the
+peer's error. With ``trace``, each main-graph recurrent node whose ``Y`` differs is
+located: the first time step, direction and batch entry where the peer leaves the
+tolerance, and the gate that explains it, recomputed in float64 from the node's inputs
+(:func:`cell_step`). Modules: ``peers`` (running them), ``probes``, ``lint``, ``trace``
+(comparing outputs, the float64 cell step, the trace); here, the report and the
+command line.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from ..arguments import add_host, add_model_inputs, model_feeds
+from ..arguments import add_host, add_model_inputs, model_feeds, note_first_use, number
 from ..errors import RecurrentError
 from ..runtime.session import InferenceSession, load_model
 from .lint import Finding, lint
@@ -126,7 +127,7 @@ def check(
     session = InferenceSession(proto, host=host)
     names = [o.name for o in session.get_outputs()]
     ours = session.run(None, feeds)
-    report = Report(lint(proto), [], atol=atol, rtol=rtol)
+    report = Report(lint(proto, peers), [], atol=atol, rtol=rtol)
     for peer in peers:
         try:
             theirs = PEERS[peer][1](proto, feeds, names)
@@ -159,7 +160,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(f"input {name}: {list(value.shape)} {value.dtype}, {how}")
     peers = args.peer or installed_peers()
     print(f"peers: {', '.join(peers) if peers else 'none installed'}")
-
+    note_first_use()
     report = check(
         model,
         feeds,
@@ -194,6 +195,9 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 0
 
 
+_tolerance = number(float, 0, "a tolerance")
+
+
 def add_parser(subparsers: Any) -> None:
     """Register the ``check`` subcommand on an ``argparse`` subparsers object."""
     p = subparsers.add_parser(
@@ -201,15 +205,15 @@ def add_parser(subparsers: Any) -> None:
         help="compare a model's outputs on onnx-recurrent and every installed peer",
         description=(
             "Run MODEL on onnx-recurrent and on onnxruntime, onnx.reference and OpenVINO "
-            "(those installed), lint its recurrent nodes for what each peer is known to "
+            "(those installed), lint its recurrent nodes for what each peer is probed to "
             "get wrong, and print the largest differences. Exit status 1 when a peer "
             "differs beyond --atol/--rtol, 2 for a usage error."
         ),
     )
     p.add_argument("model", help="path to an .onnx model")
     add_model_inputs(p)
-    p.add_argument("--atol", type=float, default=1e-4, help="absolute tolerance (1e-4)")
-    p.add_argument("--rtol", type=float, default=1e-3, help="relative tolerance (1e-3)")
+    p.add_argument("--atol", type=_tolerance, default=1e-4, help="absolute tolerance (1e-4)")
+    p.add_argument("--rtol", type=_tolerance, default=1e-3, help="relative tolerance (1e-3)")
     p.add_argument(
         "--trace",
         action="store_true",

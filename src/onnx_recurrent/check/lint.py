@@ -1,9 +1,17 @@
-"""Lint: what a peer is known to get wrong for a recurrent node (SEMANTICS.md)."""
+"""Lint: what each installed peer gets wrong for a model's recurrent nodes, probed.
+
+Nothing here is a table of versions: for each node, the probes of :mod:`.probes` that
+its attributes call for (its form; ``sequence_lens``, ``clip``, its activations,
+``input_forget``, LSTM's peepholes, ``layout=1``, a missing ``hidden_size``) run once
+per process on each peer, in the node's form (X's dims fixed or symbolic, the weights
+constant or fed), and a peer is named only where its probe differs from
+onnx-recurrent or is refused.
+"""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,19 +20,28 @@ from onnx import numpy_helper
 
 from .. import cells
 from ..activations import TABLE
-from ..runtime.streaming import RECURRENT_OPS, attributes, elem_types, walk
-from .peers import ORT_ZERO_DEFAULTS
+from ..runtime.graph import RECURRENT_OPS, attributes
+from ..runtime.graph import element_types as elem_types
+from ..runtime.graph import walk_paths as walk
+from . import probes
+from .peers import PEERS, installed_peers
 
 CELLS = {"GRU": cells.GRU, "RNN": cells.RNN, "LSTM": cells.LSTM}
 
 
 @dataclass(frozen=True)
 class Finding:
-    """What a peer is known to get wrong for one node (``peer`` None: a general warning)."""
+    """What a peer gets wrong for one node (``peer`` None: a general warning).
+
+    ``feature``: the probe that showed it (``"form"``, ``"sequence_lens"``, ``"clip"``,
+    ``"activations"``, ``"input_forget"``, ``"peepholes"``, ``"layout"``,
+    ``"no_hidden_size"``), None for a warning.
+    """
 
     node: str
     peer: str | None
     message: str
+    feature: str | None = None
 
     def __str__(self) -> str:
         who = f"{self.peer}: " if self.peer else "warning: "
@@ -55,11 +72,10 @@ def bound_activations(op: str, attrs: Mapping[str, Any]) -> list[tuple[str, bool
     return out
 
 
-#: a ``Loop(M, "")`` whose body's cond may turn false (onnxruntime 1.32, OpenVINO 2026.4)
+#: a ``Loop(M, "")`` whose body's cond may turn false; the peers that stop are probed
 LOOP_COND = (
     "M given, cond omitted and a body cond that may turn false: the spec ignores it and "
-    "runs M iterations (check's onnx.reference, onnx-recurrent's reference host); onnxruntime "
-    "and openvino stop there (so does onnx-recurrent's onnxruntime host)"
+    "runs M iterations (so do check's onnx.reference and onnx-recurrent's reference host)"
 )
 
 
@@ -81,30 +97,205 @@ def _loop_ignores_cond(node: onnx.NodeProto) -> bool:
     return cond_out != cond_in
 
 
-def lint(model: onnx.ModelProto) -> list[Finding]:
-    """What each peer is known to get wrong for the model's recurrent nodes.
+#: deterministic default-domain operators whose outputs are not constant
+_RANDOM = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial"}
 
-    Every GRU, RNN and LSTM node is visited, subgraphs included. The known behaviours
-    are those measured in SEMANTICS.md (onnxruntime 1.31, OpenVINO 2026.4, onnx 1.23),
-    plus warnings for a GRU with ``linear_before_reset=0`` in a PyTorch-exported model
-    and for a ``Loop`` with M given and ``cond`` omitted whose body's cond may turn
-    false (the spec runs M iterations, onnxruntime and OpenVINO stop there).
+
+def _constants(model: onnx.ModelProto) -> set[str]:
+    """Tensors computed from initializers only (as a runtime folds them): initializers
+    that are not main-graph inputs, and outputs of default-domain nodes without
+    subgraphs whose inputs are all constant (``Constant`` included)."""
+    fed = {i.name for i in model.graph.input}
+    constant = {t.name for t in model.graph.initializer if t.name not in fed}
+
+    def visit(graph: onnx.GraphProto) -> None:
+        for node in graph.node:
+            subs = [a.g for a in node.attribute if a.type == onnx.AttributeProto.GRAPH]
+            subs += [g for a in node.attribute for g in a.graphs]
+            for sub in subs:
+                constant.update(t.name for t in sub.initializer)
+                visit(sub)
+            if (
+                not subs
+                and node.domain in ("", "ai.onnx")
+                and node.op_type not in _RANDOM
+                and all(i in constant for i in node.input if i)
+            ):
+                constant.update(o for o in node.output if o)
+
+    visit(model.graph)
+    return constant
+
+
+def _fixed_shapes(model: onnx.ModelProto) -> dict[str, bool]:
+    """Tensor name -> whether its shape is known with every dim a number."""
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model)
+    except Exception:  # inference is a help, not a requirement
+        inferred = model
+    fixed: dict[str, bool] = {}
+
+    def visit(graph: onnx.GraphProto) -> None:
+        for v in (*graph.input, *graph.output, *graph.value_info):
+            t = v.type.tensor_type
+            if v.type.HasField("tensor_type") and t.HasField("shape"):
+                fixed[v.name] = all(d.HasField("dim_value") for d in t.shape.dim)
+        for t in graph.initializer:
+            fixed[t.name] = True
+        for node in graph.node:
+            for a in node.attribute:
+                for sub in [a.g] if a.type == onnx.AttributeProto.GRAPH else a.graphs:
+                    visit(sub)
+
+    visit(inferred.graph)
+    return fixed
+
+
+def _probe_messages(
+    probed: probes.Probed, what: str, ignored: str, findings: list[tuple[str, str]]
+) -> None:
+    """What a wrong probe says: ``ignored`` if the peer's outputs match ours without the
+    feature, else that it refuses (does not support) or gets ``what`` wrong."""
+    if not probed.wrong:
+        return
+    if probed.refused is not None:
+        message = f"does not support {what}"
+    elif probed.explained is not None:
+        message = ignored
+    else:
+        message = f"gets {what} wrong"
+    findings.append((message, probed.evidence()))
+
+
+def _activation_messages(
+    probed: probes.Probed, op: str, bound: list[tuple[str, bool, bool]]
+) -> list[tuple[str, str]]:
+    names = [b[0] for b in bound]
+    if not probed.wrong:
+        return []
+    evidence = probed.evidence()
+    if probed.refused is not None:
+        return [(f"does not support activations {names}", evidence)]
+    if probed.explained == "defaults":
+        return [(f"ignores activations {names} (uses the defaults)", evidence)]
+    if probed.explained == "forward_both":
+        return [("applies the forward direction's activations to both directions", evidence)]
+    if probed.explained == "zero_defaults":
+        out = []
+        for name, alpha_given, beta_given in bound:
+            kind = TABLE.get(name.lower())
+            for param, was_given, default in (
+                ("alpha", alpha_given, kind.alpha if kind else None),
+                ("beta", beta_given, kind.beta if kind else None),
+            ):
+                if not was_given and default:
+                    message = (
+                        f"uses 0 for {name}'s {param} when not given "
+                        f"(the ONNX default is {default:g})"
+                    )
+                    out.append((message, evidence))
+        return out
+    return [(f"gets activations {names} wrong", evidence)]
+
+
+def _node_findings(
+    peer: str, form: probes.Form, op: str, attrs: Mapping[str, Any], given: list[bool]
+) -> list[tuple[str, str, str]]:
+    """``(feature, message, evidence)`` for what ``peer``'s probes show of one node."""
+    plain = probes.probe(peer, form, probes.FORM)
+    if plain.wrong:  # every other probe would say the same: report the form alone
+        if plain.refused is not None:
+            message = f"cannot run {form.title()}"
+        else:
+            message = f"computes {form.title()} differently"
+        return [("form", message, plain.evidence())]
+    out: list[tuple[str, str, str]] = []
+
+    def add(feature: tuple, what: str, ignored: str) -> None:
+        found: list[tuple[str, str]] = []
+        _probe_messages(probes.probe(peer, form, feature), what, ignored, found)
+        out.extend((feature[0], m, e) for m, e in found)
+
+    clip = attrs.get("clip")
+    if given[4]:
+        ignored = "ignores sequence_lens (runs every sequence to the end)"
+        add(probes.SEQUENCE_LENS, "sequence_lens", ignored)
+    if clip is not None and not math.isinf(clip):
+        add(probes.CLIP, f"clip={clip:g}", f"ignores clip={clip:g}")
+    if op == "LSTM" and attrs.get("input_forget", 0):
+        add(probes.INPUT_FORGET, "input_forget=1", "ignores input_forget=1")
+    if op == "LSTM" and given[7]:
+        add(probes.PEEPHOLES, "peepholes (P)", "ignores the peepholes (P)")
+    if attrs.get("layout", 0) == 1:
+        add(probes.LAYOUT, "layout=1", "ignores layout=1: computes batch-first X as time-major")
+    if "hidden_size" not in attrs:
+        probed = probes.probe(peer, form, probes.NO_HIDDEN_SIZE)
+        if probed.wrong:
+            message = (
+                "fails without the hidden_size attribute"
+                if probed.refused is not None
+                else "gets a node without hidden_size wrong"
+            )
+            out.append(("no_hidden_size", message, probed.evidence()))
+    D = form.D
+    bound = bound_activations(op, attrs)
+    defaults = list(CELLS[op].default_activations) * D
+    names = attrs.get("activations")
+    alpha, beta = attrs.get("activation_alpha"), attrs.get("activation_beta")
+    if [b[0].lower() for b in bound] != [d.lower() for d in defaults] or alpha or beta:
+        feature = probes.activations(
+            [str(n) for n in (names or defaults)],
+            None if alpha is None else list(alpha),
+            None if beta is None else list(beta),
+        )
+        found = _activation_messages(probes.probe(peer, form, feature), op, bound)
+        out.extend(("activations", m, e) for m, e in found)
+    return out
+
+
+def lint(model: onnx.ModelProto, peers: Sequence[str] | None = None) -> list[Finding]:
+    """What each peer gets wrong for the model's recurrent nodes, probed.
+
+    Every GRU, RNN and LSTM node is visited, subgraphs included. For each, the probes
+    its attributes call for (:mod:`onnx_recurrent.check.probes`) run once per process
+    on each peer, in the node's form: its operator version, element type, direction,
+    ``linear_before_reset``, whether X's dims are all fixed and whether its weights are
+    constant. A peer is named only where a probe's outputs differ from onnx-recurrent's
+    or the peer refuses it: the finding says what it does (matched against ours without
+    the feature where it can) and gives the evidence (``probed: max |diff| ...`` or
+    ``refused: its error``). Also warned: a GRU with ``linear_before_reset=0`` in a
+    PyTorch-exported model, and a ``Loop`` with M given and ``cond`` omitted whose
+    body's cond may turn false, where a probed peer stops there (the spec runs M
+    iterations).
 
     Parameters
     ----------
     model : onnx.ModelProto
+    peers : sequence of str, optional
+        The peers to probe (default: every installed one); those not installed are
+        not probed and never named.
 
     Returns
     -------
     list of Finding
     """
+    available = set(installed_peers())
+    peers = [p for p in (list(PEERS) if peers is None else peers) if p in available]
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
     types = elem_types(model)
     pytorch = "torch" in model.producer_name.lower()
+    fixed: dict[str, bool] | None = None
+    constants: set[str] | None = None
     findings = []
     for node, path, index in walk(model.graph):
         if node.op_type == "Loop" and node.domain in ("", "ai.onnx") and _loop_ignores_cond(node):
-            findings.append(Finding(_node_label(node, None, path, index), None, LOOP_COND))
+            loopers = [p for p in dict.fromkeys([*peers, "onnxruntime"]) if p in available]
+            stop = [p for p in loopers if probes.loop_stops(p)]
+            if stop:
+                message = f"{LOOP_COND}; {' and '.join(stop)} stop there (probed)"
+                if "onnxruntime" in stop:
+                    message += "; so does onnx-recurrent's onnxruntime host"
+                findings.append(Finding(_node_label(node, None, path, index), None, message))
         if node.op_type not in RECURRENT_OPS or node.domain not in ("", "ai.onnx"):
             continue
         op = node.op_type
@@ -114,83 +305,38 @@ def lint(model: onnx.ModelProto) -> list[Finding]:
             version = None
         label = _node_label(node, version, path, index)
         attrs = attributes(node)
-
-        def add(peer: str | None, message: str, label: str = label) -> None:
-            findings.append(Finding(label, peer, message))
-
         given = [i < len(node.input) and bool(node.input[i]) for i in range(8)]
-        elem = next((types[n] for n in node.input[:3] if n in types), None)
-        clip = attrs.get("clip")
-        clipped = clip is not None and not math.isinf(clip)
-        bound = bound_activations(op, attrs)
-        names = [b[0].lower() for b in bound]
-        D = 2 if str(attrs.get("direction", "forward")).lower() == "bidirectional" else 1
-        defaults = [a.lower() for a in CELLS[op].default_activations] * D
-        layout = attrs.get("layout", 0)
 
         if pytorch and op == "GRU" and not attrs.get("linear_before_reset", 0):
-            add(
-                None,
-                "linear_before_reset=0 in a model exported from PyTorch: nn.GRU computes "
-                "linear_before_reset=1 (a known exporter mistake; outputs will not match "
-                "PyTorch)",
-            )
-        # onnx.reference
-        if given[4]:
-            add("onnx.reference", "ignores sequence_lens (runs every sequence to the end)")
-        if clipped:
-            add("onnx.reference", f"ignores clip={clip:g}")
-        if op in ("GRU", "LSTM") and names != defaults:
-            add(
-                "onnx.reference",
-                f"ignores activations {[b[0] for b in bound]} (uses the defaults)",
-            )
-        if op == "LSTM" and attrs.get("input_forget", 0):
-            add("onnx.reference", "ignores input_forget=1")
-        if op == "RNN":
-            unknown = sorted({b[0] for b in bound} - {"Tanh", "Affine"})
-            if unknown:
-                add("onnx.reference", f"knows only Tanh and Affine for RNN: fails on {unknown}")
-            elif D == 2 and names[0] != names[1]:
-                add("onnx.reference", "applies the forward activation to both directions")
-            if "affine" in names and any(
-                len(attrs.get(k) or ()) != D for k in ("activation_alpha", "activation_beta")
-            ):
-                add(
-                    "onnx.reference",
-                    f"reads RNN's activation_alpha/beta by position and needs {D} of each "
-                    "(fails or misreads Affine's parameters here)",
+            findings.append(
+                Finding(
+                    label,
+                    None,
+                    "linear_before_reset=0 in a model exported from PyTorch: nn.GRU computes "
+                    "linear_before_reset=1 (a known exporter mistake; outputs will not match "
+                    "PyTorch)",
                 )
-        # onnxruntime
-        if layout == 1:
-            add("onnxruntime", "does not implement layout=1")
-        if elem in (onnx.TensorProto.DOUBLE, onnx.TensorProto.BFLOAT16):
-            add("onnxruntime", f"has no {onnx.TensorProto.DataType.Name(elem).lower()} kernel")
-        if op == "GRU" and version is not None and version < 7:
-            add("onnxruntime", f"has no GRU before version 7 (this node is GRU-{version})")
-        for name, alpha_given, beta_given in bound:
-            kind = TABLE[name.lower()] if name.lower() in TABLE else None
-            if kind is None or name not in ORT_ZERO_DEFAULTS:
+            )
+        if not peers or version is None:
+            continue
+        if fixed is None or constants is None:
+            fixed, constants = _fixed_shapes(model), _constants(model)
+        direction = str(attrs.get("direction", "forward"))
+        weights = [node.input[i] for i in (1, 2, 3, 7) if given[i]]
+        form = probes.Form(
+            op,
+            version,
+            next((types[n] for n in node.input[:3] if n in types), onnx.TensorProto.FLOAT),
+            "forward" if direction == "foward" else direction,
+            int(attrs.get("linear_before_reset", 0)) if op == "GRU" else 0,
+            static=fixed.get(node.input[0], False),
+            constant=all(w in constants for w in weights),
+        )
+        for peer in peers:
+            try:
+                found = _node_findings(peer, form, op, attrs, given)
+            except Exception:  # a probe we cannot build or compute shows nothing
                 continue
-            for param, was_given, default in (
-                ("alpha", alpha_given, kind.alpha),
-                ("beta", beta_given, kind.beta),
-            ):
-                if not was_given and default:
-                    add(
-                        "onnxruntime",
-                        f"uses 0 for {name}'s {param} when not given "
-                        f"(the ONNX default is {default:g})",
-                    )
-        # OpenVINO (layout, hidden_size: measured with 2026.4, not yet in SEMANTICS.md)
-        if layout == 1:
-            add("openvino", "ignores layout=1: computes batch-first X as time-major")
-        if "hidden_size" not in attrs:
-            add("openvino", "fails without the hidden_size attribute")
-            add("onnxruntime", "fails without the hidden_size attribute")
-        odd = sorted({b[0] for b in bound} - {"Sigmoid", "Tanh", "Relu"})
-        if odd:  # SEMANTICS.md says so for GRU; RNN and LSTM measured the same
-            add("openvino", f"supports only Sigmoid/Tanh/Relu activations, not {odd}")
-        if op == "RNN" and D == 2 and names[0] != names[1]:
-            add("openvino", "does not honour per-direction activations of a bidirectional RNN")
-    return list(dict.fromkeys(findings))  # a bidirectional node repeats its activations
+            for feature, message, evidence in found:
+                findings.append(Finding(label, peer, f"{message} ({evidence})", feature))
+    return list(dict.fromkeys(findings))  # a node repeated in If branches, once

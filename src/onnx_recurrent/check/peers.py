@@ -9,9 +9,6 @@ from collections.abc import Callable
 import numpy as np
 import onnx
 
-#: activations whose missing alpha/beta onnxruntime takes as 0, not the ONNX default
-ORT_ZERO_DEFAULTS = ("Affine", "ScaledTanh", "ThresholdedRelu")
-
 
 def _run_onnxruntime(model: onnx.ModelProto, feeds, names):
     import onnxruntime as ort
@@ -46,7 +43,16 @@ def _run_openvino(model: onnx.ModelProto, feeds, names):
         core.read_model(model.SerializeToString()), "CPU", {"INFERENCE_PRECISION_HINT": "f32"}
     )
     result = compiled(dict(feeds))
-    return [np.asarray(result[compiled.output(n)]) for n in names]
+    outputs = []
+    for n in names:
+        port = compiled.output(n)
+        value = np.asarray(result[port])
+        if port.get_element_type() == ov.Type.bf16:  # handed back as float16 bits
+            import ml_dtypes
+
+            value = value.view(np.uint16).view(ml_dtypes.bfloat16)
+        outputs.append(value)
+    return outputs
 
 
 #: peer name -> (module that must be importable, runner)

@@ -13,12 +13,12 @@ from onnx import helper
 
 from .. import cells
 from ..activations import TABLE, Activation
+from ..runtime.graph import RECURRENT_OPS, Namer, attributes, element_types, walk_paths
 from ..runtime.loop import reference_fixes
 from ..runtime.reference import reference_ops
-from ..runtime.streaming import RECURRENT_OPS, Namer, attributes, elem_types, walk
 from ..spec import RecSpec, make_spec
 from .lint import CELLS, bound_activations
-from .peers import ORT_ZERO_DEFAULTS, PEERS, one_line
+from .peers import PEERS, one_line
 
 #: gate letters in W order, and the activation slot (0 f, 1 g, 2 h) of each
 GATES = {
@@ -130,7 +130,8 @@ def cell_step(
 
 
 def _variants(spec: RecSpec, op: str, d: int, bound: Sequence) -> dict[str, dict]:
-    """Known peer behaviours, per gate: label -> {gate: (Activation, clip)}."""
+    """Peer behaviours to try, per gate: label -> {gate: (Activation, clip)}: no clip,
+    the default activations, 0 for an unset alpha/beta whose default is not 0."""
     table = _gate_act(spec, op, d)
     n = CELLS[op].n_activations
     defaults = CELLS[op].default_activations
@@ -147,7 +148,10 @@ def _variants(spec: RecSpec, op: str, d: int, bound: Sequence) -> dict[str, dict
                 clip,
             )
         _, alpha_given, beta_given = bound[d * n + slot]
-        if act.name in ORT_ZERO_DEFAULTS and not (alpha_given and beta_given):
+        kind = TABLE.get(act.name.lower())
+        if kind is not None and (
+            (not alpha_given and kind.alpha) or (not beta_given and kind.beta)
+        ):  # an unset parameter whose default is not 0 (onnxruntime: 0, probed by lint)
             zeroed = replace(
                 act,
                 alpha=act.alpha if alpha_given else 0.0,
@@ -179,7 +183,7 @@ def _traced_model(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[str, li
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
     name = Namer(copy)
-    types = elem_types(copy)
+    types = element_types(copy)
     outputs = {o.name for o in copy.graph.output}
     named: dict[str, list[str]] = {}
     for index, node in enumerate(copy.graph.node):
@@ -249,8 +253,8 @@ def _explain(
 
     ``step(overrides)`` runs :func:`cell_step` from the peer's previous state and
     returns ``(gates, max |h - peer's h|)``. Each behaviour (no clip, the default
-    activations, onnxruntime's 0 for unset alpha/beta) is tried on every gate at once
-    and on each gate alone; the best one that halves the difference explains it, and
+    activations, 0 for an unset alpha/beta) is tried on every gate at once and on each
+    gate alone; the best one that halves the difference explains it, and
     the gate it moves most is the gate that differs most. Returns that gate (None if
     nothing explains the step) and the lines that say so.
     """
@@ -368,7 +372,7 @@ def trace(
     traced, named = _traced_model(model)
     nested = [
         n.name or n.op_type
-        for n, path, _ in walk(model.graph)
+        for n, path, _ in walk_paths(model.graph)
         if path and n.op_type in RECURRENT_OPS
     ]
     notes = [f"not traced (inside subgraphs): {', '.join(nested)}"] if nested else []

@@ -48,8 +48,9 @@ class BoundNode:
     Raises
     ------
     ValueError, TypeError
-        A bad attribute, or constant weights that disagree with them or each other;
-        the message names the node.
+        A bad attribute, a required input (X, W, R) not given, more inputs or outputs
+        than the operator has, or constant weights that disagree with the attributes
+        or each other; the message names the node.
     """
 
     def __init__(
@@ -66,12 +67,29 @@ class BoundNode:
             self.attributes = node_attributes(node.op, node.version, node.node)
         except RecurrentError as e:
             raise _named(self.label, e) from None
-        #: weight name -> tensor name, for the weights the graph computes per call
-        self.dynamic = {
-            w: node.input(w)
-            for w in WEIGHTS
-            if w in INPUTS[node.op] and node.input(w) and node.input(w) not in constants
-        }
+        inputs, outputs = node.node.input, node.node.output
+        for position, name in enumerate(("X", "W", "R")):
+            if position >= len(inputs) or not inputs[position]:
+                given = "''" if position < len(inputs) else f"absent ({len(inputs)} inputs)"
+                raise RecurrentError(
+                    f"{self.label}: input {position} ({name}) is required, got {given}"
+                )
+        if len(inputs) > len(INPUTS[self.op]):
+            raise RecurrentError(
+                f"{self.label}: {len(inputs)} inputs, {self.op} has at most "
+                f"{len(INPUTS[self.op])} ({', '.join(INPUTS[self.op])})"
+            )
+        if len(outputs) > self.n_outputs:
+            raise RecurrentError(
+                f"{self.label}: {len(outputs)} outputs, {self.op} has at most "
+                f"{self.n_outputs} ({', '.join(('Y', 'Y_h', 'Y_c')[: self.n_outputs])})"
+            )
+        #: weight name -> tensor name, for the weights that cross per call: all the
+        #: node's weights, where one of them is not constant (the graph computes it, or
+        #: it is an initializer a caller may replace)
+        present = {w: node.input(w) for w in WEIGHTS if w in INPUTS[node.op] and node.input(w)}
+        dynamic = any(name not in constants for name in present.values())
+        self.dynamic = present if dynamic else {}
         self.layer: Layer | None = None
         #: X's dtype in the model, where the node computes on X cast to another
         self.source_dtype: np.dtype | None = None

@@ -7,7 +7,8 @@
   versions 1 and 3 dropped: ``Y`` is produced whenever the node names it).
 - :func:`constant_values`: the values of tensors computed from initializers only
   (Silero's weights go through ``Slice``, ``Concat`` and ``Unsqueeze``), folded once.
-- :func:`subgraphs`, :func:`element_types`: walking and typing helpers.
+- :func:`subgraphs`, :func:`walk`, :func:`walk_paths`, :func:`element_types`,
+  :func:`attributes`, :class:`Namer`: walking, typing and naming helpers.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from ..errors import RecurrentError
 
 #: the recurrent operators and their versions
 VERSIONS = {"GRU": (1, 3, 7, 14, 22), "RNN": (1, 7, 14, 22), "LSTM": (1, 7, 14, 22)}
+RECURRENT_OPS = frozenset(VERSIONS)
 #: inputs by position, as the spec names them
 INPUTS = {
     "GRU": ("X", "W", "R", "B", "sequence_lens", "initial_h"),
@@ -95,6 +97,48 @@ def walk(graph: onnx.GraphProto) -> Iterator[tuple[onnx.GraphProto, onnx.NodePro
             yield from walk(sub)
 
 
+def walk_paths(
+    graph: onnx.GraphProto, path: tuple[str, ...] = ()
+) -> Iterator[tuple[onnx.NodeProto, tuple[str, ...], int]]:
+    """``(node, path, index)`` for every node of ``graph`` and of its subgraphs.
+
+    ``path`` names the enclosing nodes (``()`` at the top level); ``index`` is the
+    node's position in its graph.
+    """
+    for index, node in enumerate(graph.node):
+        yield node, path, index
+        for sub in subgraphs(node):
+            yield from walk_paths(sub, (*path, node.name or f"{node.op_type}_{index}"))
+
+
+def all_names(graph: onnx.GraphProto) -> set[str]:
+    """Every name used in ``graph`` and its subgraphs: tensors, nodes, values."""
+    names: set[str] = set()
+    for g in [graph] + [sub for _, n in walk(graph) for sub in subgraphs(n)]:
+        names |= {v.name for v in (*g.input, *g.output, *g.value_info)}
+        names |= {t.name for t in g.initializer}
+        for node in g.node:
+            names.update(node.input)
+            names.update(node.output)
+            names.add(node.name)
+    return names
+
+
+class Namer:
+    """Fresh names in a model: ``base``, else ``base_1``, ``base_2``, ..."""
+
+    def __init__(self, model: onnx.ModelProto) -> None:
+        self.taken = all_names(model.graph)
+
+    def __call__(self, base: str) -> str:
+        name, k = base, 0
+        while name in self.taken:
+            k += 1
+            name = f"{base}_{k}"
+        self.taken.add(name)
+        return name
+
+
 @dataclass(frozen=True)
 class RecurrentNode:
     """A GRU, RNN or LSTM node of a model and the version its opset selects."""
@@ -152,12 +196,26 @@ _TYPE_NAMES = {
 }
 
 
-def _decoded(value):
+def _decoded(value, name: str):
     if isinstance(value, bytes):
-        return value.decode()
+        try:
+            return value.decode()
+        except UnicodeDecodeError:
+            raise RecurrentError(f"attribute {name!r} is not UTF-8 text: {value!r}") from None
     if isinstance(value, list):
-        return [_decoded(v) for v in value]
+        return [_decoded(v, name) for v in value]
     return value
+
+
+def attributes(node: onnx.NodeProto) -> dict:
+    """Every attribute the node sets, as Python values (strings decoded), unchecked.
+
+    Raises
+    ------
+    ValueError
+        A string attribute that is not UTF-8 text.
+    """
+    return {a.name: _decoded(get_attribute_value(a), a.name) for a in node.attribute}
 
 
 def node_attributes(op: str, version: int, node: onnx.NodeProto) -> dict:
@@ -187,7 +245,7 @@ def node_attributes(op: str, version: int, node: onnx.NodeProto) -> dict:
                 f"attribute {a.name!r} must be of type {_TYPE_NAMES.get(expected, expected)} "
                 f"(the {op}-{version} schema), got {_TYPE_NAMES.get(a.type, a.type)}"
             )
-    given = {a.name: _decoded(get_attribute_value(a)) for a in node.attribute}
+    given = {a.name: _decoded(get_attribute_value(a), a.name) for a in node.attribute}
     given.pop("output_sequence", None)
     if given.get("direction") == "foward":
         given["direction"] = "forward"
@@ -200,6 +258,35 @@ def _initializers(graph: onnx.GraphProto, main: bool) -> dict[str, onnx.TensorPr
     return {t.name: t for t in graph.initializer if t.name not in fed}
 
 
+def tensor_array(tensor: onnx.TensorProto, what: str = "") -> np.ndarray:
+    """A tensor's value as an array (``what`` names it in errors, by default by its
+    name).
+
+    Raises
+    ------
+    ValueError
+        The tensor's data cannot be read: an unknown element type, data that disagree
+        with its dims or type, or data in an external file that was not read (the
+        message names the tensor).
+    """
+    what = what or f"tensor {tensor.name!r}"
+    if tensor.data_type not in onnx.TensorProto.DataType.values():
+        raise RecurrentError(f"{what} has an unknown element type {tensor.data_type}")
+    if tensor.data_location == onnx.TensorProto.EXTERNAL:
+        location = next((e.value for e in tensor.external_data if e.key == "location"), "")
+        raise RecurrentError(
+            f"{what} keeps its data in an external file ({location!r}) that was not read: "
+            "give the model's path, or the model as onnx.load read it from its path"
+        )
+    try:
+        return numpy_helper.to_array(tensor)
+    except Exception as e:  # numpy's and onnx's errors for data that do not fit
+        type_name = onnx.TensorProto.DataType.Name(tensor.data_type)
+        raise RecurrentError(
+            f"{what} ({type_name}, dims {list(tensor.dims)}) cannot be read: {e}"
+        ) from None
+
+
 def constant_values(model: onnx.ModelProto, names: Iterable[str]) -> dict[str, np.ndarray]:
     """The values of those ``names`` that are computed from initializers only.
 
@@ -208,6 +295,11 @@ def constant_values(model: onnx.ModelProto, names: Iterable[str]) -> dict[str, n
     default-domain node without subgraphs whose inputs are all constant. The ones asked
     for are computed together by onnx.reference; those that are not constant, or whose
     computation fails, are left out.
+
+    Raises
+    ------
+    ValueError
+        An initializer asked for whose data cannot be read (:func:`tensor_array`).
     """
     producers: dict[str, onnx.NodeProto] = {}
     tensors: dict[str, onnx.TensorProto] = _initializers(model.graph, main=True)
@@ -239,7 +331,7 @@ def constant_values(model: onnx.ModelProto, names: Iterable[str]) -> dict[str, n
     wanted = [n for n in dict.fromkeys(names) if n and constant(n)]
     if not wanted:
         return {}
-    direct = {n: numpy_helper.to_array(tensors[n]) for n in wanted if n in tensors}
+    direct = {n: tensor_array(tensors[n]) for n in wanted if n in tensors}
     computed = [n for n in wanted if n not in tensors]
     if not computed:
         return direct
@@ -283,8 +375,8 @@ def constant_values(model: onnx.ModelProto, names: Iterable[str]) -> dict[str, n
 
 
 def element_types(model: onnx.ModelProto) -> dict[str, int]:
-    """Tensor name -> ONNX element type, as declared or inferred (names whose type
-    cannot be told are absent)."""
+    """Tensor name -> ONNX element type, as declared, inferred or held by a
+    ``Constant`` (names whose type cannot be told are absent)."""
     try:
         inferred = onnx.shape_inference.infer_shapes(model)
     except Exception:  # inference is a help, not a requirement
@@ -303,6 +395,11 @@ def element_types(model: onnx.ModelProto) -> dict[str, int]:
         note(g.value_info)
         for t in g.initializer:
             types[t.name] = t.data_type
+        for node in g.node:
+            if node.op_type == "Constant" and node.output:
+                for a in node.attribute:
+                    if a.name == "value":
+                        types[node.output[0]] = a.t.data_type
     return types
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import onnx
+from onnx.external_data_helper import load_external_data_for_model
 from onnx.helper import tensor_dtype_to_np_dtype
 
 from ..errors import RecurrentError, RecurrentTypeError
@@ -39,7 +40,12 @@ class NodeArg:
 
     @classmethod
     def of(cls, value_info: onnx.ValueInfoProto) -> NodeArg:
+        """Raises ``TypeError`` for an element type that ONNX does not define."""
         t = value_info.type.tensor_type
+        if t.elem_type not in onnx.TensorProto.DataType.values():
+            raise RecurrentTypeError(
+                f"tensor {value_info.name!r} is declared of an unknown element type {t.elem_type}"
+            )
         shape = None
         if t.HasField("shape"):
             shape = [
@@ -59,7 +65,9 @@ def load_model(model: str | os.PathLike | bytes | onnx.ModelProto) -> onnx.Model
         No such file.
     ValueError
         A directory, an empty file or bytes, or data that is not an ONNX model
-        (protobuf cannot parse it, or it has no graph); the message names the model.
+        (protobuf cannot parse it, or it has no graph), or external data (tensors kept
+        in files beside the model, read from the model's folder) that cannot be read;
+        the message names the model.
     OSError
         The file cannot be read.
     TypeError
@@ -75,8 +83,20 @@ def load_model(model: str | os.PathLike | bytes | onnx.ModelProto) -> onnx.Model
             raise FileNotFoundError(f"model: no such file {name!r}")
         if os.path.isdir(name):
             raise RecurrentError(f"model {name!r} is a directory, not an .onnx file")
-        with open(name, "rb") as f:
-            return _parse(f.read(), repr(name))
+        try:
+            with open(name, "rb") as f:
+                data = f.read()
+        except OSError as e:  # named, whether open or read failed
+            raise type(e)(e.errno, e.strerror, name) from None
+        loaded = _parse(data, repr(name))
+        try:  # tensors kept in files beside the model (none: nothing to do)
+            load_external_data_for_model(loaded, os.path.dirname(os.path.abspath(name)))
+        except Exception as e:  # onnx's errors for a missing or misplaced file
+            why = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            raise RecurrentError(
+                f"model {name!r}: its external data cannot be read ({why})"
+            ) from None
+        return loaded
     raise TypeError(f"model must be a path, bytes or onnx.ModelProto, got {type(model).__name__}")
 
 
@@ -92,6 +112,61 @@ def _parse(data: bytes, name: str) -> onnx.ModelProto:
     if not model.HasField("graph"):
         raise RecurrentError(f"model {name} is not an ONNX model (it has no graph)")
     return model
+
+
+def _input(value_info: onnx.ValueInfoProto) -> NodeArg:
+    """A graph input a caller feeds: a tensor of an element type arrays can have."""
+    name = value_info.name
+    if not name:
+        raise RecurrentError("a graph input has no name")
+    kind = value_info.type.WhichOneof("value")
+    if kind not in (None, "tensor_type"):
+        raise RecurrentTypeError(
+            f"input {name!r} is a {kind.removesuffix('_type')}, not a tensor: "
+            "InferenceSession feeds tensors only"
+        )
+    arg = NodeArg.of(value_info)
+    try:
+        tensor_dtype_to_np_dtype(arg.elem_type)
+    except KeyError:
+        raise RecurrentTypeError(
+            f"input {name!r} has element type {arg.type}, which no array can have"
+        ) from None
+    return arg
+
+
+def _check_text(model: onnx.ModelProto) -> None:
+    """Every name in the model is text: protobuf hands a string field that is not UTF-8
+    back as bytes (a corrupt model), which no later step expects.
+
+    Raises
+    ------
+    ValueError
+        The first such name, and where it is.
+    """
+
+    def check(what: str, values) -> None:
+        for value in values:
+            if not isinstance(value, str):
+                raise RecurrentError(f"model: {what} {value!r} is not UTF-8 text")
+
+    check("opset domain", [o.domain for o in model.opset_import])
+    graphs = [model.graph]
+    while graphs:
+        g = graphs.pop()
+        check("graph name", [g.name])
+        for values in (g.input, g.output, g.value_info, g.initializer):
+            check("tensor name", [v.name for v in values])
+        for n in g.node:
+            check("node name", [n.name])
+            check(f"operator of node {n.name!r}", [n.op_type, n.domain])
+            check(f"input of node {n.name!r}", n.input)
+            check(f"output of node {n.name!r}", n.output)
+            check(f"attribute name of node {n.name!r}", [a.name for a in n.attribute])
+            for a in n.attribute:
+                if a.type == onnx.AttributeProto.GRAPH:
+                    graphs.append(a.g)
+                graphs.extend(a.graphs)
 
 
 @dataclass(frozen=True)
@@ -154,10 +229,13 @@ class InferenceSession:
     FileNotFoundError
         ``model`` is a path that does not exist.
     TypeError
-        ``model`` is none of the accepted types.
+        ``model`` is none of the accepted types; a graph input that is not a tensor, or
+        of an element type no array has.
     ValueError
-        An unknown ``host``; a recurrent node with a bad attribute or constant weights
-        that disagree (the message names the node).
+        An unknown ``host``; a model that cannot be read (corrupt, not UTF-8 names, an
+        unnamed graph input or output, an initializer whose data do not fit its dims);
+        a recurrent node with a bad attribute or constant weights that disagree (the
+        message names the node).
     RuntimeError
         ``host="onnxruntime"`` where onnxruntime or onnxruntime-extensions is missing
         or onnxruntime refuses the model (the message says which).
@@ -179,10 +257,14 @@ class InferenceSession:
         if host not in HOSTS:
             raise RecurrentError(f"host must be one of {list(HOSTS)}, got {host!r}")
         self._model = load_model(model)
+        _check_text(self._model)
         graph = self._model.graph
         initializers = {i.name for i in graph.initializer}
-        self._inputs = [NodeArg.of(v) for v in graph.input if v.name not in initializers]
+        self._inputs = [_input(v) for v in graph.input if v.name not in initializers]
         self._outputs = [NodeArg.of(v) for v in graph.output]
+        for i, v in enumerate(graph.output):
+            if not v.name:
+                raise RecurrentError(f"graph output {i} has no name")
         self._bound = bind(self._model, zero_size_states=_zero_size_states)
         self._host, why = make_host(host, self._model, self._bound, sess_options, providers)
         if why:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -26,6 +26,7 @@ from onnx import helper
 from onnx.helper import tensor_dtype_to_np_dtype
 
 from ..errors import RecurrentError
+from .graph import RECURRENT_OPS, Namer, attributes, element_types, subgraphs, walk
 from .session import InferenceSession, NodeArg, load_model
 
 #: per operator: (input index, input name, output index, output name) of each state
@@ -34,7 +35,6 @@ STATE_SLOTS = {
     "RNN": ((5, "initial_h", 1, "Y_h"),),
     "LSTM": ((5, "initial_h", 1, "Y_h"), (6, "initial_c", 2, "Y_c")),
 }
-RECURRENT_OPS = frozenset(STATE_SLOTS)
 
 __all__ = ["StateInfo", "StreamingSession", "expose_states"]
 
@@ -60,97 +60,6 @@ class StateInfo:
         """A zero-size array of this state's rank and type: "zeros, batch not yet known"."""
         dims = [d if isinstance(d, int) else 0 for d in self.shape]
         return np.zeros(dims, tensor_dtype_to_np_dtype(self.elem_type))
-
-
-# -- walking graphs ------------------------------------------------------------------------
-
-
-def subgraphs(node: onnx.NodeProto) -> Iterator[onnx.GraphProto]:
-    """The graphs held by ``node``'s attributes (If branches, Loop and Scan bodies)."""
-    for attr in node.attribute:
-        if attr.type == onnx.AttributeProto.GRAPH:
-            yield attr.g
-        elif attr.type == onnx.AttributeProto.GRAPHS:
-            yield from attr.graphs
-
-
-def walk(graph: onnx.GraphProto, path: tuple[str, ...] = ()) -> Iterator[tuple]:
-    """``(node, path, index)`` for every node of ``graph`` and its subgraphs.
-
-    ``path`` names the enclosing nodes; ``index`` is the node's position in its graph.
-    """
-    for index, node in enumerate(graph.node):
-        yield node, path, index
-        for g in subgraphs(node):
-            yield from walk(g, (*path, node.name or f"{node.op_type}_{index}"))
-
-
-def _all_names(graph: onnx.GraphProto) -> set[str]:
-    names = {v.name for v in (*graph.input, *graph.output, *graph.value_info)}
-    names |= {t.name for t in graph.initializer}
-    for node, *_ in walk(graph):
-        names.update(node.input)
-        names.update(node.output)
-        names.add(node.name)
-    for node, *_ in walk(graph):
-        for g in subgraphs(node):
-            names |= {v.name for v in (*g.input, *g.output, *g.value_info)}
-            names |= {t.name for t in g.initializer}
-    return names
-
-
-class Namer:
-    """Fresh names in a model: ``base``, else ``base_1``, ``base_2``, ..."""
-
-    def __init__(self, model: onnx.ModelProto) -> None:
-        self.taken = _all_names(model.graph)
-
-    def __call__(self, base: str) -> str:
-        name, k = base, 0
-        while name in self.taken:
-            k += 1
-            name = f"{base}_{k}"
-        self.taken.add(name)
-        return name
-
-
-def elem_types(model: onnx.ModelProto) -> dict[str, int]:
-    """Element type of every tensor whose type is declared or can be inferred."""
-    try:
-        inferred = onnx.shape_inference.infer_shapes(model)
-    except Exception:  # inference is only a help here
-        inferred = model
-    types: dict[str, int] = {}
-
-    def visit(graph: onnx.GraphProto) -> None:
-        for v in (*graph.input, *graph.output, *graph.value_info):
-            if v.type.tensor_type.elem_type:
-                types[v.name] = v.type.tensor_type.elem_type
-        for t in graph.initializer:
-            types[t.name] = t.data_type
-        for node in graph.node:
-            if node.op_type == "Constant":
-                for a in node.attribute:
-                    if a.name == "value":
-                        types[node.output[0]] = a.t.data_type
-            for g in subgraphs(node):
-                visit(g)
-
-    visit(inferred.graph)
-    return types
-
-
-def attributes(node: onnx.NodeProto) -> dict[str, Any]:
-    """The node's attributes as Python values (strings decoded)."""
-    out = {}
-    for a in node.attribute:
-        value = helper.get_attribute_value(a)
-        if isinstance(value, bytes):
-            value = value.decode()
-        elif isinstance(value, list) and value and isinstance(value[0], bytes):
-            value = [v.decode() for v in value]
-        out[a.name] = value
-    return out
 
 
 def _hidden_size(node: onnx.NodeProto, graph: onnx.GraphProto) -> int | None:
@@ -190,7 +99,7 @@ class _Rewriter:
     def __init__(self, model: onnx.ModelProto) -> None:
         self.model = model
         self.name = Namer(model)
-        self.types = elem_types(model)
+        self.types = element_types(model)
         self.skipped: list[str] = []
 
     def elem_type(self, node: onnx.NodeProto) -> int:
@@ -208,7 +117,7 @@ class _Rewriter:
                 found += self.if_node(node)
             else:
                 for g in subgraphs(node):
-                    if any(n.op_type in RECURRENT_OPS for n, *_ in walk(g)):
+                    if any(n.op_type in RECURRENT_OPS for _, n in walk(g)):
                         self.skipped.append(f"{node.op_type} node {node.name!r}")
         return found
 
@@ -257,7 +166,7 @@ class _Rewriter:
 
 def _used_names(graph: onnx.GraphProto) -> set[str]:
     used = {o.name for o in graph.output}
-    for node, *_ in walk(graph):
+    for _, node in walk(graph):
         used.update(node.input)
     return used
 
@@ -400,7 +309,7 @@ class StreamingSession:
         self._model, self._infos = expose(original)
         backward = [
             f"{n.op_type} {n.name or '(unnamed)'!r}"
-            for n, *_ in walk(original.graph)
+            for _, n in walk(original.graph)
             if n.op_type in RECURRENT_OPS
             and str(attributes(n).get("direction", "forward")).lower() != "forward"
         ]

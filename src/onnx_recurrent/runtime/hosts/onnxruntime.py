@@ -32,6 +32,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
+from ...errors import RecurrentTypeError
 from ..bound import BoundNode, node_key
 from ..graph import INPUTS, WEIGHTS, element_types, prune, subgraphs
 
@@ -99,8 +100,9 @@ def _placeholders(node: BoundNode, X: np.ndarray, dtype: np.dtype) -> tuple[np.n
 def _compute(inputs: tuple[str, ...], outputs: tuple[int, ...], arrays, key: str):
     """The callback: the bound node on the arrays given (named by ``inputs``), the
     outputs at positions ``outputs`` of ``(Y, Y_h, Y_c)``."""
-    X = arrays[0]
     node = None
+    # a float32 placeholder where there is no X (a custom node always gets it)
+    X = arrays[0] if arrays else np.zeros((0, 0, 0), np.float32)
     try:
         _state.guarded = True
         node = _BOUND[key]
@@ -143,6 +145,15 @@ def _signatures() -> list[tuple[int, tuple[str, ...], tuple[int, ...]]]:
         for w in weights
         for out in outputs
     ]
+
+
+_SIGNATURES = frozenset(_signatures())
+
+
+def _type_name(elem: int) -> str:
+    if elem in TensorProto.DataType.values():
+        return TensorProto.DataType.Name(elem).lower()
+    return f"unknown type {elem}"
 
 
 _op_lock = threading.Lock()
@@ -251,6 +262,9 @@ def rewrite(
     HostUnavailable
         A node whose element type cannot be told, or one onnxruntime-extensions
         cannot pass.
+    TypeError
+        A float16 or bfloat16 node (computed on float32 between ``Cast`` nodes) given
+        weights or states of another element type than X (the message names it).
     """
     out = onnx.ModelProto()
     out.CopyFrom(model)
@@ -295,6 +309,11 @@ def _custom_nodes(b, node, types, keys, counter) -> list[onnx.NodeProto]:
         name = rn.input(spec_name)
         if spec_name == "sequence_lens" or compute == elem:
             return name
+        if types.get(name, elem) != elem:  # the Cast would take it: say what it is
+            raise RecurrentTypeError(
+                f"{b.label}: {spec_name} must have X's element type {_type_name(elem)}, "
+                f"got {_type_name(types[name])}"
+            )
         cast = f"{tag}::{spec_name}::float"
         nodes.append(helper.make_node("Cast", [name], [cast], to=TensorProto.FLOAT))
         return cast
@@ -317,6 +336,9 @@ def _custom_nodes(b, node, types, keys, counter) -> list[onnx.NodeProto]:
         outputs.append(name)
     if compute != elem:
         b = b.computing(np.dtype(np.float32), helper.tensor_dtype_to_np_dtype(elem))
+    if (compute, tuple(present), positions) not in _SIGNATURES:  # registering one now
+        # would move those the live sessions hold
+        raise HostUnavailable(f"{b.label}: no custom operator takes {present}")
     key = _register(b)
     keys[key] = b
     op_type = _op_type(compute, tuple(present), positions)
@@ -360,6 +382,8 @@ class OnnxruntimeHost:
     HostUnavailable
         onnxruntime or onnxruntime-extensions is missing, or onnxruntime refuses the
         rewritten model (the message gives its reason).
+    TypeError
+        As :func:`rewrite`.
     """
 
     name = "onnxruntime"

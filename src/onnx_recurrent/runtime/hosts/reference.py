@@ -3,10 +3,15 @@
 Slow on the non-recurrent nodes, but needs neither onnxruntime nor
 onnxruntime-extensions. ``Loop`` is onnx-recurrent's (:mod:`..loop`): onnx.reference
 runs a ``Loop`` whose ``cond`` input is omitted for zero iterations.
+
+Broken models: a tensor whose data cannot be read is named before onnx.reference
+loads the model; what onnx.reference raises as ``AttributeError``, ``IndexError``,
+``KeyError``... on a malformed node is raised as a ``RuntimeError`` naming the node.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -15,6 +20,7 @@ import onnx
 from onnx.reference import ReferenceEvaluator
 
 from ..bound import BoundNode, node_key
+from ..graph import subgraphs, tensor_array, walk
 from ..loop import reference_fixes
 from ..reference import reference_ops
 
@@ -52,9 +58,16 @@ class ReferenceHost:
     name = "reference"
 
     def __init__(self, model: onnx.ModelProto, bound: Mapping[tuple[str, ...], BoundNode]):
-        self._evaluator = ReferenceEvaluator(
-            model, new_ops=[*_bound_ops(bound), *reference_fixes()]
-        )
+        _read_tensors(model)
+        model = _default_domain(model)
+        try:
+            self._evaluator = ReferenceEvaluator(
+                model, new_ops=[*_bound_ops(bound), *reference_fixes()]
+            )
+        except _UNCLEAR as e:
+            if _raised_here(e):
+                raise
+            raise _engine_error(e) from e
 
     def providers(self) -> list[str]:
         return ["CPUExecutionProvider"]
@@ -62,4 +75,83 @@ class ReferenceHost:
     def run(
         self, output_names: Sequence[str], feeds: dict[str, np.ndarray], run_options: Any
     ) -> list[np.ndarray]:
-        return list(self._evaluator.run(list(output_names), feeds))
+        try:
+            return list(self._evaluator.run(list(output_names), feeds))
+        except _UNCLEAR as e:
+            if _raised_here(e):
+                raise
+            raise _engine_error(e) from e
+
+
+def _default_domain(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model``, or a copy whose ``ai.onnx`` domain is written ``''``: onnx.reference
+    knows the default domain by the empty name only (onnxruntime, by either)."""
+    nodes = [node for _, node in walk(model.graph)]
+    if not any(n.domain == "ai.onnx" for n in nodes) and not any(
+        o.domain == "ai.onnx" for o in model.opset_import
+    ):
+        return model
+    copied = onnx.ModelProto()
+    copied.CopyFrom(model)
+    for _, node in walk(copied.graph):
+        if node.domain == "ai.onnx":
+            node.domain = ""
+    imports = {o.domain: o.version for o in copied.opset_import}
+    version = imports.pop("ai.onnx", None)
+    if version is not None:
+        imports.setdefault("", version)
+        del copied.opset_import[:]
+        copied.opset_import.extend(onnx.helper.make_opsetid(d, v) for d, v in imports.items())
+    return copied
+
+
+def _read_tensors(model: onnx.ModelProto) -> None:
+    """Read every initializer and tensor attribute once: onnx.reference reads them all
+    when it loads the model, and does not say which one it could not read.
+
+    Raises
+    ------
+    ValueError
+        A tensor whose data cannot be read (the message names it).
+    """
+    graphs = [model.graph] + [g for _, node in walk(model.graph) for g in subgraphs(node)]
+    for graph in graphs:
+        for tensor in graph.initializer:
+            tensor_array(tensor, f"initializer {tensor.name!r}")
+        for node in graph.node:
+            for a in node.attribute:
+                if a.type == onnx.AttributeProto.TENSOR:
+                    tensor_array(a.t, f"attribute {a.name!r} of {node.op_type} node {node.name!r}")
+
+
+#: what onnx.reference raises on some broken models (a ``Constant`` without a value,
+#: a ``Slice`` with too many inputs...): re-raised as a RuntimeError naming the node
+_UNCLEAR = (AttributeError, IndexError, KeyError, AssertionError, ArithmeticError)
+
+
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _raised_here(error: Exception) -> bool:
+    """Whether onnx-recurrent's own code raised ``error`` (a fault of ours: left as is)."""
+    tb = error.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and os.path.abspath(tb.tb_frame.f_code.co_filename).startswith(
+        _PACKAGE + os.sep
+    )
+
+
+def _engine_error(error: Exception) -> RuntimeError:
+    """``error``, raised inside onnx.reference, as a RuntimeError naming the node that
+    onnx.reference was loading or running (when its frames tell)."""
+    node = None
+    tb = error.__traceback__
+    while tb is not None:  # the innermost operator's frame
+        found = getattr(tb.tb_frame.f_locals.get("self"), "onnx_node", None)
+        node = found if isinstance(found, onnx.NodeProto) else node
+        tb = tb.tb_next
+    where = f" at {node.op_type} node {node.name!r}" if node is not None else ""
+    return RuntimeError(
+        f"onnx.reference cannot run this model{where}: {type(error).__name__}: {error}"
+    )
