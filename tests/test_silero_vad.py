@@ -358,7 +358,7 @@ def test_read_wav_rejects(tmp_path):
 
 
 def test_silero_model_path_missing(monkeypatch):
-    monkeypatch.setattr(vad.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     with pytest.raises(ModuleNotFoundError, match="pip install --no-deps silero-vad"):
         vad.silero_model_path()
 

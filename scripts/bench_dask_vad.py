@@ -1,0 +1,188 @@
+"""Scaling of ``onnx_recurrent.dask.detect``: files per second on one vs two Dask workers.
+
+The issue's target (a 2-core machine): two single-threaded Dask workers process the
+same corpus at >= 1.6x the files per second of one. For each worker count, a fresh
+``distributed.LocalCluster`` of that many worker processes, one thread each (and one
+compute thread per worker: ``ONNX_RECURRENT_NUM_THREADS=1`` in their environment,
+onnxruntime's intra-op threads 1, as ``detect`` makes its sessions), is warmed up (each
+worker makes its session and runs one file), then the whole corpus is timed
+``--rounds`` times and the best round kept. Both runs cut the corpus into the same
+groups (``--group-size``, by default what ``detect`` picks for the largest cluster),
+so only the number of workers differs.
+
+The corpus: the files and directories given, or, without any, ``--make N`` recordings
+of 5 to 30 s built from the test recordings under ``tests/data`` (tiled with silence
+between; FLAC, a third of them at 8 kHz or 22.05 kHz) in a temporary directory.
+
+Usage (from the repository root; needs the ``vad`` extra, dask, distributed and
+silero-vad)::
+
+    python scripts/bench_dask_vad.py --make 16            # small: a minute or so
+    python scripts/bench_dask_vad.py --make 120 --rounds 3  # the issue's corpus size
+    python scripts/bench_dask_vad.py corpus/ --workers 1 2 4 --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+SOURCES = [
+    ROOT / "tests" / "data" / "speech_16k.wav",
+    *(ROOT / "tests" / "data" / "vad").glob("*"),
+]
+#: the extra rates of the made corpus (every third file at each); the rest 16 kHz
+RATES = (16000, 8000, 22050)
+
+
+def make_corpus(directory: Path, count: int, seed: int = 0) -> list[str]:
+    """``count`` FLAC recordings of 5 to 30 s made of the test recordings."""
+    import soundfile
+    import soxr
+
+    from onnx_recurrent.vad import read_audio
+
+    pieces = [
+        read_audio(p).samples for p in sorted(SOURCES) if p.suffix in (".wav", ".flac", ".ogg")
+    ]
+    rng = np.random.default_rng(seed)
+    files = []
+    for i in range(count):
+        seconds = rng.uniform(5, 30)
+        parts, total = [], 0
+        while total < seconds * 16000:
+            gap = np.zeros(int(rng.uniform(0.2, 1.5) * 16000), np.float32)
+            piece = pieces[rng.integers(len(pieces))]
+            parts += [gap, piece]
+            total += gap.size + piece.size
+        samples = np.concatenate(parts)[: int(seconds * 16000)]
+        rate = RATES[i % len(RATES)]
+        if rate != 16000:
+            samples = soxr.resample(samples, 16000, rate)
+        path = directory / f"rec{i:04d}_{rate // 1000}k.flac"
+        soundfile.write(path, samples, rate, subtype="PCM_16")
+        files.append(str(path))
+    return files
+
+
+def measure(files, workers, *, batch, group_size, host, rounds, warm) -> dict:
+    """Best of ``rounds`` runs of the corpus on a fresh cluster of ``workers``."""
+    import distributed
+
+    from onnx_recurrent import dask as ordask
+
+    env = {"ONNX_RECURRENT_NUM_THREADS": "1"}
+    with (
+        distributed.LocalCluster(
+            n_workers=workers,
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=None,
+            env=env,
+        ) as cluster,
+        distributed.Client(cluster) as client,
+    ):
+        client.wait_for_workers(workers)
+        # each worker: its session made, the model run once (compiled code loaded)
+        client.run(ordask._detect_group, [warm], batch, host, None, {})
+        times = []
+        for _ in range(rounds):
+            start = time.perf_counter()
+            results = list(
+                ordask.detect(client, files, batch=batch, group_size=group_size, host=host)
+            )
+            times.append(time.perf_counter() - start)
+    failed = [(p, r) for p, r in results if isinstance(r, BaseException)]
+    if failed:
+        print(f"  {len(failed)} file(s) failed, e.g. {failed[0]}", file=sys.stderr)
+    best = min(times)
+    return {"workers": workers, "seconds": best, "rounds": times, "files": len(files)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("paths", nargs="*", help="audio files and directories (the corpus)")
+    parser.add_argument(
+        "--make",
+        type=int,
+        default=16,
+        metavar="N",
+        help="without paths: make N recordings of 5-30 s (default 16)",
+    )
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--group-size", type=int, default=None)
+    parser.add_argument("--host", default="auto")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--json", type=Path, default=None, help="write the results here")
+    args = parser.parse_args(argv)
+
+    from onnx_recurrent.vad.audio import audio_duration, find_audio_files
+
+    with tempfile.TemporaryDirectory(prefix="bench-dask-vad-") as tmp:
+        if args.paths:
+            files = find_audio_files(args.paths)
+        else:
+            files = make_corpus(Path(tmp), args.make)
+        audio = sum(audio_duration(f) or 0.0 for f in files)
+        group_size = args.group_size or max(
+            1, min(args.batch, math.ceil(len(files) / (4 * max(args.workers))))
+        )
+        print(
+            f"{len(files)} files, {audio:.0f} s of audio; groups of {group_size}, "
+            f"batch {args.batch}, host {args.host}, {os.cpu_count()} CPUs"
+        )
+        rows = []
+        for workers in args.workers:
+            row = measure(
+                files,
+                workers,
+                batch=args.batch,
+                group_size=group_size,
+                host=args.host,
+                rounds=args.rounds,
+                warm=files[0],
+            )
+            row["files_per_s"] = len(files) / row["seconds"]
+            row["realtime"] = audio / row["seconds"]
+            rows.append(row)
+            print(
+                f"{workers} worker(s): {row['seconds']:.2f} s, {row['files_per_s']:.1f} files/s, "
+                f"{row['realtime']:.0f}x realtime (rounds: "
+                + ", ".join(f"{t:.2f}" for t in row["rounds"])
+                + ")"
+            )
+    base = rows[0]
+    for row in rows[1:]:
+        row["speedup"] = row["files_per_s"] / base["files_per_s"]
+        print(
+            f"{row['workers']} vs {base['workers']} worker(s): {row['speedup']:.2f}x "
+            "(target for 2 vs 1: >= 1.6x)"
+        )
+    if args.json is not None:
+        args.json.write_text(
+            json.dumps(
+                {
+                    "audio_seconds": audio,
+                    "group_size": group_size,
+                    "batch": args.batch,
+                    "runs": rows,
+                },
+                indent=2,
+            )
+            + "\n"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

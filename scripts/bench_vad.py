@@ -1,0 +1,187 @@
+"""Benchmark ``onnx-recurrent vad`` in one process against a plain onnxruntime loop.
+
+Builds a corpus of speech recordings (FLAC, 5-30 s each, some at 8, 22.05, 44.1 or
+48 kHz, some stereo) from the bundled test speech (tests/data/speech_16k.wav and
+tests/data/vad/*: espeak-ng sentences), each one pieces of it at random gains with
+random silences (faint noise) between them; then times, over the same files:
+
+(a) onnx-recurrent: :func:`onnx_recurrent.vad.analyse_files`, one process, ``--batch``
+    recordings advancing together (joining and leaving the batch), decoding and
+    resampling included;
+(b) onnxruntime alone: decode every file (the same soundfile + soxr decoding), then
+    64 recordings per model call, padded to the longest of each group, with
+    ``onnxruntime.InferenceSession``.
+
+Each prints the wall time and the aggregate speed (seconds of audio per second:
+"x realtime"); then the ratio (a)/(b) and the largest difference between their speech
+probabilities. The sessions are made (and the kernels compiled) before the timing.
+
+Needs the ``vad`` extra, onnxruntime and the model (``pip install --no-deps
+silero-vad``). Usage::
+
+    python scripts/bench_vad.py                     # 120 files, batch 64
+    python scripts/bench_vad.py --files 12 --max-seconds 10   # a quick check
+    python scripts/bench_vad.py --corpus /tmp/vad-corpus      # build once, reuse
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+from onnx_recurrent import vad
+from onnx_recurrent.vad.model import CHUNK_SAMPLES, CONTEXT_SAMPLES, MODEL_RATE, open_session
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "tests" / "data"
+SOURCES = [DATA / "speech_16k.wav", *sorted((DATA / "vad").iterdir())]
+#: Sample rates of the corpus files, and how often each is drawn.
+RATES = {16000: 0.5, 8000: 0.15, 22050: 0.1, 44100: 0.15, 48000: 0.1}
+STEREO_FRACTION = 0.2
+
+
+def build_corpus(directory: Path, files: int, min_s: float, max_s: float, seed: int) -> list[Path]:
+    """Write the corpus FLAC files into ``directory``; return their paths."""
+    import soundfile
+    import soxr
+
+    rng = np.random.default_rng(seed)
+    pieces = [vad.read_audio(p).samples for p in SOURCES]
+    rates, weights = list(RATES), np.array(list(RATES.values()))
+    paths = []
+    for i in range(files):
+        target = rng.uniform(min_s, max_s) * MODEL_RATE
+        parts, size = [], 0
+        while size < target:
+            silence = int(rng.uniform(0.2, 2.0) * MODEL_RATE)
+            parts.append(rng.normal(0, 1e-3, silence).astype(np.float32))
+            parts.append(pieces[rng.integers(len(pieces))] * np.float32(rng.uniform(0.3, 1.0)))
+            size += parts[-2].size + parts[-1].size
+        audio = np.concatenate(parts)[: int(target)]
+        rate = int(rng.choice(rates, p=weights / weights.sum()))
+        if rate != MODEL_RATE:
+            audio = soxr.resample(audio, MODEL_RATE, rate)
+        if rng.random() < STEREO_FRACTION:
+            audio = np.stack([audio, audio * np.float32(rng.uniform(0.5, 1.0))], axis=1)
+        path = directory / f"rec{i:04d}_{rate}.flac"
+        soundfile.write(path, np.clip(audio, -1, 1), rate, subtype="PCM_16")
+        paths.append(path)
+    return paths
+
+
+def describe(paths: list[Path]) -> tuple[float, str]:
+    import soundfile
+
+    infos = [soundfile.info(p) for p in paths]
+    durations = [i.duration for i in infos]
+    rates = Counter(i.samplerate for i in infos)
+    stereo = sum(i.channels > 1 for i in infos)
+    total = sum(durations)
+    text = (
+        f"{len(paths)} files, {total:.1f} s of audio ({min(durations):.1f}-"
+        f"{max(durations):.1f} s each; Hz: "
+        + ", ".join(f"{r}: {n}" for r, n in sorted(rates.items()))
+        + f"; {stereo} stereo), FLAC"
+    )
+    return total, text
+
+
+def run_ours(paths: list[Path], batch: int, session) -> tuple[float, dict[str, np.ndarray]]:
+    start = time.perf_counter()
+    results = list(vad.analyse_files(paths, batch=batch, session=session))
+    elapsed = time.perf_counter() - start
+    failed = [r for r in results if r.error is not None]
+    if failed:
+        raise SystemExit(f"error: {failed[0].path}: {failed[0].error}")
+    return elapsed, {r.path: r.probabilities for r in results}
+
+
+def run_onnxruntime(
+    paths: list[Path], session, group: int = 64
+) -> tuple[float, float, dict[str, np.ndarray]]:
+    chunk, context = CHUNK_SAMPLES[MODEL_RATE], CONTEXT_SAMPLES[MODEL_RATE]
+    sr = np.array(MODEL_RATE, dtype=np.int64)
+    start = time.perf_counter()
+    decoded = [vad.read_audio(p).samples for p in paths]
+    decoding = time.perf_counter() - start
+    probs: dict[str, np.ndarray] = {}
+    for g in range(0, len(paths), group):
+        members = decoded[g : g + group]
+        chunks = max(math.ceil(a.size / chunk) for a in members)
+        padded = np.zeros((len(members), context + chunks * chunk), dtype=np.float32)
+        for row, audio in enumerate(members):
+            padded[row, context : context + audio.size] = audio
+        state = np.zeros((2, len(members), 128), dtype=np.float32)
+        out = np.empty((len(members), chunks), dtype=np.float32)
+        for k in range(chunks):
+            x = np.ascontiguousarray(padded[:, k * chunk : k * chunk + context + chunk])
+            p, state = session.run(None, {"input": x, "state": state, "sr": sr})
+            out[:, k] = p[:, 0]
+        for row, audio in enumerate(members):
+            probs[str(paths[g + row])] = out[row, : math.ceil(audio.size / chunk)]
+    return time.perf_counter() - start, decoding, probs
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--files", type=int, default=120, help="recordings (default 120)")
+    parser.add_argument("--min-seconds", type=float, default=5.0)
+    parser.add_argument("--max-seconds", type=float, default=30.0)
+    parser.add_argument(
+        "--corpus", type=Path, help="build the corpus here, or reuse the FLAC files there"
+    )
+    parser.add_argument("--batch", type=int, default=64, help="(a)'s batch (default 64)")
+    parser.add_argument("--host", default="auto", help="(a)'s graph host (default auto)")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+
+    import onnxruntime
+
+    with tempfile.TemporaryDirectory(prefix="vad-corpus-") as scratch:
+        directory = args.corpus or Path(scratch)
+        directory.mkdir(parents=True, exist_ok=True)
+        paths = sorted(directory.glob("*.flac"))
+        if not paths:
+            started = time.perf_counter()
+            paths = build_corpus(
+                directory, args.files, args.min_seconds, args.max_seconds, args.seed
+            )
+            print(f"corpus built in {time.perf_counter() - started:.1f} s", file=sys.stderr)
+        total, text = describe(paths)
+        print(f"corpus: {text}, in {directory}")
+
+        ours = open_session(None, args.host)
+        options = onnxruntime.SessionOptions()
+        options.log_severity_level = 3  # the model's unused initializers only warn
+        plain = onnxruntime.InferenceSession(
+            str(vad.silero_model_path()), options, providers=["CPUExecutionProvider"]
+        )
+        run_ours(paths[:2], args.batch, ours)  # compile the kernels, warm both up
+        run_onnxruntime(paths[:2], plain)
+
+        t_ours, p_ours = run_ours(paths, args.batch, ours)
+        t_ort, t_decode, p_ort = run_onnxruntime(paths, plain)
+    speed_ours, speed_ort = total / t_ours, total / t_ort
+    print(
+        f"(a) onnx-recurrent vad, one process, batch {args.batch}, host {ours.host}, "
+        f"decoding included: {t_ours:.2f} s, {speed_ours:.0f}x realtime"
+    )
+    print(
+        f"(b) onnxruntime alone, 64 recordings per call padded to the longest, decoding "
+        f"included ({t_decode:.2f} s of it): {t_ort:.2f} s, {speed_ort:.0f}x realtime"
+    )
+    print(f"(a)/(b): {speed_ours / speed_ort:.2f}x")
+    diff = max(float(np.max(np.abs(p_ours[k] - p_ort[k]), initial=0.0)) for k in p_ort)
+    print(f"max |p(a) - p(b)| = {diff:.2g}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

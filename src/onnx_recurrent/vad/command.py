@@ -1,0 +1,411 @@
+"""``onnx-recurrent vad PATH... [-o OUT]``: where people speak in many recordings.
+
+One row per speech segment (file, start and end in seconds) as CSV, or as JSON lines
+when ``OUT`` ends in ``.jsonl`` or ``.json``; to stdout without ``-o``. A file that
+cannot be read gives an error row (file, reason) and the others complete; the exit
+status is 0 when every file was processed, 1 when some failed, 2 for a bad argument
+(one line on stderr). The segment options are silero's ``get_speech_timestamps``
+ones, with its defaults. ``--workers N`` / ``--scheduler ADDRESS`` spread the files
+over a Dask cluster; ``--plot DIR`` draws each recording.
+
+Registered by :mod:`onnx_recurrent.cli` through :func:`add_parser`; :func:`cmd_vad`
+runs it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+from collections.abc import Iterator
+from contextlib import ExitStack
+from pathlib import Path
+from typing import IO, Any
+
+from ..arguments import add_host
+from .audio import AUDIO_SUFFIXES, AudioError, find_audio_files
+from .segments import SEGMENT_OPTIONS, check_segment_options
+
+#: The one-line help of the subcommand.
+HELP = "find the speech in recordings (Silero VAD): one row per speech segment"
+
+#: Decimals of the times written, unless --time-resolution says otherwise.
+TIME_DECIMALS = 3
+
+_EXTRA_HINT = "pip install 'onnx-recurrent[vad]'"
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def add_parser(sub: Any) -> None:
+    """Register the ``vad`` subcommand on ``sub`` (an argparse subparsers object)."""
+    parser = sub.add_parser(
+        "vad",
+        help=HELP,
+        description=__doc__.split("\n\n")[1].replace("``", ""),
+    )
+    parser.add_argument(
+        "paths",
+        nargs="+",
+        metavar="PATH",
+        help="audio files (WAV, FLAC, OGG; any sample rate and channel count) and "
+        f"directories, walked for {', '.join(AUDIO_SUFFIXES)} files",
+    )
+    parser.add_argument(
+        "-o",
+        "--output",
+        metavar="OUT",
+        help="write the rows here: JSON lines if OUT ends in .jsonl or .json, else CSV "
+        "(default: CSV on stdout)",
+    )
+    parser.add_argument(
+        "--plot",
+        metavar="DIR",
+        help="write a PNG per recording into DIR: waveform, speech probability, segments",
+    )
+
+    seg = parser.add_argument_group(
+        "speech segments (silero's get_speech_timestamps options, with its defaults)"
+    )
+    d = SEGMENT_OPTIONS
+
+    def option(name: str, **kwargs: Any) -> None:
+        # --min-speech-duration-ms, and silero's spelling --min_speech_duration_ms
+        # accepted too (not listed in the help)
+        seg.add_argument("--" + name.replace("_", "-"), dest=name, **kwargs)
+        if "_" in name:
+            alias = {**kwargs, "help": argparse.SUPPRESS, "default": argparse.SUPPRESS}
+            seg.add_argument("--" + name, dest=name, **alias)
+
+    option(
+        "threshold",
+        type=float,
+        default=d["threshold"],
+        metavar="P",
+        help="probability at or above which a chunk is speech (default %(default)s)",
+    )
+    option(
+        "neg_threshold",
+        type=float,
+        default=d["neg_threshold"],
+        metavar="P",
+        help="probability below which speech ends (default: threshold - 0.15)",
+    )
+    option(
+        "min_speech_duration_ms",
+        type=float,
+        default=d["min_speech_duration_ms"],
+        metavar="MS",
+        help="drop shorter segments (default %(default)s)",
+    )
+    option(
+        "max_speech_duration_s",
+        type=float,
+        default=d["max_speech_duration_s"],
+        metavar="S",
+        help="split longer segments (default: no limit)",
+    )
+    option(
+        "min_silence_duration_ms",
+        type=float,
+        default=d["min_silence_duration_ms"],
+        metavar="MS",
+        help="silence that ends a segment (default %(default)s)",
+    )
+    option(
+        "speech_pad_ms",
+        type=float,
+        default=d["speech_pad_ms"],
+        metavar="MS",
+        help="padding on each side of a segment (default %(default)s)",
+    )
+    option(
+        "min_silence_at_max_speech",
+        type=float,
+        default=d["min_silence_at_max_speech"],
+        metavar="MS",
+        help="shortest silence to split a long segment at (default %(default)s)",
+    )
+    option(
+        "use_max_poss_sil_at_max_speech",
+        action=argparse.BooleanOptionalAction,
+        default=d["use_max_poss_sil_at_max_speech"],
+        help="split a long segment at its longest silence, else at the last one "
+        "(default: longest)",
+    )
+    option(
+        "time_resolution",
+        type=int,
+        default=TIME_DECIMALS,
+        metavar="DECIMALS",
+        help="decimals of the times written (default %(default)s, milliseconds; "
+        "silero's return_seconds rounds to 1)",
+    )
+
+    run = parser.add_argument_group("running")
+    run.add_argument(
+        "--batch",
+        type=_positive_int,
+        default=64,
+        help="recordings advanced together, one model call per chunk (default 64)",
+    )
+    add_host(run)
+    run.add_argument(
+        "--model", metavar="ONNX", help="the Silero model (default: the silero-vad package's)"
+    )
+    cluster = run.add_mutually_exclusive_group()
+    cluster.add_argument(
+        "--workers",
+        type=_positive_int,
+        metavar="N",
+        help="spread the files over a local Dask cluster of N single-threaded worker processes",
+    )
+    cluster.add_argument(
+        "--scheduler",
+        metavar="ADDRESS",
+        help="spread the files over a running Dask cluster (e.g. tcp://host:8786)",
+    )
+    parser.set_defaults(handler=cmd_vad)
+
+
+# --- output rows ----------------------------------------------------------------------
+
+
+class _CsvRows:
+    def __init__(self, stream: IO[str]) -> None:
+        self._stream = stream
+        self._writer = csv.writer(stream, lineterminator="\n")
+        self._writer.writerow(["file", "start", "end", "error"])
+
+    def segment(self, path: str, start: float, end: float) -> None:
+        self._writer.writerow([path, start, end, ""])
+
+    def error(self, path: str, reason: str) -> None:
+        self._writer.writerow([path, "", "", reason])
+
+    def flush(self) -> None:
+        self._stream.flush()
+
+
+class _JsonRows:
+    def __init__(self, stream: IO[str]) -> None:
+        self._stream = stream
+
+    def _write(self, row: dict[str, Any]) -> None:
+        self._stream.write(json.dumps(row, ensure_ascii=False) + "\n")
+
+    def segment(self, path: str, start: float, end: float) -> None:
+        self._write({"file": path, "start": start, "end": end})
+
+    def error(self, path: str, reason: str) -> None:
+        self._write({"file": path, "error": reason})
+
+    def flush(self) -> None:
+        self._stream.flush()
+
+
+def _reason(error: BaseException) -> str:
+    """Why a file failed, in one line, without its name (the row names it)."""
+    if isinstance(error, AudioError):
+        return error.reason
+    if isinstance(error, OSError) and error.strerror:
+        return error.strerror
+    return " ".join(str(error).split()) or type(error).__name__
+
+
+def _fail(message: str) -> int:
+    print(f"onnx-recurrent vad: error: {' '.join(message.split())}", file=sys.stderr)
+    return 2
+
+
+# --- the run --------------------------------------------------------------------------
+
+
+class _Progress:
+    """A tqdm bar over seconds of audio on stderr, when stderr is a terminal; started
+    once the model is loaded (or the cluster up), so its rate is the run's."""
+
+    def __init__(self) -> None:
+        self._bar: Any = None
+
+    def start(self, files: list[str]) -> None:
+        if not sys.stderr.isatty():
+            return
+        try:
+            from tqdm import tqdm
+        except ImportError:
+            return
+        from .audio import audio_duration
+
+        total = sum(audio_duration(f) or 0.0 for f in files)
+        self._bar = tqdm(total=total, unit="s", unit_scale=True, desc="VAD", file=sys.stderr)
+
+    @property
+    def shown(self) -> bool:
+        return self._bar is not None
+
+    def update(self, seconds: float) -> None:
+        if self._bar is not None:
+            self._bar.update(seconds)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+
+
+class _Plotter:
+    """Per-recording PNGs into a directory, unique names, probabilities if needed."""
+
+    def __init__(self, directory: Path, args: argparse.Namespace, threshold: float) -> None:
+        self.directory = directory
+        self._args = args
+        self._threshold = threshold
+        self._used: set[str] = set()
+        self._session: Any = None
+
+    def _name(self, path: str) -> Path:
+        base = Path(path).name or "recording"
+        name, k = base + ".png", 1
+        while name in self._used:
+            name, k = f"{base}-{k}.png", k + 1
+        self._used.add(name)
+        return self.directory / name
+
+    def __call__(self, path: str, segments: list[tuple[float, float]], probs: Any) -> None:
+        from .audio import read_audio
+        from .plot import plot_recording
+
+        samples = read_audio(path).samples
+        if probs is None:  # results from Dask workers: recompute here, one stream
+            from .model import open_session
+            from .streams import speech_probabilities
+
+            if self._session is None:
+                self._session = open_session(self._args.model, self._args.host)
+            probs = speech_probabilities(self._session, samples)
+        plot_recording(
+            self._name(path), samples, probs, segments, threshold=self._threshold, title=path
+        )
+
+
+def _local_results(
+    files: list[str], args: argparse.Namespace, options: dict[str, Any], bar: _Progress
+) -> Iterator[tuple[str, Any, Any]]:
+    from .detect import analyse_files
+
+    results = analyse_files(
+        files,
+        batch=args.batch,
+        host=args.host,
+        model_path=args.model,
+        progress=bar.update,
+        **options,
+    )
+    return (
+        (r.path, r.error if r.error is not None else r.segments, r.probabilities) for r in results
+    )
+
+
+def _dask_results(
+    files: list[str],
+    args: argparse.Namespace,
+    options: dict[str, Any],
+    bar: _Progress,
+    stack: ExitStack,
+) -> Iterator[tuple[str, Any, Any]]:
+    try:
+        from distributed import Client, LocalCluster
+    except ImportError as e:
+        raise ImportError(f"--workers and --scheduler need Dask: {_EXTRA_HINT} ({e})") from None
+    from .detect import detect
+
+    if args.workers is not None:
+        cluster = stack.enter_context(
+            LocalCluster(
+                n_workers=args.workers,
+                threads_per_worker=1,
+                processes=True,
+                dashboard_address=None,  # no web server (and no bokeh) for a one-off run
+                # one thread per worker for our kernels too, as the nannies do for BLAS
+                env={"ONNX_RECURRENT_NUM_THREADS": "1"},
+            )
+        )
+        client = stack.enter_context(Client(cluster))
+        client.wait_for_workers(args.workers)
+    else:
+        client = stack.enter_context(Client(args.scheduler))
+    results = detect(
+        files, client=client, batch=args.batch, host=args.host, model_path=args.model, **options
+    )
+    from .audio import audio_duration
+
+    def tagged() -> Iterator[tuple[str, Any, Any]]:
+        for path, found in results:
+            if bar.shown:
+                bar.update(audio_duration(path) or 0.0)
+            yield path, found, None
+
+    return tagged()
+
+
+def cmd_vad(args: argparse.Namespace) -> int:
+    """Run ``onnx-recurrent vad``; return the exit status (0 all processed, 1 some file
+    failed, 2 a bad argument, with one line on stderr)."""
+    options = {name: getattr(args, name) for name in SEGMENT_OPTIONS}
+    try:
+        options = check_segment_options(options)
+    except (TypeError, ValueError) as e:
+        return _fail(str(e))
+    files = find_audio_files(args.paths)
+    if not files:
+        return _fail(f"no audio files ({', '.join(AUDIO_SUFFIXES)}) in {' '.join(args.paths)}")
+
+    output = args.output
+    json_lines = output is not None and Path(output).suffix.lower() in (".jsonl", ".json")
+    with ExitStack() as stack:
+        plotter = None
+        if args.plot is not None:
+            directory = Path(args.plot)
+            directory.mkdir(parents=True, exist_ok=True)
+            plotter = _Plotter(directory, args, options["threshold"])
+        stream = sys.stdout
+        if output is not None:
+            stream = stack.enter_context(open(output, "w", encoding="utf-8", newline=""))
+        rows = _JsonRows(stream) if json_lines else _CsvRows(stream)
+        bar = _Progress()
+        stack.callback(bar.close)
+        try:
+            if args.workers is None and args.scheduler is None:
+                results = _local_results(files, args, options, bar)
+            else:
+                results = _dask_results(files, args, options, bar, stack)
+        except (ImportError, TypeError, ValueError) as e:
+            return _fail(str(e))
+        bar.start(files)
+
+        failed = 0
+        for path, found, probs in results:
+            if isinstance(found, BaseException):
+                failed += 1
+                rows.error(path, _reason(found))
+            else:
+                for start, end in found:
+                    rows.segment(path, start, end)
+            rows.flush()
+            if plotter is not None and not isinstance(found, BaseException):
+                plotter(path, found, probs)
+    if failed:
+        print(
+            f"onnx-recurrent vad: {failed} of {len(files)} file(s) could not be read",
+            file=sys.stderr,
+        )
+    return 1 if failed else 0

@@ -1,0 +1,247 @@
+"""Speech segments of many audio files: one process, batched, or on a Dask cluster.
+
+:func:`detect` is the face: files and directories in, ``(path, segments or error)``
+out, in the order given. Without a Dask client it runs :func:`detect_files` here (the
+files decoded one after another as rows of the batch free up, the model called once
+per chunk position for up to ``batch`` recordings); with one it hands the work to
+:func:`onnx_recurrent.dask.detect`. :func:`analyse_files` is the same run with the
+probabilities and durations too (the command line's plots and progress use them).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .audio import find_audio_files, load_soundfile, read_audio
+from .model import MODEL_RATE, open_session
+from .segments import check_segment_options, speech_segments
+from .streams import stream_probabilities
+
+Paths = str | os.PathLike[str] | Iterable[str | os.PathLike[str]]
+Segments = list[tuple[float, float]]
+
+#: Errors that make one file fail without stopping the others (reading it).
+FILE_ERRORS = (OSError, ValueError)
+
+
+@dataclass
+class FileResult:
+    """What a run found in one file."""
+
+    #: The file, as given (or as found under a directory given).
+    path: str
+    #: ``(start, end)`` of each speech segment in seconds; None if the file failed.
+    segments: Segments | None = None
+    #: Why the file failed (an ``OSError`` or ``ValueError``); None if it did not.
+    error: BaseException | None = None
+    #: The recording's length in seconds (0 if it failed).
+    duration: float = 0.0
+    #: float32 ``(num_chunks,)``: the speech probability of each 32 ms chunk at 16 kHz.
+    probabilities: np.ndarray = field(default_factory=lambda: np.empty(0, np.float32))
+
+
+def _as_list(paths: Paths) -> list[str | os.PathLike[str]]:
+    if isinstance(paths, (str, os.PathLike)):
+        return [paths]
+    return list(paths)
+
+
+def analyse_files(
+    paths: Paths,
+    *,
+    batch: int = 64,
+    host: str = "auto",
+    model_path: str | os.PathLike[str] | None = None,
+    session: Any = None,
+    progress: Callable[[float], None] | None = None,
+    **segment_options: Any,
+) -> Iterator[FileResult]:
+    """Find the speech in audio files in this process, batched; results in input order.
+
+    Parameters
+    ----------
+    paths : path or iterable of paths
+        Audio files (WAV, FLAC, OGG; any rate, any channels: see
+        :func:`~onnx_recurrent.vad.read_audio`), taken as given: directories are not
+        walked here (:func:`detect` walks them).
+    batch : int, default 64
+        The most recordings in one model call.
+    host : {"auto", "onnxruntime", "reference"}, default "auto"
+        Who runs the model graph's other nodes (:class:`onnx_recurrent.InferenceSession`).
+    model_path : path, optional
+        The Silero model. Default: the installed ``silero-vad``'s.
+    session : object, optional
+        A session over the model to use instead of making one (then ``host`` and
+        ``model_path`` are not used).
+    progress : callable, optional
+        Called with seconds of audio as they are processed.
+    **segment_options
+        Options of :func:`~onnx_recurrent.vad.speech_segments` (silero's
+        ``get_speech_timestamps`` names: ``threshold``, ``min_speech_duration_ms``,
+        ``min_silence_duration_ms``, ``speech_pad_ms``, ...).
+
+    Returns
+    -------
+    iterator of FileResult
+        One per file, in the order of ``paths``; a file that cannot be read has its
+        ``error`` set and the others complete.
+
+    Raises
+    ------
+    TypeError, ValueError
+        At the call, for an unknown or bad option or ``batch``.
+    ModuleNotFoundError
+        At the call, if ``silero-vad`` (for the model) or soundfile is missing.
+    """
+    options = check_segment_options(segment_options)
+    files = [os.fspath(p) for p in _as_list(paths)]
+    if session is None:
+        session = open_session(model_path, host)
+    load_soundfile()  # fail now, naming the extra, rather than once per file
+    results: dict[int, FileResult] = {}
+    sizes: dict[int, int] = {}
+
+    def recordings() -> Iterator[tuple[int, np.ndarray]]:
+        for index, path in enumerate(files):
+            try:
+                audio = read_audio(path)
+            except FILE_ERRORS as e:
+                results[index] = FileResult(path, error=e)
+                continue
+            results[index] = FileResult(path, duration=audio.duration)
+            sizes[index] = audio.samples.size
+            yield index, audio.samples
+
+    streams = stream_probabilities(session, recordings(), batch=batch, progress=progress)
+    return _in_order(streams, results, sizes, options, len(files))
+
+
+def _in_order(
+    streams: Iterator[tuple[int, np.ndarray]],
+    results: dict[int, FileResult],
+    sizes: dict[int, int],
+    options: dict[str, Any],
+    count: int,
+) -> Iterator[FileResult]:
+    """Segments for each recording as it ends; results released in input order."""
+    next_index = 0
+    for index, probs in streams:
+        result = results[index]
+        result.probabilities = probs
+        result.segments = speech_segments(
+            probs, MODEL_RATE, num_samples=sizes.pop(index), **options
+        )
+        # Release every result known from the head on (failed files are known as soon
+        # as the reader has passed them).
+        while next_index in results and (
+            results[next_index].segments is not None or results[next_index].error is not None
+        ):
+            yield results.pop(next_index)
+            next_index += 1
+    while next_index < count:  # the rest: all known now
+        yield results.pop(next_index)
+        next_index += 1
+
+
+def detect_files(
+    paths: Paths,
+    *,
+    batch: int = 64,
+    host: str = "auto",
+    model_path: str | os.PathLike[str] | None = None,
+    session: Any = None,
+    **segment_options: Any,
+) -> Iterator[tuple[str, Segments | Exception]]:
+    """Find the speech in audio files in this process, batched.
+
+    Parameters
+    ----------
+    paths : path or iterable of paths
+        Audio files (directories are not walked here; :func:`detect` walks them).
+    batch, host, model_path, session, **segment_options
+        As for :func:`analyse_files` (``session``: one made beforehand and reused,
+        as each Dask worker does).
+
+    Returns
+    -------
+    iterator of (str, list of (float, float) or Exception)
+        Per file, in the order given: its path and its speech segments (start, end in
+        seconds), or the exception that made it fail to read (``OSError`` or
+        ``ValueError``, e.g. :class:`~onnx_recurrent.vad.AudioError`); the other
+        files complete.
+
+    Raises
+    ------
+    TypeError, ValueError, ModuleNotFoundError
+        At the call, as :func:`analyse_files`.
+    """
+    results = analyse_files(
+        paths, batch=batch, host=host, model_path=model_path, session=session, **segment_options
+    )
+    return ((r.path, r.error if r.error is not None else r.segments) for r in results)
+
+
+def detect(
+    paths: Paths,
+    *,
+    client: Any = None,
+    batch: int = 64,
+    host: str = "auto",
+    model_path: str | os.PathLike[str] | None = None,
+    **segment_options: Any,
+) -> Iterator[tuple[str, Segments | Exception]]:
+    """Find the speech in audio files and directories, here or on a Dask cluster.
+
+    Parameters
+    ----------
+    paths : path or iterable of paths
+        Audio files (WAV, FLAC, OGG, any rate and channel count) and directories,
+        walked for files ending in ``.wav``, ``.flac`` or ``.ogg`` (sorted).
+    client : distributed.Client, optional
+        Spread the files over this client's workers
+        (:func:`onnx_recurrent.dask.detect`). Default: run here
+        (:func:`detect_files`).
+    batch : int, default 64
+        The most recordings in one model call (per worker with a client).
+    host : {"auto", "onnxruntime", "reference"}, default "auto"
+        Who runs the model graph's other nodes.
+    model_path : path, optional
+        The Silero model; default: the installed ``silero-vad``'s (on each worker,
+        with a client).
+    **segment_options
+        Options of :func:`~onnx_recurrent.vad.speech_segments`, silero's
+        ``get_speech_timestamps`` names and defaults: ``threshold=0.5``,
+        ``min_speech_duration_ms=250``, ``min_silence_duration_ms=100``,
+        ``speech_pad_ms=30``, ...
+
+    Returns
+    -------
+    iterator of (str, list of (float, float) or Exception)
+        Per file, in input order (a directory's files in its place): the path and its
+        speech segments in seconds, or the exception that made it fail.
+
+    Raises
+    ------
+    TypeError, ValueError
+        At the call, for an unknown or bad option.
+
+    Examples
+    --------
+    >>> from onnx_recurrent import vad
+    >>> for path, found in vad.detect(["calls/"]):  # doctest: +SKIP
+    ...     print(path, found)
+    calls/a.flac [(0.738, 2.206), (3.074, 4.222)]
+    calls/b.ogg [Errno 2] No such file or directory: 'calls/b.ogg'
+    """
+    files = find_audio_files(_as_list(paths))
+    options = check_segment_options(segment_options)
+    if client is None:
+        return detect_files(files, batch=batch, host=host, model_path=model_path, **options)
+    from .. import dask as vad_dask
+
+    return vad_dask.detect(client, files, batch=batch, host=host, model_path=model_path, **options)

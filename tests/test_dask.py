@@ -1,0 +1,259 @@
+"""The Dask faces: ``run`` over arrays chunked on the batch, ``detect`` over many files.
+
+One local cluster of two single-threaded worker processes serves the module. ``run``
+must equal one session over the whole batch; ``detect`` must equal the single-process
+``detect_files``, keep going past an unreadable file, and complete with every file
+exactly once when a worker dies mid-run.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("dask.array")
+distributed = pytest.importorskip("distributed")
+
+import dask.array as da  # noqa: E402
+
+import onnx_recurrent  # noqa: E402
+from onnx_recurrent import dask as ordask  # noqa: E402
+from onnx_recurrent.errors import RecurrentError  # noqa: E402
+
+from models import node_model, random_inputs  # noqa: E402
+
+DATA = Path(__file__).parent / "data"
+HAS_SILERO = importlib.util.find_spec("silero_vad") is not None
+HAS_AUDIO = all(importlib.util.find_spec(m) is not None for m in ("soundfile", "soxr"))
+needs_silero = pytest.mark.skipif(not HAS_SILERO, reason="needs silero-vad")
+needs_vad = pytest.mark.skipif(
+    not (HAS_SILERO and HAS_AUDIO), reason="needs silero-vad, soundfile and soxr"
+)
+
+
+@pytest.fixture(scope="module")
+def client():
+    cluster = distributed.LocalCluster(
+        n_workers=2,
+        threads_per_worker=1,
+        processes=True,
+        dashboard_address=None,
+        silence_logs=40,  # the killed worker's errors: expected
+    )
+    with cluster, distributed.Client(cluster) as client:
+        client.wait_for_workers(2)
+        yield client
+
+
+# --- run ----------------------------------------------------------------------------------
+
+
+def free_batch(model, batch_axes: dict[str, int]):
+    """The model with its inputs' batch dims named (node_model fixes every dim)."""
+    for value in model.graph.input:
+        if value.name in batch_axes:
+            dim = value.type.tensor_type.shape.dim[batch_axes[value.name]]
+            dim.dim_param = "batch"
+    return model
+
+
+def chunked(feeds, batch_axes, size):
+    return {
+        name: da.from_array(value, chunks={batch_axes[name]: size})
+        if name in batch_axes
+        else value
+        for name, value in feeds.items()
+    }
+
+
+def test_run_lstm_batch_on_axis_1_equals_one_session(client):
+    feeds = random_inputs("LSTM", T=6, N=7, seed=3)
+    axes = {"X": 1, "sequence_lens": 0, "initial_h": 1, "initial_c": 1}
+    model = free_batch(node_model("LSTM", feeds, {"hidden_size": 3}), axes)
+    options = None
+    if importlib.util.find_spec("onnxruntime") is not None:
+        import onnxruntime
+
+        options = onnxruntime.SessionOptions()  # carried to the workers, though no pickle
+        options.intra_op_num_threads = 1
+    outputs = ordask.run(model, chunked(feeds, axes, 3), axes, sess_options=options)
+    assert [y.chunks[a] for y, a in zip(outputs, (2, 1, 1), strict=True)] == [(3, 3, 1)] * 3
+    got = client.compute(outputs, sync=True)
+    want = onnx_recurrent.InferenceSession(model).run(None, feeds)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g, w)
+
+
+def test_run_gru_layout_1_equals_one_session(client):
+    feeds = random_inputs("GRU", T=4, N=5, D=2, seed=4)
+    feeds["X"] = feeds["X"].transpose(1, 0, 2).copy()
+    feeds["initial_h"] = feeds["initial_h"].transpose(1, 0, 2).copy()
+    attributes = {"hidden_size": 3, "layout": 1, "direction": "bidirectional"}
+    axes = {"X": 0, "sequence_lens": 0, "initial_h": 0}
+    model = free_batch(node_model("GRU", feeds, attributes), axes)
+    outputs = ordask.run(model, chunked(feeds, axes, 2), axes, host="reference")
+    got = client.compute(outputs, sync=True)
+    want = onnx_recurrent.InferenceSession(model, host="reference").run(None, feeds)
+    assert [y.chunks[0] for y in outputs] == [(2, 2, 1)] * 2
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g, w)
+
+
+@needs_silero
+def test_run_silero_streams_equals_one_session(client):
+    from onnx_recurrent.vad import silero_model_path
+
+    path = silero_model_path()
+    rng = np.random.default_rng(0)
+    feeds = {
+        "input": rng.uniform(-0.5, 0.5, (5, 576)).astype(np.float32),
+        "state": rng.uniform(-0.5, 0.5, (2, 5, 128)).astype(np.float32),
+        "sr": np.array(16000, dtype=np.int64),
+    }
+    axes = {"input": 0, "state": 1}
+    output, state = ordask.run(path, chunked(feeds, axes, 2), axes)
+    assert (output.chunks[0], state.chunks[1]) == ((2, 2, 1), (2, 2, 1))  # found by probing
+    got = client.compute([output, state], sync=True)
+    want = onnx_recurrent.InferenceSession(path).run(None, feeds)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)
+    # given explicitly, and wrong
+    ordask.run(path, chunked(feeds, axes, 2), axes, output_batch_axes={"stateN": 1})
+    with pytest.raises(RecurrentError, match="'stateN': axis 0 does not follow the batch"):
+        ordask.run(path, chunked(feeds, axes, 2), axes, output_batch_axes={"stateN": 0})
+
+
+def test_run_rejects_chunks_that_differ():
+    feeds = random_inputs("GRU", N=6)
+    axes = {"X": 1, "sequence_lens": 0, "initial_h": 1}
+    model = free_batch(node_model("GRU", feeds, {"hidden_size": 3}), axes)
+    dask_feeds = chunked(feeds, axes, 3)
+    dask_feeds["initial_h"] = da.from_array(feeds["initial_h"], chunks={1: 2})
+    with pytest.raises(ValueError, match=r"'X' \(axis 1\): \(3, 3\).*'initial_h' \(axis 1\)"):
+        ordask.run(model, dask_feeds, axes)
+
+
+def test_run_rejects_bad_feeds():
+    feeds = random_inputs("GRU", N=6, full=False)
+    model = node_model("GRU", feeds, {"hidden_size": 3})
+    with pytest.raises(ValueError, match="fixes axis 1 to 6"):
+        ordask.run(model, chunked(feeds, {"X": 1}, 3), {"X": 1})
+    free_batch(model, {"X": 1})
+    with pytest.raises(ValueError, match="'X' has batch axis 1 but is a ndarray"):
+        ordask.run(model, feeds, {"X": 1})
+    with pytest.raises(ValueError, match="'W' is a Dask array without a batch axis"):
+        ordask.run(
+            model, {**chunked(feeds, {"X": 1}, 3), "W": da.from_array(feeds["W"])}, {"X": 1}
+        )
+    with pytest.raises(ValueError, match=r"missing input\(s\) \['R'\]"):
+        ordask.run(model, {"X": da.from_array(feeds["X"]), "W": feeds["W"]}, {"X": 1})
+    with pytest.raises(ValueError, match="out of range"):
+        ordask.run(model, chunked(feeds, {"X": 1}, 3), {"X": 3})
+
+
+# --- detect -------------------------------------------------------------------------------
+
+
+def recordings() -> list[str]:
+    files = [DATA / "speech_16k.wav", *sorted((DATA / "vad").glob("*"))]
+    return [str(f) for f in files if f.suffix in (".wav", ".flac", ".ogg")]
+
+
+@pytest.fixture(scope="module")
+def expected():
+    """Each recording's segments from the single-process detect_files."""
+    from onnx_recurrent.vad import detect_files
+
+    return dict(detect_files(recordings(), host="onnxruntime"))
+
+
+@needs_vad
+def test_detect_equals_detect_files_in_input_order(client, expected):
+    files = [os.path.relpath(recordings()[0]), *recordings() * 3]  # relative: as given
+    got = list(ordask.detect(client, files, group_size=2, host="onnxruntime"))
+    assert [path for path, _ in got] == files
+    assert [segments for _, segments in got] == [expected[os.path.abspath(f)] for f in files]
+    # one session per worker, kept from one run to the next
+    list(ordask.detect(client, files[:4], group_size=1, host="onnxruntime"))
+    counts = client.run(lambda: sum(k[0] == "vad" for k in ordask._sessions))
+    assert set(counts.values()) == {1}
+
+
+@needs_vad
+def test_detect_unreadable_file_among_good_ones(client, expected, tmp_path):
+    broken = tmp_path / "broken.wav"
+    broken.write_bytes(b"RIFF not really")
+    files = recordings()
+    files = [files[0], str(broken), *files[1:], str(tmp_path / "missing.flac")]
+    got = list(ordask.detect(client, files, group_size=2, host="onnxruntime"))
+    assert [path for path, _ in got] == files
+    for path, found in got:
+        if path in expected:
+            assert found == expected[path]
+        else:
+            assert isinstance(found, (OSError, ValueError)), found
+            assert Path(path).name in str(found)
+
+
+def _install_killer(victim: str, marker: str) -> None:
+    """On a worker: the first group holding ``victim`` kills its worker process."""
+    import onnx_recurrent.vad as vad
+
+    original = vad.detect_files
+
+    def detect_files(paths, **kwargs):
+        if victim in paths and not os.path.exists(marker):
+            Path(marker).touch()
+            os._exit(1)
+        return original(paths, **kwargs)
+
+    detect_files.original = original
+    vad.detect_files = detect_files
+
+
+def _remove_killer() -> None:
+    import onnx_recurrent.vad as vad
+
+    vad.detect_files = getattr(vad.detect_files, "original", vad.detect_files)
+
+
+@needs_vad
+def test_detect_survives_a_worker_killed_mid_run(client, expected, tmp_path):
+    import cloudpickle
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    files = recordings() * 3
+    victim = files[5]  # in the third group of two
+    marker = tmp_path / "killed"
+    before = set(client.scheduler_info(n_workers=-1)["workers"])
+    client.run(_install_killer, victim, str(marker))
+    try:
+        got = list(ordask.detect(client, files, group_size=2, host="onnxruntime"))
+    finally:
+        client.run(_remove_killer)
+        cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
+    assert marker.exists()  # a worker did die
+    assert [path for path, _ in got] == files  # every file, once, in order
+    assert [segments for _, segments in got] == [expected[f] for f in files]
+    client.wait_for_workers(2)
+    assert set(client.scheduler_info(n_workers=-1)["workers"]) != before  # one restarted
+
+
+@needs_vad
+def test_detect_whole_group_failure_is_each_files_error(client):
+    files = recordings()[:3]
+    got = list(ordask.detect(client, files, model_path="/no/such/model.onnx", retries=0))
+    assert [path for path, _ in got] == files
+    assert all(isinstance(found, FileNotFoundError) for _, found in got)
+
+
+def test_detect_checks_its_options_at_the_call(client):
+    with pytest.raises(TypeError, match="unknown speech segment option"):
+        ordask.detect(client, ["a.wav"], treshold=0.4)
+    with pytest.raises(ValueError, match="group_size must be an int >= 1"):
+        ordask.detect(client, ["a.wav"], group_size=0)

@@ -1,0 +1,488 @@
+"""The VAD tool: audio input, batched streams, detect over files, ``onnx-recurrent vad``.
+
+Speech: tests/data/speech_16k.wav (scripts/make_speech_recording.sh) and the small
+recordings under tests/data/vad/ (scripts/make_vad_test_audio.py: espeak-ng speech in
+FLAC and OGG at 8, 16 and 22.05 kHz, mono and stereo); the resampled and stereo variants
+are made here with soxr and soundfile. Needs the ``vad`` extra (soundfile, soxr) and
+the Silero model (``pip install --no-deps silero-vad``); tests skip without them.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from onnx_recurrent import vad
+
+soundfile = pytest.importorskip("soundfile", reason="the VAD tool reads audio with soundfile")
+soxr = pytest.importorskip("soxr", reason="the VAD tool resamples with soxr")
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "tests" / "data"
+SPEECH = DATA / "speech_16k.wav"
+BUNDLED = sorted((DATA / "vad").iterdir())
+CHUNK_S = 512 / 16000  # one chunk: 32 ms
+
+
+def _model_or_skip() -> Path:
+    try:
+        return vad.silero_model_path()
+    except (ModuleNotFoundError, FileNotFoundError) as e:
+        pytest.skip(f"needs the Silero VAD model: {e}")
+
+
+@pytest.fixture(scope="module")
+def session():
+    import onnx_recurrent
+
+    return onnx_recurrent.InferenceSession(str(_model_or_skip()))
+
+
+@pytest.fixture(scope="module")
+def ort_session():
+    onnxruntime = pytest.importorskip("onnxruntime")
+    options = onnxruntime.SessionOptions()
+    options.log_severity_level = 3  # the model's unused initializers only warn
+    return onnxruntime.InferenceSession(
+        str(_model_or_skip()), options, providers=["CPUExecutionProvider"]
+    )
+
+
+@pytest.fixture(scope="module")
+def speech() -> np.ndarray:
+    return vad.read_audio(SPEECH).samples
+
+
+def _close(found, expected, tolerance=CHUNK_S):
+    """Same number of segments, every boundary within ``tolerance`` seconds."""
+    assert len(found) == len(expected), (found, expected)
+    for (s1, e1), (s2, e2) in zip(found, expected, strict=True):
+        assert abs(s1 - s2) <= tolerance + 1e-9 and abs(e1 - e2) <= tolerance + 1e-9, (
+            found,
+            expected,
+        )
+
+
+def test_optional_packages_are_imported_when_used():
+    """The tool's heavy dependencies load with the work, not with the import."""
+    code = (
+        "import sys, onnx_recurrent; assert 'onnx_recurrent.vad' not in sys.modules; "
+        "import onnx_recurrent.vad, onnx_recurrent.vad.command; "
+        "print(sorted(m for m in ('soundfile', 'soxr', 'tqdm', 'dask', 'distributed', "
+        "'matplotlib') if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+# --- reading audio --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "rate", "channels", "duration"),
+    [
+        ("counting_8k.flac", 8000, 1, 4.12),
+        ("hello_16k.flac", 16000, 1, 1.50),
+        ("weather_22k_stereo.ogg", 22050, 2, 2.85),
+    ],
+)
+def test_read_audio_bundled(name, rate, channels, duration):
+    audio = vad.read_audio(DATA / "vad" / name)
+    assert (audio.sample_rate, audio.channels) == (rate, channels)
+    assert audio.duration == pytest.approx(duration, abs=0.01)
+    assert audio.samples.dtype == np.float32 and audio.samples.ndim == 1
+    assert audio.samples.size == pytest.approx(duration * 16000, abs=0.01 * 16000)
+    assert 0.1 < float(np.max(np.abs(audio.samples))) <= 1.0
+
+
+def test_bundled_speech_is_small():
+    assert sum(p.stat().st_size for p in BUNDLED) < 80_000
+
+
+def test_read_audio_mixes_and_resamples(tmp_path, speech):
+    stereo = np.stack([speech, 0.5 * speech], axis=1)
+    soundfile.write(tmp_path / "stereo.flac", stereo, 16000)
+    audio = vad.read_audio(tmp_path / "stereo.flac")
+    assert audio.channels == 2
+    np.testing.assert_allclose(audio.samples, 0.75 * speech, atol=1e-4)
+
+    soundfile.write(tmp_path / "44k.wav", soxr.resample(speech, 16000, 44100), 44100)
+    audio = vad.read_audio(tmp_path / "44k.wav")
+    assert audio.sample_rate == 44100
+    assert abs(audio.samples.size - speech.size) <= 1
+    n = min(audio.samples.size, speech.size)
+    assert float(np.max(np.abs(audio.samples[:n] - speech[:n]))) < 0.05
+
+    soundfile.write(tmp_path / "empty.wav", np.zeros(0, np.float32), 8000)
+    audio = vad.read_audio(tmp_path / "empty.wav")
+    assert audio.samples.shape == (0,) and audio.duration == 0.0
+
+
+def test_read_audio_errors_name_the_file(tmp_path):
+    (tmp_path / "text.wav").write_text("not audio")
+    with pytest.raises(vad.AudioError, match=r"text\.wav: not a readable audio file") as info:
+        vad.read_audio(tmp_path / "text.wav")
+    assert isinstance(info.value, ValueError)
+    assert info.value.path == str(tmp_path / "text.wav")
+    (tmp_path / "empty.flac").write_bytes(b"")
+    with pytest.raises(vad.AudioError, match=r"empty\.flac"):
+        vad.read_audio(tmp_path / "empty.flac")
+    with pytest.raises(FileNotFoundError) as info:
+        vad.read_audio(tmp_path / "missing.ogg")
+    assert info.value.filename == str(tmp_path / "missing.ogg")
+    with pytest.raises(IsADirectoryError):
+        vad.read_audio(tmp_path)
+
+
+def test_find_audio_files(tmp_path):
+    for name in ("b.wav", "a.FLAC", "sub/c.ogg", "notes.txt", "sub/d.mp3"):
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_bytes(b"")
+    found = vad.find_audio_files([tmp_path / "notes.txt", tmp_path, "missing.wav"])
+    assert found == [
+        str(tmp_path / "notes.txt"),  # a file is taken as given
+        str(tmp_path / "a.FLAC"),
+        str(tmp_path / "b.wav"),
+        str(tmp_path / "sub" / "c.ogg"),
+        "missing.wav",
+    ]
+    assert vad.find_audio_files(str(tmp_path / "sub")) == [str(tmp_path / "sub" / "c.ogg")]
+
+
+# --- batched streams ------------------------------------------------------------------
+
+
+class _CountingSession:
+    """Stands in for the model: prob = mean of the row's input; state + 1 per call."""
+
+    def __init__(self):
+        self.rows: list[int] = []
+        self.states: list[np.ndarray] = []
+
+    def get_inputs(self):
+        return [type("Arg", (), {"name": n})() for n in ("input", "state", "sr")]
+
+    def run(self, output_names, feeds):
+        x, state = feeds["input"], feeds["state"]
+        assert x.shape[0] == state.shape[1] and state.shape[::2] == (2, 128)
+        assert feeds["sr"] == 16000
+        self.rows.append(x.shape[0])
+        self.states.append(state[0, :, 0].copy())
+        return [x.mean(axis=1, keepdims=True), state + 1]
+
+
+def test_streams_join_and_leave_the_batch():
+    """Each stream's state counts its own calls (zero on joining), rows are compacted."""
+    rng = np.random.default_rng(0)
+    lengths = [5, 1, 3, 0, 8, 2, 2]  # chunks
+    recordings = [
+        (k, rng.uniform(-1, 1, max(0, 512 * n - 100)).astype(np.float32))
+        for k, n in enumerate(lengths)
+    ]
+    fake = _CountingSession()
+    got = dict(vad.stream_probabilities(fake, iter(recordings), batch=3))
+    assert sorted(got) == list(range(len(lengths)))
+    for k, samples in recordings:
+        expected = vad.speech_probabilities(_CountingSession(), samples)
+        np.testing.assert_array_equal(got[k], expected)
+    assert max(fake.rows) == 3 and min(fake.rows) < 3  # full, then draining
+    assert sum(fake.rows) == sum(lengths)  # no padded rows: finished rows leave
+    # Streams 0, 1, 2 start together; 1 ends after one call and 4 joins at zero.
+    np.testing.assert_array_equal(fake.states[0], [0, 0, 0])
+    np.testing.assert_array_equal(fake.states[1], [1, 1, 0])
+
+
+def test_streams_order_and_progress():
+    recordings = [("long", np.zeros(512 * 4)), ("short", np.zeros(600)), ("none", [])]
+    seconds = []
+    found = vad.stream_probabilities(
+        _CountingSession(), recordings, batch=2, progress=seconds.append
+    )
+    order = [key for key, _ in found]
+    assert order == ["short", "none", "long"]  # yielded as they end
+    assert sum(seconds) == pytest.approx((512 * 4 + 600) / 16000)
+
+
+def test_streams_reject():
+    with pytest.raises(ValueError, match="batch"):
+        vad.stream_probabilities(_CountingSession(), [], batch=0)
+    with pytest.raises(ValueError, match="8000 and 16000"):
+        vad.stream_probabilities(_CountingSession(), [], sample_rate=44100)
+    with pytest.raises(ValueError, match="one-dimensional"):
+        list(vad.stream_probabilities(_CountingSession(), [("x", np.zeros((2, 600)))]))
+
+
+def test_batched_equals_one_at_a_time(session, speech):
+    """Real model, recordings of different lengths, batch smaller than their count."""
+    rng = np.random.default_rng(1)
+    recordings = [(p.name, vad.read_audio(p).samples) for p in BUNDLED]
+    recordings.append(("speech", speech))
+    for k in range(4):
+        start = int(rng.integers(0, speech.size // 2))
+        recordings.append((f"piece{k}", speech[start : start + int(rng.integers(300, 40000))]))
+    rows = []
+
+    class Counting:
+        def get_inputs(self):
+            return session.get_inputs()
+
+        def run(self, names, feeds):
+            rows.append(feeds["input"].shape[0])
+            return session.run(names, feeds)
+
+    got = dict(vad.stream_probabilities(Counting(), recordings, batch=3))
+    assert max(rows) == 3 and len(set(rows)) > 1
+    for key, samples in recordings:
+        alone = vad.speech_probabilities(session, samples)
+        assert got[key].shape == alone.shape
+        diff = float(np.max(np.abs(got[key] - alone)))
+        assert diff <= 1e-5, (key, diff)
+
+
+# --- detect ---------------------------------------------------------------------------
+
+
+def test_detect_walks_directories_in_order(session):
+    found = list(vad.detect([DATA / "vad", SPEECH], batch=2))
+    assert [path for path, _ in found] == [str(p) for p in BUNDLED] + [str(SPEECH)]
+    for path, segments in found:
+        assert isinstance(segments, list) and segments, path
+        duration = vad.read_audio(path).duration
+        assert all(0 <= s < e <= duration + 1e-9 for s, e in segments)
+    assert dict(found)[str(SPEECH)] == [(0.738, 2.206), (3.074, 4.222)]
+
+
+def test_unreadable_file_among_good_ones(tmp_path, session):
+    bad = tmp_path / "bad.wav"
+    bad.write_text("not audio")
+    paths = [BUNDLED[0], bad, tmp_path / "missing.flac", SPEECH, BUNDLED[1]]
+    found = list(vad.detect_files(paths, batch=2))
+    assert [p for p, _ in found] == [str(p) for p in paths]
+    assert isinstance(found[1][1], vad.AudioError)
+    assert isinstance(found[2][1], FileNotFoundError)
+    good = dict(vad.detect_files([BUNDLED[0], SPEECH, BUNDLED[1]]))
+    assert {p: s for p, s in found if not isinstance(s, Exception)} == good
+
+
+def test_detect_options(session):
+    plain = dict(vad.detect([SPEECH]))[str(SPEECH)]
+    padded = dict(vad.detect([SPEECH], speech_pad_ms=100, time_resolution=1))[str(SPEECH)]
+    assert padded == [(round(s - 0.07, 1), round(e + 0.07, 1)) for s, e in plain]
+    assert dict(vad.detect([SPEECH], min_speech_duration_ms=2000))[str(SPEECH)] == []
+    with pytest.raises(TypeError, match="unknown speech segment option"):
+        vad.detect([SPEECH], min_speech_ms=100)
+    with pytest.raises(ValueError, match="threshold"):
+        vad.detect([SPEECH], threshold=1.5)
+    with pytest.raises(ValueError, match="batch"):
+        vad.detect_files([SPEECH], batch=0)
+
+
+def _variants(tmp_path: Path, speech: np.ndarray) -> dict[str, Path]:
+    """The same speech at other rates, channel counts and containers."""
+    made = {}
+
+    def write(name, data, rate, **kwargs):
+        made[name] = tmp_path / name
+        soundfile.write(made[name], data, rate, **kwargs)
+
+    write("8k.flac", soxr.resample(speech, 16000, 8000), 8000)
+    write("44k.wav", soxr.resample(speech, 16000, 44100), 44100, subtype="PCM_16")
+    write("48k.ogg", soxr.resample(speech, 16000, 48000), 48000)
+    write("stereo_16k.flac", np.stack([speech, 0.6 * speech], axis=1), 16000)
+    stereo = np.stack([speech, 0.8 * speech], axis=1)
+    write("stereo_44k.flac", soxr.resample(stereo, 16000, 44100), 44100)
+    return made
+
+
+def test_resampled_variants_give_the_same_segments(tmp_path, session, speech):
+    variants = _variants(tmp_path, speech)
+    soundfile.write(tmp_path / "mono_16k.wav", speech, 16000, subtype="FLOAT")
+    reference = dict(vad.detect([tmp_path / "mono_16k.wav"]))[str(tmp_path / "mono_16k.wav")]
+    assert len(reference) == 2
+    for path, segments in vad.detect(list(variants.values()), batch=3):
+        assert not isinstance(segments, Exception), (path, segments)
+        _close(segments, reference)
+
+
+def test_segments_agree_with_silero(ort_session, session):
+    """Ours (batched, onnx-recurrent) vs silero's own algorithm on onnxruntime's
+    probabilities of the same 16 kHz audio: every boundary within one chunk."""
+    from test_silero_vad import _silero_segments_function
+
+    reference_function = _silero_segments_function()
+    paths = [*BUNDLED, SPEECH]
+    ours = dict(vad.detect(paths, batch=2))
+    for path in paths:
+        samples = vad.read_audio(path).samples
+        probs = vad.speech_probabilities(ort_session, samples)
+        expected = reference_function(
+            probs.tolist(), sampling_rate=16000, audio_length_samples=samples.size
+        )
+        _close(ours[str(path)], [(t["start"] / 16000, t["end"] / 16000) for t in expected])
+
+
+def test_segments_agree_with_silero_get_speech_timestamps(session):
+    torch = pytest.importorskip("torch", reason="silero's own get_speech_timestamps needs torch")
+    threads = torch.get_num_threads()
+    try:
+        from silero_vad.utils_vad import OnnxWrapper, get_speech_timestamps
+    finally:
+        torch.set_num_threads(threads)  # importing silero_vad sets it to 1
+    wrapper = OnnxWrapper(str(_model_or_skip()), force_onnx_cpu=True)
+    paths = [*BUNDLED, SPEECH]
+    ours = dict(vad.detect(paths))
+    for path in paths:
+        samples = torch.from_numpy(vad.read_audio(path).samples)
+        wrapper.reset_states()
+        expected = get_speech_timestamps(samples, wrapper, return_seconds=False)
+        _close(ours[str(path)], [(t["start"] / 16000, t["end"] / 16000) for t in expected])
+
+
+def test_plot(tmp_path, speech):
+    pytest.importorskip("matplotlib")
+    from onnx_recurrent.vad.plot import plot_recording
+
+    probs = np.r_[np.zeros(20), np.ones(60), np.zeros(75)].astype(np.float32)
+    out = plot_recording(tmp_path / "p.png", speech, probs, [(0.6, 2.6)], title="speech")
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    plot_recording(tmp_path / "empty.png", np.zeros(0), np.zeros(0), [])
+    assert (tmp_path / "empty.png").stat().st_size > 0
+
+
+# --- the command line -----------------------------------------------------------------
+
+
+def _vad(*args, **kwargs) -> subprocess.CompletedProcess:
+    """``onnx-recurrent vad ARGS`` as a user runs it."""
+    _model_or_skip()
+    if "stderr" not in kwargs:
+        kwargs["capture_output"] = True
+    return subprocess.run(
+        [sys.executable, "-m", "onnx_recurrent", "vad", *map(str, args)],
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        **kwargs,
+    )
+
+
+def _csv_rows(text: str) -> list[dict[str, str]]:
+    return list(csv.DictReader(io.StringIO(text)))
+
+
+def test_command_csv_to_stdout_with_a_bad_file(tmp_path):
+    bad = tmp_path / "bad.ogg"
+    bad.write_text("not audio")
+    done = _vad(SPEECH, bad, DATA / "vad", "--batch", "2")
+    assert done.returncode == 1, done.stderr
+    rows = _csv_rows(done.stdout)
+    assert list(rows[0]) == ["file", "start", "end", "error"]
+    speech_rows = [(float(r["start"]), float(r["end"])) for r in rows if r["file"] == str(SPEECH)]
+    assert speech_rows == [(0.738, 2.206), (3.074, 4.222)]
+    errors = [r for r in rows if r["error"]]
+    assert [(r["file"], r["start"], r["end"]) for r in errors] == [(str(bad), "", "")]
+    assert "not a readable audio file" in errors[0]["error"]
+    files = list(dict.fromkeys(r["file"] for r in rows))
+    assert files == [str(SPEECH), str(bad), *map(str, BUNDLED)]  # input order
+    assert "1 of 5 file(s) could not be read" in done.stderr
+    assert "VAD:" not in done.stderr  # no progress bar off a terminal
+
+
+def test_command_json_lines_csv_file_and_plots(tmp_path):
+    expected = dict(vad.detect([SPEECH, *BUNDLED]))
+    out = tmp_path / "out.jsonl"
+    done = _vad(SPEECH, *BUNDLED, "-o", out, "--plot", tmp_path / "plots")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == ""
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert all(set(r) == {"file", "start", "end"} for r in rows)
+    got = {}
+    for r in rows:
+        got.setdefault(r["file"], []).append((r["start"], r["end"]))
+    assert got == {p: [(round(s, 3), round(e, 3)) for s, e in seg] for p, seg in expected.items()}
+    plots = sorted((tmp_path / "plots").iterdir())
+    assert [p.name for p in plots] == sorted(Path(p).name + ".png" for p in expected)
+    assert all(p.read_bytes()[:4] == b"\x89PNG" for p in plots)
+
+    out = tmp_path / "out.csv"
+    done = _vad(SPEECH, "-o", out, "--threshold", "0.6", "--speech-pad-ms", "0")
+    assert done.returncode == 0, done.stderr
+    rows = _csv_rows(out.read_text())
+    segments = dict(vad.detect([SPEECH], threshold=0.6, speech_pad_ms=0, time_resolution=3))
+    assert [(float(r["start"]), float(r["end"])) for r in rows] == segments[str(SPEECH)]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--threshold", "1.5"], "threshold"),
+        (["--batch", "0"], "--batch"),
+        (["--workers", "2", "--scheduler", "tcp://x:1"], "not allowed with"),
+        (["--min-silence-duration-ms", "-1"], "min_silence_duration_ms"),
+    ],
+)
+def test_command_bad_arguments(args, message):
+    done = _vad(SPEECH, *args)
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], done.stderr
+
+
+def test_command_no_audio_files(tmp_path):
+    done = _vad(tmp_path)
+    assert done.returncode == 2
+    assert "no audio files" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_command_on_local_dask_workers(tmp_path):
+    pytest.importorskip("distributed")
+    bad = tmp_path / "bad.flac"
+    bad.write_text("not audio")
+    done = _vad(SPEECH, bad, *BUNDLED, "--workers", "2", "--batch", "2")
+    assert done.returncode == 1, done.stderr
+    here = _vad(SPEECH, bad, *BUNDLED, "--batch", "2")
+    assert done.stdout == here.stdout
+
+
+@pytest.mark.skipif(os.name != "posix", reason="a pseudo-terminal")
+def test_command_progress_bar_on_a_terminal():
+    import fcntl
+    import pty
+    import struct
+    import termios
+    import threading
+
+    main, child = pty.openpty()
+    fcntl.ioctl(child, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))
+    received = bytearray()
+
+    def read():
+        while True:
+            try:
+                data = os.read(main, 65536)
+            except OSError:
+                return
+            if not data:
+                return
+            received.extend(data)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        done = _vad(SPEECH, *BUNDLED, stderr=child, stdout=subprocess.PIPE)
+    finally:
+        os.close(child)
+    reader.join(5)
+    os.close(main)
+    assert done.returncode == 0
+    bar = bytes(received).decode(errors="replace")
+    assert "VAD: 100%" in bar and "s/s" in bar, bar
