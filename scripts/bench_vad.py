@@ -12,9 +12,11 @@ random silences (faint noise) between them; then times, over the same files:
     64 recordings per model call, padded to the longest of each group, with
     ``onnxruntime.InferenceSession``.
 
-Each prints the wall time and the aggregate speed (seconds of audio per second:
-"x realtime"); then the ratio (a)/(b) and the largest difference between their speech
-probabilities. The sessions are made (and the kernels compiled) before the timing.
+``--rounds`` rounds alternate which of the two runs first, each run after ``--pause``
+idle seconds; printed: the median wall time and the aggregate speed (seconds of audio
+per second: "x realtime", median [min-max]), the ratio (a)/(b) per round as median
+[min-max], and the largest difference between their speech probabilities. The sessions
+are made (and the kernels compiled) before the timing.
 
 Needs the ``vad`` extra, onnxruntime and the model (``pip install --no-deps
 silero-vad``). Usage::
@@ -140,6 +142,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=64, help="(a)'s batch (default 64)")
     parser.add_argument("--host", default="auto", help="(a)'s graph host (default auto)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--rounds", type=int, default=5, help="timed rounds (default 5)")
+    parser.add_argument(
+        "--pause", type=float, default=1.0, help="seconds idle before each run (default 1)"
+    )
     args = parser.parse_args(argv)
 
     import onnxruntime
@@ -166,18 +172,43 @@ def main(argv: list[str] | None = None) -> int:
         run_ours(paths[:2], args.batch, ours)  # compile the kernels, warm both up
         run_onnxruntime(paths[:2], plain)
 
-        t_ours, p_ours = run_ours(paths, args.batch, ours)
-        t_ort, t_decode, p_ort = run_onnxruntime(paths, plain)
-    speed_ours, speed_ort = total / t_ours, total / t_ort
+        # rounds alternate which runs first; a pause lets the other's threads go idle
+        t_ours, t_ort, t_decode = [], [], []
+        for r in range(args.rounds):
+            order = ("ours", "ort") if r % 2 == 0 else ("ort", "ours")
+            for which in order:
+                time.sleep(args.pause)
+                if which == "ours":
+                    elapsed, p_ours = run_ours(paths, args.batch, ours)
+                    t_ours.append(elapsed)
+                else:
+                    elapsed, decoding, p_ort = run_onnxruntime(paths, plain)
+                    t_ort.append(elapsed)
+                    t_decode.append(decoding)
+            print(
+                f"round {r + 1}: (a) {t_ours[-1]:.2f} s, (b) {t_ort[-1]:.2f} s",
+                file=sys.stderr,
+            )
+
+    def spread(values: list[float]) -> str:
+        return f"{np.median(values):.0f} [{min(values):.0f}-{max(values):.0f}]"
+
+    speed_ours = [total / t for t in t_ours]
+    speed_ort = [total / t for t in t_ort]
+    ratios = [a / b for a, b in zip(t_ort, t_ours, strict=True)]
     print(
         f"(a) onnx-recurrent vad, one process, batch {args.batch}, host {ours.host}, "
-        f"decoding included: {t_ours:.2f} s, {speed_ours:.0f}x realtime"
+        f"decoding included: {np.median(t_ours):.2f} s, {spread(speed_ours)}x realtime"
     )
     print(
         f"(b) onnxruntime alone, 64 recordings per call padded to the longest, decoding "
-        f"included ({t_decode:.2f} s of it): {t_ort:.2f} s, {speed_ort:.0f}x realtime"
+        f"included ({np.median(t_decode):.2f} s of it): {np.median(t_ort):.2f} s, "
+        f"{spread(speed_ort)}x realtime"
     )
-    print(f"(a)/(b): {speed_ours / speed_ort:.2f}x")
+    print(
+        f"(a)/(b) over {args.rounds} rounds: {np.median(ratios):.2f}x "
+        f"[{min(ratios):.2f}-{max(ratios):.2f}] (median [min-max])"
+    )
     diff = max(float(np.max(np.abs(p_ours[k] - p_ort[k]), initial=0.0)) for k in p_ort)
     print(f"max |p(a) - p(b)| = {diff:.2g}")
     return 0

@@ -273,6 +273,34 @@ def test_unreadable_file_among_good_ones(tmp_path, session):
     assert {p: s for p, s in found if not isinstance(s, Exception)} == good
 
 
+def test_read_ahead_is_bounded_and_stops_with_the_consumer(session, monkeypatch):
+    """Files are decoded by a second thread a few ahead of the model, never all at once,
+    and a run closed early (an error, Ctrl-C) leaves no reader behind."""
+    import importlib
+    import threading
+
+    detect_module = importlib.import_module("onnx_recurrent.vad.detect")
+
+    reads: list[str] = []
+    real = detect_module.read_audio
+
+    def counting(path):
+        reads.append(str(path))
+        assert threading.current_thread() is not threading.main_thread()
+        return real(path)
+
+    monkeypatch.setattr(detect_module, "read_audio", counting)
+    paths = [BUNDLED[0]] * 40
+    results = vad.analyse_files(paths, batch=1, session=session)
+    first = next(results)
+    assert first.error is None and first.segments
+    results.close()
+    # batch 1: the first recording, the one in flight when it ended, READ_AHEAD queued
+    assert len(reads) <= 2 + detect_module.READ_AHEAD + 1, len(reads)
+    readers = [t for t in threading.enumerate() if t.name.startswith("onnx-recurrent-vad-read")]
+    assert not readers, readers
+
+
 def test_detect_options(session):
     plain = dict(vad.detect([SPEECH]))[str(SPEECH)]
     padded = dict(vad.detect([SPEECH], speech_pad_ms=100, time_resolution=1))[str(SPEECH)]

@@ -2,22 +2,25 @@
 
 :func:`detect` is the face: files and directories in, ``(path, segments or error)``
 out, in the order given. Without a Dask client it runs :func:`detect_files` here (the
-files decoded one after another as rows of the batch free up, the model called once
-per chunk position for up to ``batch`` recordings); with one it hands the work to
-:func:`onnx_recurrent.dask.detect`. :func:`analyse_files` is the same run with the
-probabilities and durations too (the command line's plots and progress use them).
+files decoded in order by a second thread, a few ahead, and joining the batch as rows
+free up; the model called once per chunk position for up to ``batch`` recordings);
+with one it hands the work to :func:`onnx_recurrent.dask.detect`. :func:`analyse_files`
+is the same run with the probabilities and durations too (the command line's plots and
+progress use them).
 """
 
 from __future__ import annotations
 
 import os
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from .audio import find_audio_files, load_soundfile, read_audio
+from .audio import Audio, find_audio_files, load_soundfile, read_audio
 from .model import MODEL_RATE, open_session
 from .segments import check_segment_options, speech_segments
 from .streams import stream_probabilities
@@ -27,6 +30,8 @@ Segments = list[tuple[float, float]]
 
 #: Errors that make one file fail without stopping the others (reading it).
 FILE_ERRORS = (OSError, ValueError)
+#: Files read ahead of the model (each a 16 kHz float32 recording in memory).
+READ_AHEAD = 4
 
 
 @dataclass
@@ -107,11 +112,9 @@ def analyse_files(
     sizes: dict[int, int] = {}
 
     def recordings() -> Iterator[tuple[int, np.ndarray]]:
-        for index, path in enumerate(files):
-            try:
-                audio = read_audio(path)
-            except FILE_ERRORS as e:
-                results[index] = FileResult(path, error=e)
+        for index, (path, audio) in enumerate(zip(files, _decoded(files), strict=True)):
+            if isinstance(audio, BaseException):
+                results[index] = FileResult(path, error=audio)
                 continue
             results[index] = FileResult(path, duration=audio.duration)
             sizes[index] = audio.samples.size
@@ -119,6 +122,33 @@ def analyse_files(
 
     streams = stream_probabilities(session, recordings(), batch=batch, progress=progress)
     return _in_order(streams, results, sizes, options, len(files))
+
+
+def _decoded(files: list[str]) -> Iterator[Audio | BaseException]:
+    """Each file read (:func:`read_audio`) or its error, in order, decoded ahead.
+
+    A thread reads up to :data:`READ_AHEAD` files ahead of the consumer, so decoding
+    and resampling (soundfile and soxr release the GIL) overlap the model calls.
+    """
+
+    def read(path: str) -> Audio | BaseException:
+        try:
+            return read_audio(path)
+        except FILE_ERRORS as e:
+            return e
+
+    pending: deque[Future[Audio | BaseException]] = deque()
+    with ThreadPoolExecutor(1, thread_name_prefix="onnx-recurrent-vad-read") as reader:
+        try:
+            for path in files:
+                pending.append(reader.submit(read, path))
+                if len(pending) > READ_AHEAD:
+                    yield pending.popleft().result()
+            while pending:
+                yield pending.popleft().result()
+        finally:  # closed early (an error, Ctrl-C): drop what was not started
+            for future in pending:
+                future.cancel()
 
 
 def _in_order(
