@@ -6,7 +6,7 @@ same corpus at >= 1.6x the files per second of one. For each worker count, a fre
 compute thread per worker: ``ONNX_RECURRENT_NUM_THREADS=1`` in their environment,
 onnxruntime's intra-op threads 1, as ``detect`` makes its sessions), is warmed up (each
 worker makes its session and runs one file), then the whole corpus is timed
-``--rounds`` times and the best round kept. Both runs cut the corpus into the same
+``--rounds`` times: the median, and each round. Both runs cut the corpus into the same
 groups (``--group-size``, by default what ``detect`` picks for the largest cluster),
 so only the number of workers differs.
 
@@ -75,7 +75,7 @@ def make_corpus(directory: Path, count: int, seed: int = 0) -> list[str]:
 
 
 def measure(files, workers, *, batch, group_size, host, rounds, warm) -> dict:
-    """Best of ``rounds`` runs of the corpus on a fresh cluster of ``workers``."""
+    """``rounds`` runs of the corpus on a fresh cluster of ``workers`` (median seconds)."""
     import distributed
 
     from onnx_recurrent import dask as ordask
@@ -104,8 +104,12 @@ def measure(files, workers, *, batch, group_size, host, rounds, warm) -> dict:
     failed = [(p, r) for p, r in results if isinstance(r, BaseException)]
     if failed:
         print(f"  {len(failed)} file(s) failed, e.g. {failed[0]}", file=sys.stderr)
-    best = min(times)
-    return {"workers": workers, "seconds": best, "rounds": times, "files": len(files)}
+    return {
+        "workers": workers,
+        "seconds": float(np.median(times)),
+        "rounds": times,
+        "files": len(files),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -164,9 +168,14 @@ def main(argv: list[str] | None = None) -> int:
     base = rows[0]
     for row in rows[1:]:
         row["speedup"] = row["files_per_s"] / base["files_per_s"]
+        # the spread: the slowest and fastest rounds of one against the other's
+        low = min(base["rounds"]) / max(row["rounds"])
+        high = max(base["rounds"]) / min(row["rounds"])
+        row["speedup_range"] = [low, high]
         print(
             f"{row['workers']} vs {base['workers']} worker(s): {row['speedup']:.2f}x "
-            "(target for 2 vs 1: >= 1.6x)"
+            f"[{low:.2f}-{high:.2f}] (medians [range of the rounds]; target for 2 vs 1: "
+            ">= 1.6x)"
         )
     if args.json is not None:
         args.json.write_text(
