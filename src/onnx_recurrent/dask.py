@@ -39,7 +39,7 @@ import pickle
 import threading
 import uuid
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -132,13 +132,22 @@ def _session(model: bytes, key: tuple[str, str, tuple | None]) -> Any:
     ``key`` is ``(the model's sha256, host, options record)``.
     """
     _, host, options = key
+
+    def make() -> Any:
+        from .runtime.session import InferenceSession
+
+        return InferenceSession(model, _session_options(options), host=host)
+
+    return _kept_session(key, make)
+
+
+def _kept_session(key: tuple, make: Callable[[], Any]) -> Any:
+    """The session kept in this process under ``key``, made by ``make()`` the first
+    time; the least recently used beyond :data:`_MAX_SESSIONS` are dropped."""
     with _sessions_lock:
         session = _sessions.get(key)
         if session is None:
-            from .runtime.session import InferenceSession
-
-            session = InferenceSession(model, _session_options(options), host=host)
-            _sessions[key] = session
+            session = _sessions[key] = make()
             while len(_sessions) > _MAX_SESSIONS:
                 _sessions.popitem(last=False)
         else:
@@ -419,26 +428,20 @@ def _vad_session(model_path: str | None, host: str) -> Any:
     onnxruntime runs it on one thread: a worker's parallelism is its Dask threads
     (each running a group), as Dask's nannies set ``OMP_NUM_THREADS=1``.
     """
-    key = ("vad", model_path, host)
-    with _sessions_lock:
-        session = _sessions.get(key)
-        if session is None:
-            from .runtime.session import InferenceSession
-            from .vad.model import silero_model_path
 
-            path = silero_model_path() if model_path is None else model_path
-            options = None
-            if host != "reference" and importlib.util.find_spec("onnxruntime") is not None:
-                options = _session_options(
-                    ((("intra_op_num_threads", 1), ("inter_op_num_threads", 1)), ())
-                )
-            session = InferenceSession(path, options, host=host)
-            _sessions[key] = session
-            while len(_sessions) > _MAX_SESSIONS:
-                _sessions.popitem(last=False)
-        else:
-            _sessions.move_to_end(key)
-    return session
+    def make() -> Any:
+        from .runtime.session import InferenceSession
+        from .vad.model import silero_model_path
+
+        path = silero_model_path() if model_path is None else model_path
+        options = None
+        if host != "reference" and importlib.util.find_spec("onnxruntime") is not None:
+            options = _session_options(
+                ((("intra_op_num_threads", 1), ("inter_op_num_threads", 1)), ())
+            )
+        return InferenceSession(path, options, host=host)
+
+    return _kept_session(("vad", model_path, host), make)
 
 
 def _picklable(value: Any) -> Any:

@@ -82,51 +82,30 @@ def speech_probabilities(
     ImportError
         If ``progress=True`` and tqdm is not installed.
     """
-    model_rate, step = native_rate(sample_rate)
     audio = np.asarray(samples, dtype=np.float32)
     if audio.ndim > 1:
         audio = audio.squeeze()
     if audio.ndim != 1:
         raise ValueError(f"samples must be one-dimensional (mono), got shape {np.shape(samples)}")
-    if step > 1:
-        audio = audio[::step]
-
-    names = input_names(session)
-    if names is not None and not {"input", "state"} <= names:
-        raise ValueError(
-            "the session's model is not the streaming Silero VAD model: it needs inputs "
-            f"'input' and 'state' (and usually 'sr'), it has {sorted(names)}"
-        )
-    feed_sr = names is None or "sr" in names
-
-    chunk = CHUNK_SAMPLES[model_rate]
-    context_size = CONTEXT_SAMPLES[model_rate]
-    num_chunks = math.ceil(audio.size / chunk)
-    padded = np.zeros(num_chunks * chunk, dtype=np.float32)
-    padded[: audio.size] = audio
-
-    probs = np.empty(num_chunks, dtype=np.float32)
-    state = np.zeros(STATE_SHAPE, dtype=np.float32)
-    context = np.zeros(context_size, dtype=np.float32)
-    sr = np.array(model_rate, dtype=np.int64)
-    bar = _progress_bar(num_chunks) if progress else None
+    # one recording is a batch of one: the same calls, one per chunk
+    model_rate, step = native_rate(sample_rate)
+    feed_sr = _check_feeds(session)
+    bar = (
+        _progress_bar(math.ceil(audio[::step].size / CHUNK_SAMPLES[model_rate]))
+        if progress
+        else None
+    )
     try:
-        for k in range(num_chunks):
-            x = np.concatenate((context, padded[k * chunk : (k + 1) * chunk]))[np.newaxis, :]
-            feeds = {"input": x, "state": state}
-            if feed_sr:
-                feeds["sr"] = sr
-            outputs = session.run(None, feeds)
-            if len(outputs) < 2:
-                raise ValueError(
-                    f"the session returned {len(outputs)} output(s); the Silero model "
-                    "returns two (output, stateN)"
-                )
-            probs[k] = np.asarray(outputs[0], dtype=np.float32).reshape(-1)[0]
-            state = np.asarray(outputs[1], dtype=np.float32)
-            context = x[0, -context_size:]
-            if bar is not None:
-                bar.update(1)
+        streams = _stream(
+            session,
+            iter([(0, audio)]),
+            1,
+            model_rate,
+            step,
+            feed_sr,
+            None if bar is None else lambda seconds: bar.update(1),
+        )
+        ((_, probs),) = streams
     finally:
         if bar is not None:
             bar.close()
