@@ -261,6 +261,19 @@ class InferenceSession:
         graph = self._model.graph
         initializers = {i.name for i in graph.initializer}
         self._inputs = [_input(v) for v in graph.input if v.name not in initializers]
+        # per input, checked on every run: the element type and the fixed dims
+        self._feed_checks = {
+            arg.name: (
+                arg,
+                np.dtype(tensor_dtype_to_np_dtype(arg.elem_type)),
+                None
+                if arg.shape is None
+                else [
+                    (axis, d) for axis, d in enumerate(arg.shape) if isinstance(d, int) and d > 0
+                ],
+            )
+            for arg in self._inputs
+        }
         self._outputs = [NodeArg.of(v) for v in graph.output]
         for i, v in enumerate(graph.output):
             if not v.name:
@@ -312,35 +325,34 @@ class InferenceSession:
             raise TypeError(
                 f"feeds must be a dict of input name to array, got {type(feeds).__name__}"
             )
-        known = {i.name: i for i in self._inputs}
-        unknown = sorted(set(feeds) - set(known))
-        if unknown:
-            raise RecurrentError(
-                f"unknown input name(s) {unknown}; the model's inputs are {list(known)}"
-            )
-        missing = [name for name in known if name not in feeds]
-        if missing:
+        known = self._feed_checks
+        if len(feeds) != len(known) or any(name not in known for name in feeds):
+            unknown = sorted(set(feeds) - set(known))
+            if unknown:
+                raise RecurrentError(
+                    f"unknown input name(s) {unknown}; the model's inputs are {list(known)}"
+                )
+            missing = [name for name in known if name not in feeds]
             raise RecurrentError(
                 f"missing input(s) {missing}; the model's inputs are {list(known)}"
             )
         checked = {}
         for name, value in feeds.items():
-            arg = known[name]
+            arg, expected, fixed = known[name]
             array = np.asarray(value)
-            expected = np.dtype(tensor_dtype_to_np_dtype(arg.elem_type))
             if array.dtype != expected:
                 raise RecurrentTypeError(
                     f"input {name!r}: expected element type {arg.type} ({expected}), "
                     f"got {array.dtype}"
                 )
-            if arg.shape is not None:
+            if fixed is not None:
                 if array.ndim != len(arg.shape):
                     raise RecurrentError(
                         f"input {name!r}: expected rank {len(arg.shape)} (shape {arg.shape}), "
                         f"got shape {list(array.shape)}"
                     )
-                for axis, (want, got) in enumerate(zip(arg.shape, array.shape, strict=True)):
-                    if isinstance(want, int) and want > 0 and want != got:
+                for axis, want in fixed:
+                    if array.shape[axis] != want:
                         raise RecurrentError(
                             f"input {name!r}: expected shape {arg.shape}, got {list(array.shape)} "
                             f"(axis {axis})"
