@@ -18,15 +18,11 @@ from typing import Any
 import onnx
 from onnx import numpy_helper
 
-from .. import cells
 from ..activations import TABLE
-from ..runtime.graph import RECURRENT_OPS, attributes
-from ..runtime.graph import element_types as elem_types
-from ..runtime.graph import walk_paths as walk
+from ..runtime.graph import RECURRENT_OPS, attributes, element_types, walk_paths
 from . import probes
 from .peers import PEERS, installed_peers
-
-CELLS = {"GRU": cells.GRU, "RNN": cells.RNN, "LSTM": cells.LSTM}
+from .probes import CELLS
 
 
 @dataclass(frozen=True)
@@ -282,12 +278,12 @@ def lint(model: onnx.ModelProto, peers: Sequence[str] | None = None) -> list[Fin
     available = set(installed_peers())
     peers = [p for p in (list(PEERS) if peers is None else peers) if p in available]
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
-    types = elem_types(model)
+    types = element_types(model)
     pytorch = "torch" in model.producer_name.lower()
     fixed: dict[str, bool] | None = None
     constants: set[str] | None = None
     findings = []
-    for node, path, index in walk(model.graph):
+    for node, path, index in walk_paths(model.graph):
         if node.op_type == "Loop" and node.domain in ("", "ai.onnx") and _loop_ignores_cond(node):
             loopers = [p for p in dict.fromkeys([*peers, "onnxruntime"]) if p in available]
             stop = [p for p in loopers if probes.loop_stops(p)]

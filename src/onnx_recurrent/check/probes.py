@@ -42,7 +42,6 @@ T, N, I, H = 4, 3, 2, 3
 LENGTHS = (4, 1, 2)
 #: the clip of the CLIP probe; its inputs are scaled well past it
 CLIP_VALUE = 0.5
-GATES = {"GRU": 3, "RNN": 1, "LSTM": 4}
 OUTPUTS = {"GRU": ("Y", "Y_h"), "RNN": ("Y", "Y_h"), "LSTM": ("Y", "Y_h", "Y_c")}
 FUNCTIONS: dict[str, Callable[..., Any]] = {"GRU": ops.gru, "RNN": ops.rnn, "LSTM": ops.lstm}
 CELLS = {"GRU": cells.GRU, "RNN": cells.RNN, "LSTM": cells.LSTM}
@@ -161,7 +160,7 @@ def _base_attrs(form: Form) -> dict[str, Any]:
 
 def _inputs(form: Form, x_scale: float = 1.0, layout: int = 0) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(20261124)
-    G, D = GATES[form.op], form.D
+    G, D = CELLS[form.op].n_gates, form.D
 
     def r(*shape: int, scale: float) -> np.ndarray:
         return (rng.uniform(-1.0, 1.0, shape) * scale).astype(form.dtype)

@@ -97,6 +97,11 @@ def walk(graph: onnx.GraphProto) -> Iterator[tuple[onnx.GraphProto, onnx.NodePro
             yield from walk(sub)
 
 
+def all_graphs(graph: onnx.GraphProto) -> list[onnx.GraphProto]:
+    """``graph`` and every graph nested in it, at any depth."""
+    return [graph] + [sub for _, node in walk(graph) for sub in subgraphs(node)]
+
+
 def walk_paths(
     graph: onnx.GraphProto, path: tuple[str, ...] = ()
 ) -> Iterator[tuple[onnx.NodeProto, tuple[str, ...], int]]:
@@ -114,7 +119,7 @@ def walk_paths(
 def all_names(graph: onnx.GraphProto) -> set[str]:
     """Every name used in ``graph`` and its subgraphs: tensors, nodes, values."""
     names: set[str] = set()
-    for g in [graph] + [sub for _, n in walk(graph) for sub in subgraphs(n)]:
+    for g in all_graphs(graph):
         names |= {v.name for v in (*g.input, *g.output, *g.value_info)}
         names |= {t.name for t in g.initializer}
         for node in g.node:
@@ -245,7 +250,7 @@ def node_attributes(op: str, version: int, node: onnx.NodeProto) -> dict:
                 f"attribute {a.name!r} must be of type {_TYPE_NAMES.get(expected, expected)} "
                 f"(the {op}-{version} schema), got {_TYPE_NAMES.get(a.type, a.type)}"
             )
-    given = {a.name: _decoded(get_attribute_value(a), a.name) for a in node.attribute}
+    given = attributes(node)
     given.pop("output_sequence", None)
     if given.get("direction") == "foward":
         given["direction"] = "forward"
@@ -388,8 +393,7 @@ def element_types(model: onnx.ModelProto) -> dict[str, int]:
             if v.type.HasField("tensor_type") and v.type.tensor_type.elem_type:
                 types[v.name] = v.type.tensor_type.elem_type
 
-    graphs = [inferred.graph] + [g for _, n in walk(inferred.graph) for g in subgraphs(n)]
-    for g in graphs:
+    for g in all_graphs(inferred.graph):
         note(g.input)
         note(g.output)
         note(g.value_info)
@@ -412,14 +416,11 @@ def prune(model: onnx.ModelProto) -> None:
     node uses (a bound layer's weights and the nodes that computed them), in every
     graph. Nodes with subgraphs and random ones stay."""
 
-    def graphs() -> list[onnx.GraphProto]:
-        return [model.graph] + [g for _, n in walk(model.graph) for g in subgraphs(n)]
-
     while True:
-        used = {o.name for g in graphs() for o in g.output}
+        used = {o.name for g in all_graphs(model.graph) for o in g.output}
         used |= {i for _, n in walk(model.graph) for i in n.input}
         removed = False
-        for g in graphs():
+        for g in all_graphs(model.graph):
             keep = [
                 n
                 for n in g.node
@@ -434,7 +435,7 @@ def prune(model: onnx.ModelProto) -> None:
                 g.node.extend(keep)
         if not removed:
             break
-    for g in graphs():
+    for g in all_graphs(model.graph):
         fed = {i.name for i in g.input}
         keep_t = [t for t in g.initializer if t.name in used or t.name in fed]
         if len(keep_t) < len(g.initializer):

@@ -22,6 +22,7 @@ from onnx.helper import tensor_dtype_to_np_dtype
 
 from ..errors import RecurrentError, RecurrentTypeError
 from .bound import BoundNode, bind
+from .graph import all_graphs
 from .hosts import HOSTS, make_host
 
 
@@ -151,9 +152,7 @@ def _check_text(model: onnx.ModelProto) -> None:
                 raise RecurrentError(f"model: {what} {value!r} is not UTF-8 text")
 
     check("opset domain", [o.domain for o in model.opset_import])
-    graphs = [model.graph]
-    while graphs:
-        g = graphs.pop()
+    for g in all_graphs(model.graph):
         check("graph name", [g.name])
         for values in (g.input, g.output, g.value_info, g.initializer):
             check("tensor name", [v.name for v in values])
@@ -163,10 +162,6 @@ def _check_text(model: onnx.ModelProto) -> None:
             check(f"input of node {n.name!r}", n.input)
             check(f"output of node {n.name!r}", n.output)
             check(f"attribute name of node {n.name!r}", [a.name for a in n.attribute])
-            for a in n.attribute:
-                if a.type == onnx.AttributeProto.GRAPH:
-                    graphs.append(a.g)
-                graphs.extend(a.graphs)
 
 
 @dataclass(frozen=True)

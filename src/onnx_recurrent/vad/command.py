@@ -23,7 +23,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import IO, Any
 
-from ..arguments import add_host
+from ..arguments import add_host, number
 from .audio import AUDIO_SUFFIXES, AudioError, find_audio_files
 from .segments import SEGMENT_OPTIONS, check_segment_options
 
@@ -34,16 +34,6 @@ HELP = "find the speech in recordings (Silero VAD): one row per speech segment"
 TIME_DECIMALS = 3
 
 _EXTRA_HINT = "pip install 'onnx-recurrent[vad]'"
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
 
 
 def add_parser(sub: Any) -> None:
@@ -154,7 +144,7 @@ def add_parser(sub: Any) -> None:
     run = parser.add_argument_group("running")
     run.add_argument(
         "--batch",
-        type=_positive_int,
+        type=number(int, 1, "a number of recordings"),
         default=64,
         help="recordings advanced together, one model call per chunk (default 64)",
     )
@@ -165,7 +155,7 @@ def add_parser(sub: Any) -> None:
     cluster = run.add_mutually_exclusive_group()
     cluster.add_argument(
         "--workers",
-        type=_positive_int,
+        type=number(int, 1, "a number of worker processes"),
         metavar="N",
         help="spread the files over a local Dask cluster of N single-threaded worker processes",
     )

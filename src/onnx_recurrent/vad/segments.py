@@ -8,6 +8,7 @@ files.
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -15,20 +16,6 @@ from typing import Any
 import numpy as np
 
 from .model import CHUNK_SAMPLES, native_rate
-
-#: The options of :func:`speech_segments` (silero's ``get_speech_timestamps`` names)
-#: and their defaults (silero's; ``time_resolution``: no rounding, see there).
-SEGMENT_OPTIONS: dict[str, Any] = {
-    "threshold": 0.5,
-    "neg_threshold": None,
-    "min_speech_duration_ms": 250,
-    "max_speech_duration_s": float("inf"),
-    "min_silence_duration_ms": 100,
-    "speech_pad_ms": 30,
-    "min_silence_at_max_speech": 98,
-    "use_max_poss_sil_at_max_speech": True,
-    "time_resolution": None,
-}
 
 
 def check_segment_options(options: Mapping[str, Any]) -> dict[str, Any]:
@@ -320,3 +307,12 @@ def speech_segments(
             end = min(round(end, time_resolution), audio_length_samples / model_rate)
         segments.append((float(start), float(end)))
     return segments
+
+
+#: The options of :func:`speech_segments` (silero's ``get_speech_timestamps`` names)
+#: and their defaults (silero's; ``time_resolution``: no rounding, see there).
+SEGMENT_OPTIONS: dict[str, Any] = {
+    name: parameter.default
+    for name, parameter in inspect.signature(speech_segments).parameters.items()
+    if parameter.kind is inspect.Parameter.KEYWORD_ONLY and name != "num_samples"
+}

@@ -20,7 +20,7 @@ import onnx
 from onnx.reference import ReferenceEvaluator
 
 from ..bound import BoundNode, node_key
-from ..graph import subgraphs, tensor_array, walk
+from ..graph import all_graphs, tensor_array, walk
 from ..loop import reference_fixes
 from ..reference import reference_ops
 
@@ -114,8 +114,7 @@ def _read_tensors(model: onnx.ModelProto) -> None:
     ValueError
         A tensor whose data cannot be read (the message names it).
     """
-    graphs = [model.graph] + [g for _, node in walk(model.graph) for g in subgraphs(node)]
-    for graph in graphs:
+    for graph in all_graphs(model.graph):
         for tensor in graph.initializer:
             tensor_array(tensor, f"initializer {tensor.name!r}")
         for node in graph.node:
