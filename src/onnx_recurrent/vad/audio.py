@@ -56,6 +56,13 @@ class Audio(NamedTuple):
 
 
 def load_soundfile() -> Any:
+    """Import soundfile (libsndfile's binding).
+
+    Raises
+    ------
+    ImportError
+        soundfile or libsndfile is missing; the message names the ``vad`` extra.
+    """
     try:
         import soundfile
     except ImportError as e:  # also OSError when libsndfile itself is missing
