@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from . import backends
 from .cells import CELLS, COMMON_ATTRIBUTES, Weights
 from .errors import RecurrentError
 from .scan import PARALLEL_MACS, scan, sequence
@@ -132,6 +133,7 @@ class Layer:
             np.float64,
         )
         self._step_macs = spec.cell.n_gates * spec.hidden_size * (spec.hidden_size + W.shape[2])
+        self.prepare()
 
     @classmethod
     def from_spec(
@@ -194,6 +196,23 @@ class Layer:
                 for d in range(D)
             )
         return self._directions
+
+    def prepare(self) -> None:
+        """Arrange each direction's weights and compile (or load) the kernels a call
+        will run, now, on this thread, with Ctrl-C held off while numba compiles and
+        delivered right after. A layer does this when it is made, so that no call
+        compiles, and no pool thread does; a call under another backend
+        (:func:`onnx_recurrent.backends.use`) prepares what it lacks before it starts
+        any thread."""
+        spec, ct = self.spec, COMPUTE_DTYPE[self.dtype]
+        directions = self.directions()
+        try:
+            backend = backends.select(spec, ct)
+        except RecurrentError:  # a backend named that cannot run it: the call says so
+            return
+        prepare = getattr(backend, "prepare", None)
+        for d, w in enumerate(directions if prepare is not None else ()):
+            prepare(spec, w, spec.activations[d], ct, 1)
 
     def __call__(
         self,

@@ -245,6 +245,9 @@ def scan(
         shared = None if make is None else make(spec, N, ct, shares)
         if shared is None:  # this backend cannot share hidden units
             units, large, shares = _units(spec, x, workers, can_share=False)
+    prepare = getattr(backend, "prepare", None)  # here, on the calling thread, not in the pool
+    for d in sorted({d for d, _ in units}) if prepare is not None else ():
+        prepare(spec, directions[d], spec.activations[d], ct, shares)
     if shares > 1:
         unit = units[0]
         whole = Schedule.of(unit[1], x.sequence_lens, T, ragged)

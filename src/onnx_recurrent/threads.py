@@ -15,17 +15,22 @@ threads block on a condition (no CPU used). :func:`run` is the one way in:
   signal within :data:`POLL` seconds. A second interrupt while it waits for aborted
   helpers stops the wait (they end on their own; the pool stays consistent, as each
   helper does its own bookkeeping).
+- **Held interrupts.** :func:`interrupts_held` keeps Ctrl-C off a stretch that must not
+  stop half-way (numba compiling with its lock held, a module being imported) and
+  delivers it right after.
 - **Fork.** A child made with ``os.fork`` has none of the parent's threads; an at-fork
   hook gives the child a fresh, empty pool (new locks, queue and threads).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import signal
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import nullcontext
 
 from . import affinity
@@ -59,6 +64,37 @@ def num_threads() -> int:
         f"{ENV}={value!r}: expected a positive integer (the threads of one call, e.g. 4), "
         f"or the variable unset for the CPUs this process may run on ({_cpus()})"
     )
+
+
+@contextlib.contextmanager
+def interrupts_held() -> Iterator[None]:
+    """Hold SIGINT (Ctrl-C, ``_thread.interrupt_main``) off inside the context and
+    deliver it right after, to whatever handler was there before.
+
+    Only the main thread receives interrupts: elsewhere, and where the handler was
+    not set from Python (then it cannot be restored), this does nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pending: list[int] = []
+    try:
+        previous = signal.getsignal(signal.SIGINT)
+        if previous is None or previous == signal.SIG_IGN:
+            previous = None
+        else:
+            signal.signal(signal.SIGINT, lambda signum, frame: pending.append(signum))
+    except (ValueError, OSError):  # not the main interpreter
+        previous = None
+    if previous is None:
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if pending:
+            signal.raise_signal(signal.SIGINT)  # handled at the next bytecode
 
 
 def _cpus() -> int:

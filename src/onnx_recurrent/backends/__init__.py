@@ -26,6 +26,7 @@ import numpy as np
 from ..cells import Weights
 from ..errors import RecurrentError
 from ..spec import RecSpec
+from ..threads import interrupts_held
 
 NAMES = ("numpy", "numba")
 _chosen: contextvars.ContextVar[str | None] = contextvars.ContextVar("backend", default=None)
@@ -64,7 +65,8 @@ class Backend(Protocol):
 def _load(name: str) -> Backend | str:
     """The backend, or why it cannot be loaded."""
     try:
-        module = importlib.import_module(f".{name}_backend", __name__)
+        with interrupts_held():  # an import stopped half-way fails again later
+            module = importlib.import_module(f".{name}_backend", __name__)
     except ImportError as e:
         return f"{name} cannot be imported ({e})"
     return module.BACKEND

@@ -13,6 +13,13 @@ directory of the decorated functions' source, on the first function decorated:
    ``onnx-recurrent-<uid>/numba`` in the temporary directory, private to the user (a
    cache is loaded as code: a directory others can write is refused);
 3. else no cache, with one :class:`CompileCacheWarning` naming the directories tried.
+
+It also owns when compiling happens. The kernels that Python calls (the *entries*)
+are compiled or loaded by :func:`prepare`, on the thread that prepares a layer, with
+Ctrl-C held off for the compile (an interrupt inside numba's compiler can leave its
+lock held, and a pool thread waiting for that lock hangs the process) and delivered
+right after; afterwards an entry converts its arguments to a prepared signature and
+never compiles on a call's path.
 """
 
 from __future__ import annotations
@@ -29,7 +36,9 @@ from collections.abc import Callable
 import numba
 from numba.core import caching, config
 
-__all__ = ["CompileCacheWarning", "cache_state", "jit"]
+from ..threads import interrupts_held
+
+__all__ = ["CompileCacheWarning", "cache_state", "jit", "prepare"]
 
 
 class CompileCacheWarning(RuntimeWarning):
@@ -37,6 +46,7 @@ class CompileCacheWarning(RuntimeWarning):
 
 
 _lock = threading.Lock()
+_preparing = threading.RLock()
 #: source directory -> cache root of ours ("" for numba's own choice, None for no cache)
 _plans: dict[str, str | None] = {}
 _warned = False
@@ -71,6 +81,31 @@ def jit(**options) -> Callable:
             return numba.njit(cache=False, **options)(func)
 
     return decorate
+
+
+def prepare(dispatcher, signature: tuple) -> None:
+    """Compile (or load from the cache) ``dispatcher`` for the argument types
+    ``signature``, on this thread with interrupts held off (:func:`interrupts_held`);
+    from then on the dispatcher compiles nothing at call time: arguments of other
+    types are converted to a prepared signature (an array to an ``'A'`` or read-only
+    one), and a call that matches none raises TypeError.
+
+    Parameters
+    ----------
+    dispatcher
+        A function decorated by :func:`jit`.
+    signature : tuple of numba types
+        Its argument types.
+    """
+    signature = tuple(signature)
+    if signature in dispatcher.signatures:
+        return
+    with _preparing, interrupts_held():
+        dispatcher.disable_compile(False)  # numba's switch for compiling at call time
+        try:
+            dispatcher.compile(signature)
+        finally:
+            dispatcher.disable_compile(True)
 
 
 def cache_state() -> tuple[bool, str | None]:

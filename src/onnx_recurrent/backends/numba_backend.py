@@ -16,13 +16,15 @@ import itertools
 import math
 from dataclasses import dataclass
 
+import numba
 import numpy as np
 from numba.core import types
 from numba.experimental import structref
 
 from ..activations import TABLE, ActivationCode
+from ..threads import interrupts_held
 from . import packed
-from .jit_cache import jit
+from .jit_cache import jit, prepare
 from .sync import Sync, claim, cycles, finish, wait
 
 #: activation name (lower case) -> its :class:`.ActivationCode`, as :func:`_apply` reads it
@@ -447,6 +449,15 @@ structref.define_proxy(Plan, PlanType, list(_PLAN_FIELDS))
 _KIND = {"RNN": 0, "GRU": 1, "LSTM": 2}
 
 
+@_jit
+def _new_plan(kind, split, input_forget, fast, clip, codes, alphas, betas, bounds, F, pF, bF,
+              Fh, pFh, bFh, Fr, pFr, bFr, P, width, width_h, width_r):  # fmt: skip
+    """A :class:`Plan`, made by compiled code kept in the cache (``Plan(...)`` from
+    Python compiles its constructor again in every process: about a second)."""
+    return Plan(kind, split, input_forget, fast, clip, codes, alphas, betas, bounds, F, pF, bF,
+                Fh, pFh, bFh, Fr, pFr, bFr, P, width, width_h, width_r)  # fmt: skip
+
+
 def _share_panels(w, dt: np.dtype, kind: int, split: bool) -> tuple:
     """``((F, bias), (Fh, bias_h), (Fr, bias_r))`` of one share's weights ``w``:
     matrices ``[K, columns]`` and their biases (see :class:`Plan`)."""
@@ -467,11 +478,39 @@ def _share_panels(w, dt: np.dtype, kind: int, split: bool) -> tuple:
 
 def _plan(spec, w, acts: tuple, dt: np.dtype, shares: int) -> Plan:
     """The :class:`Plan` of one direction's prepared weights ``w`` cut into ``shares``
-    shares, made once (kept in ``w.derived``)."""
+    shares, made once (kept in ``w.derived``), and the entries compiled for it: on
+    this thread, interrupts held off (:func:`.jit_cache.prepare`)."""
     key = ("numba", dt, shares)
     plan = w.derived.get(key)
     if plan is not None:
         return plan
+    with interrupts_held():  # the record's constructor compiles on first use
+        plan = _make_plan(spec, w, acts, dt, shares)
+    _prepare_entries(plan, dt)
+    w.derived[key] = plan
+    return plan
+
+
+def _prepare_entries(plan: Plan, dt: np.dtype) -> None:
+    """``_part_block`` and ``_sequence`` compiled for plans of ``dt``: arrays that a
+    call may pass as views typed ``'A'``, inputs read-only; states and scratch
+    C-ordered (:meth:`NumbaBackend.run_block` passes them so)."""
+    element = numba.from_dtype(dt)
+
+    def array(ndim: int, layout: str = "C", readonly: bool = False) -> types.Array:
+        return types.Array(element, ndim, layout, readonly=readonly)
+
+    ints, flag = types.Array(types.int64, 1, "C"), types.boolean
+    head = (numba.typeof(plan), ints, ints)
+    prepare(_part_block, (*head, array(3, "A", True), array(2), array(2), array(2), array(3),
+                          array(2), ints, array(3, "A"), flag, types.int64, flag))  # fmt: skip
+    prepare(_sequence, (*head, array(3, "A", True), array(3), array(3), array(3), array(2),
+                        array(4, "A"), flag, types.int64, flag))  # fmt: skip
+
+
+def _make_plan(spec, w, acts: tuple, dt: np.dtype, shares: int) -> Plan:
+    """The :class:`Plan` itself (see :func:`_plan`); its bytes counted in ``w``."""
+    key = ("numba", dt, shares)
     kind = _KIND[spec.cell.name]
     split = kind == 1 and not spec.linear_before_reset
     H = spec.hidden_size
@@ -501,11 +540,10 @@ def _plan(spec, w, acts: tuple, dt: np.dtype, shares: int) -> Plan:
         P = np.stack([w.extra["Pi"], w.extra["Po"], w.extra["Pf"]]).astype(dt)
     codes, alphas, betas = _table(acts, dt)
     clip = dt.type(np.inf if spec.clip is None else spec.clip)
-    plan = Plan(
+    plan = _new_plan(
         kind, split, bool(spec.input_forget), dt == np.float32, clip, codes, alphas, betas,
         bounds, *fields, P, *widths,
     )  # fmt: skip
-    w.derived[key] = plan
     w.derived_bytes[key] = sum(a.nbytes for a in (*fields, P, bounds))
     return plan
 
@@ -569,6 +607,12 @@ class NumbaBackend:
             return f"no numba kernel for {spec.cell.name}"
         return None
 
+    def prepare(self, spec, w, acts, dtype, shares=1) -> None:
+        """Everything a call of one direction (weights ``w``, activations ``acts``) in
+        ``dtype`` on ``shares`` shares will run, made and compiled now, on this thread
+        (never in a pool thread, nor on a later call's path)."""
+        _plan(spec, w, acts, np.dtype(dtype), shares)
+
     def shares(self, spec, rows, dtype, shares) -> Shares:
         """Buffers for ``shares`` shares of the hidden units of ``rows`` rows
         (:meth:`run_block` with ``shared``)."""
@@ -589,7 +633,7 @@ class NumbaBackend:
         N, H]``, the initial states, become the final ones; ``Y`` ``[T, 1, N, H]`` (a
         view in the order of the steps) or None."""
         dt = X.dtype
-        plan = w.derived.get(("numba", dt, 1)) or _plan(spec, w, acts, dt, 1)
+        plan = _plan(spec, w, acts, dt, 1)
         shared = self.shares(spec, X.shape[1], dt, 1)
         _sequence(
             plan, _ALONE.sync, _ALONE.calls, X, finals[0], finals[-1], shared.gz, shared.rh,

@@ -17,12 +17,13 @@ projection's shapes at 48-55 against 42-52. It needs no library: only numba.
 from __future__ import annotations
 
 import llvmlite.binding as llvm
+import numba
 import numpy as np
 from llvmlite import ir
 from numba.core import cgutils, types
 from numba.core.extending import intrinsic
 
-from .jit_cache import jit
+from .jit_cache import jit, prepare
 
 _features = llvm.get_host_cpu_features()
 #: bytes of one SIMD register (AVX-512: 64; AVX: 32; else 16)
@@ -51,6 +52,8 @@ def panels(B: np.ndarray, dtype: np.dtype) -> np.ndarray:
     raw = np.empty(P * K * L + ALIGN // dtype.itemsize, dtype)
     start = (-raw.ctypes.data % ALIGN) // dtype.itemsize
     out = raw[start : start + P * K * L].reshape(P, K, L)
+    element = numba.from_dtype(dtype)
+    prepare(_pack, (types.Array(element, 2, "A", readonly=True), types.Array(element, 3, "C")))
     _pack(B, out)
     return out
 

@@ -30,7 +30,7 @@ from llvmlite import ir
 from numba.core import cgutils, types
 from numba.core.extending import intrinsic
 
-from .jit_cache import jit
+from .jit_cache import jit, prepare
 
 CLAIMED, DONE, ABORTED, WAITERS, SEQUENCE, SHARE_CYCLES = range(6)
 #: cycles a waiter spins before it sleeps, at least (about 20-40 µs) ...
@@ -198,6 +198,8 @@ class Sync:
         timespec = np.array([0, SLEEP_NS], np.int64)
         syscall, usleep = _addresses()
         calls = np.array([syscall, usleep, _SYS_FUTEX or 0, timespec.ctypes.data], np.int64)
+        if shares > 1:  # abort() may be called on an interrupt: compiled now
+            prepare(_abort, (types.Array(types.int64, 1, "C"),) * 2)
         return cls(shares, np.zeros(6, np.int64), calls, timespec)
 
     def abort(self) -> None:
