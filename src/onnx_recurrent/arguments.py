@@ -39,7 +39,8 @@ def add_model_inputs(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="NAME=VALUE",
-        help="value of a named dimension for random inputs (default 1 for batch, else 8)",
+        help="size of a free dim of the random inputs, by its name, or as INPUT:AXIS for an "
+        "unnamed one (default 1 for a batch, else 8; check first infers those the model fixes)",
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
 
@@ -66,13 +67,40 @@ def parse_pairs(pairs: Sequence[str], option: str) -> dict[str, str]:
     return parsed
 
 
+def dim_key(name: str, axis: int, dim: int | str | None) -> str | None:
+    """How ``--dim`` names axis ``axis`` of input ``name``: its dim's name, ``NAME:AXIS``
+    for an unnamed free dim, None for a fixed one."""
+    if isinstance(dim, int) and dim > 0:
+        return None
+    return dim if isinstance(dim, str) else f"{name}:{axis}"
+
+
+def free_dims(inputs: Sequence[NodeArg]) -> dict[str, list[tuple[str, int]]]:
+    """Each free dim of ``inputs`` by its ``--dim`` name (:func:`dim_key`), with the
+    (input, axis) pairs it sizes."""
+    keys: dict[str, list[tuple[str, int]]] = {}
+    for arg in inputs:
+        for axis, dim in enumerate(arg.shape or []):
+            key = dim_key(arg.name, axis, dim)
+            if key is not None:
+                keys.setdefault(key, []).append((arg.name, axis))
+    return keys
+
+
 def parse_dims(pairs: Sequence[str], inputs: Sequence[NodeArg]) -> dict[str, int]:
-    """``--dim`` values: positive integers for the named dims of ``inputs``."""
+    """``--dim`` values: positive integers for the free dims of ``inputs``, named by
+    their name or, for an unnamed one, as ``INPUT:AXIS``."""
+    keys = free_dims(inputs)
     named = sorted({d for i in inputs for d in i.shape or [] if isinstance(d, str)})
+    unnamed = [k for k in keys if k not in named]
     dims = {}
     for name, value in parse_pairs(pairs, "--dim").items():
-        if name not in named:
-            known = ", ".join(named) if named else "none: every dim of its inputs is fixed"
+        if name not in keys:
+            if not keys:
+                known = "none: every dim of its inputs is fixed"
+            else:
+                known = ", ".join(named) if named else "none named"
+                known += f"; unnamed, as INPUT:AXIS: {', '.join(unnamed)}" if unnamed else ""
             raise RecurrentError(f"--dim {name}={value}: the model has no dim {name!r} ({known})")
         try:
             dims[name] = int(value)
@@ -114,8 +142,9 @@ def random_feeds(
 ) -> dict[str, np.ndarray]:
     """Seeded standard-normal float arrays for the given inputs.
 
-    Named dims take their value from ``dims``, else 1 for a name containing "batch"
-    and 8 for any other free dim.
+    A free dim takes its value from ``dims`` by its ``--dim`` name (its name, or
+    ``INPUT:AXIS`` if it has none: :func:`dim_key`), else 1 for a name containing
+    "batch" and 8 for any other.
 
     Raises
     ------
@@ -132,11 +161,12 @@ def random_feeds(
                 f"give it as -i {arg.name}=FILE.npy"
             )
         shape = []
-        for d in arg.shape or []:
-            if isinstance(d, int) and d > 0:
+        for axis, d in enumerate(arg.shape or []):
+            key = dim_key(arg.name, axis, d)
+            if key is None:
                 shape.append(d)
-            elif isinstance(d, str) and d in dims:
-                shape.append(int(dims[d]))
+            elif key in dims:
+                shape.append(int(dims[key]))
             else:
                 shape.append(1 if isinstance(d, str) and "batch" in d.lower() else 8)
         feeds[arg.name] = rng.standard_normal(shape).astype(dtype)

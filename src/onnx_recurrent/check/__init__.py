@@ -9,8 +9,10 @@ peer's error. With ``trace``, each main-graph recurrent node whose ``Y`` differs
 located: the first time step, direction and batch entry where the peer leaves the
 tolerance, and the gate that explains it, recomputed in float64 from the node's inputs
 (:func:`cell_step`). Modules: ``peers`` (running them), ``probes``, ``lint``, ``trace``
-(comparing outputs, the float64 cell step, the trace); here, the report and the
-command line.
+(comparing outputs, the float64 cell step, the trace), ``dims`` (the sizes of the
+random inputs' free dims: those the weights and shapes fix, inferred; the others
+guessed, and named with the ``--dim`` to pass when the run fails); here, the report
+and the command line.
 """
 
 from __future__ import annotations
@@ -24,21 +26,33 @@ from typing import Any
 import numpy as np
 import onnx
 
-from ..arguments import add_host, add_model_inputs, model_feeds, note_first_use, number
-from ..errors import RecurrentError
+from ..arguments import (
+    add_host,
+    add_model_inputs,
+    load_feeds,
+    note_first_use,
+    number,
+    parse_dims,
+    parse_pairs,
+    random_feeds,
+)
+from ..errors import RecurrentError, RecurrentTypeError
 from ..runtime.session import InferenceSession, load_model
+from .dims import Dims, solve_dims
 from .lint import Finding, lint
 from .peers import PEERS, installed_peers, one_line
 from .trace import Comparison, Divergence, cell_step, compare, trace
 
 __all__ = [
     "PEERS",
+    "Dims",
     "Report",
     "add_parser",
     "cell_step",
     "check",
     "installed_peers",
     "lint",
+    "solve_dims",
     "trace",
 ]
 
@@ -148,8 +162,14 @@ def cmd_check(args: argparse.Namespace) -> int:
     """``onnx-recurrent check``: print the lint, the table and the trace; 1 if a peer
     differs (a bad file or argument raises: the command line prints it, status 2)."""
     model = load_model(args.model)
+    note_first_use()  # a session compiles its kernels when it is made
     session = InferenceSession(model, host=args.host)
-    feeds, drawn = model_feeds(args, session.get_inputs())
+    inputs = session.get_inputs()
+    feeds = load_feeds(parse_pairs(args.input, "-i"), inputs)
+    dims = solve_dims(model, inputs, parse_dims(args.dim, inputs), feeds)
+    missing = [i for i in inputs if i.name not in feeds]
+    drawn = random_feeds(missing, dims.values, seed=args.seed)
+    feeds |= drawn
     opset = ", ".join(f"{o.domain or 'ai.onnx'} {o.version}" for o in model.opset_import)
     producer = " ".join(filter(None, (model.producer_name, model.producer_version)))
     print(f"model: {args.model} (producer {producer or 'unknown'}; opset {opset})")
@@ -158,18 +178,25 @@ def cmd_check(args: argparse.Namespace) -> int:
     for name, value in feeds.items():
         how = f"random (seed {args.seed})" if name in drawn else "given"
         print(f"input {name}: {list(value.shape)} {value.dtype}, {how}")
+    for line in dims.lines():
+        print(line)
     peers = args.peer or installed_peers()
     print(f"peers: {', '.join(peers) if peers else 'none installed'}")
-    note_first_use()
-    report = check(
-        model,
-        feeds,
-        peers=peers,
-        atol=args.atol,
-        rtol=args.rtol,
-        trace_nodes=args.trace,
-        host=args.host,
-    )
+    try:
+        report = check(
+            model,
+            feeds,
+            peers=peers,
+            atol=args.atol,
+            rtol=args.rtol,
+            trace_nodes=args.trace,
+            host=args.host,
+        )
+    except Exception as e:  # a bad dtype is not a dim's fault
+        advice = None if isinstance(e, RecurrentTypeError) else dims.advice(e, model)
+        if advice is None:
+            raise
+        raise RecurrentError(f"{advice}; the error: {_first_line(e)}") from None
     print("\nlint:" if report.findings else "\nlint: nothing known to go wrong for these nodes")
     for f in report.findings:
         print(f"  {f}")
@@ -193,6 +220,15 @@ def cmd_check(args: argparse.Namespace) -> int:
         return 1
     print(f"\nresult: every peer that ran agrees within the tolerance{note}")
     return 0
+
+
+def _first_line(error: Exception) -> str:
+    """``error`` in one line, its type named unless it is ours."""
+    lines = [line for line in str(error).splitlines() if line.strip()]
+    text = " ".join(lines[0].split()) if lines else ""
+    if isinstance(error, RecurrentError):
+        return text
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
 _tolerance = number(float, 0, "a tolerance")
