@@ -35,6 +35,22 @@ def _named(label: str, error: RecurrentError | RecurrentTypeError) -> Exception:
     return type(error)(f"{label}: {error}")
 
 
+class StateBatchError(RecurrentError):
+    """A stream's state whose batch size is not X's (streaming only: a node bound with
+    ``zero_size_states``); :class:`~.streaming.StreamingSession` says it in its words.
+
+    ``node`` is the node's name, ``label`` how errors name it, ``state_batch`` the
+    state's batch size and ``batch`` X's.
+    """
+
+    def __init__(
+        self, message: str, node: str = "", label: str = "", state_batch: int = 0, batch: int = 0
+    ) -> None:
+        super().__init__(message)
+        self.node, self.label = node, label
+        self.state_batch, self.batch = state_batch, batch
+
+
 class BoundNode:
     """One recurrent node of a model, ready to run.
 
@@ -122,6 +138,22 @@ class BoundNode:
         how = "bound" if self.layer is not None else f"dynamic {sorted(self.dynamic)}"
         return f"<BoundNode {self.label} v{self.node.version}, {how}>"
 
+    def _check_stream_batch(self, X, initial_h, initial_c) -> None:
+        """Raises :class:`StateBatchError`: a stream's state of another batch than X."""
+        axis = 0 if self.attributes.get("layout", 0) else 1
+        for state in (initial_h, initial_c):
+            if state is None or np.ndim(state) != 3 or np.ndim(X) != 3:
+                continue  # no state, or one the usual checks name
+            if state.shape[axis] != X.shape[axis]:
+                n, m = int(state.shape[axis]), int(X.shape[axis])
+                raise StateBatchError(
+                    f"{self.label}: the state has batch size {n}, X batch size {m}",
+                    self.node.node.name,
+                    self.label,
+                    n,
+                    m,
+                )
+
     def __call__(
         self,
         X: np.ndarray,
@@ -142,6 +174,7 @@ class BoundNode:
         if self.zero_size_states:
             initial_h = None if initial_h is not None and initial_h.size == 0 else initial_h
             initial_c = None if initial_c is not None and initial_c.size == 0 else initial_c
+            self._check_stream_batch(X, initial_h, initial_c)
         try:
             dtype = self.source_dtype or X.dtype
             if dtype == ml_dtypes.bfloat16 and self.node.version < 22:

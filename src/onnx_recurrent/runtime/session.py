@@ -164,6 +164,17 @@ def _check_text(model: onnx.ModelProto) -> None:
             check(f"attribute name of node {n.name!r}", [a.name for a in n.attribute])
 
 
+def _not_picklable(cls: type) -> str:
+    """What pickling a session says: onnxruntime's words, and what to do instead."""
+    name = f"onnx_recurrent.{cls.__name__}"
+    return (
+        f"cannot pickle {name!r} object: like onnxruntime's InferenceSession, it holds "
+        "onnxruntime's native session and code compiled in this process; make one in "
+        f"each process instead, e.g. {name}(path) there, from the model's path or "
+        "bytes, which pickle (onnx_recurrent.dask.run makes one per worker)"
+    )
+
+
 @dataclass(frozen=True)
 class ModelMetadata:
     """The model's metadata, as onnxruntime's ``ModelMetadata``."""
@@ -198,13 +209,21 @@ class InferenceSession:
     model : str, os.PathLike, bytes or onnx.ModelProto
         A path to a ``.onnx`` file, its serialised bytes, or a loaded model.
     sess_options : onnxruntime.SessionOptions, optional
-        For the onnxruntime host (ignored by the reference host), which runs the graph
-        sequentially (``execution_mode`` is set for the session and restored) and
-        registers onnxruntime-extensions' library on them. Without them, the host's
-        options keep onnxruntime's idle threads from spinning long
-        (:data:`~onnx_recurrent.runtime.hosts.onnxruntime.SESSION_CONFIG`); with your
-        own, set ``session.intra_op.spin_duration_us`` yourself if a recurrent node
-        runs on several threads.
+        For the onnxruntime host (ignored by the reference host). They are read, never
+        changed, so one object may serve several sessions, ours and onnxruntime's: the
+        host makes its own ``SessionOptions`` with onnxruntime-extensions' library
+        registered, the graph run sequentially, and your settings copied in, all
+        those onnxruntime lets one read (``intra_op_num_threads``,
+        ``inter_op_num_threads``, ``graph_optimization_level``,
+        ``log_severity_level``... and the configuration entries listed in
+        :data:`~onnx_recurrent.runtime.hosts.onnxruntime.SESSION_CONFIG_KEYS`).
+        What onnxruntime gives no way to read is not carried over: initializers,
+        free-dimension overrides and custom-op libraries added to them; options that
+        hold execution providers (``add_provider``) are refused (pass ``providers``).
+        Without them, the host's options keep onnxruntime's idle threads from
+        spinning long (:data:`~onnx_recurrent.runtime.hosts.onnxruntime.SESSION_CONFIG`);
+        with your own, set ``session.intra_op.spin_duration_us`` yourself if a
+        recurrent node runs on several threads.
     providers : list, optional
         onnxruntime's execution providers (default ``["CPUExecutionProvider"]``).
     host : {"auto", "onnxruntime", "reference"}
@@ -225,19 +244,27 @@ class InferenceSession:
         ``model`` is a path that does not exist.
     TypeError
         ``model`` is none of the accepted types; a graph input that is not a tensor, or
-        of an element type no array has.
+        of an element type no array has; ``sess_options`` not an
+        ``onnxruntime.SessionOptions`` (where the onnxruntime host is tried).
     ValueError
         An unknown ``host``; a model that cannot be read (corrupt, not UTF-8 names, an
         unnamed graph input or output, an initializer whose data do not fit its dims);
         a recurrent node with a bad attribute or constant weights that disagree (the
         message names the node).
     RuntimeError
-        ``host="onnxruntime"`` where onnxruntime or onnxruntime-extensions is missing
-        or onnxruntime refuses the model (the message says which).
+        ``host="onnxruntime"`` where onnxruntime or onnxruntime-extensions is missing,
+        ``sess_options`` hold execution providers, or onnxruntime refuses the model
+        (the message says which).
 
     Notes
     -----
     ``run`` may be called from several threads at once, as with onnxruntime.
+
+    A session cannot be pickled (nor copied), as onnxruntime's cannot: it holds
+    onnxruntime's native session and layers compiled in this process. Make one in
+    each process from the model, whose path or bytes pickle
+    (:func:`onnx_recurrent.dask.run` does so on each worker); pickling raises
+    ``TypeError``.
     """
 
     def __init__(
@@ -281,6 +308,9 @@ class InferenceSession:
                 RuntimeWarning,
                 stacklevel=2,
             )
+
+    def __reduce__(self):
+        raise TypeError(_not_picklable(type(self)))
 
     @property
     def model(self) -> onnx.ModelProto:

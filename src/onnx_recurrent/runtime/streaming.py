@@ -10,6 +10,12 @@ states from one call to the next.
 Recurrent nodes of the main graph and of ``If`` branches (at any depth) are exposed: a
 branch that does not hold the node passes the state through unchanged. A node inside a
 ``Loop`` or ``Scan`` body is left as it is (its state belongs to one iteration).
+
+A model that already takes a node's state as a graph input of its own (``h0`` fed
+straight to ``initial_h``, used by nothing else) keeps that input as the state input.
+Where a graph input reaches a state through other nodes (Silero VAD's ``state``, split
+by ``Gather``), the rewrite cannot give that input's values back to the state: it is
+reported (:class:`StreamingSession` warns) and the session carries the state itself.
 """
 
 from __future__ import annotations
@@ -26,8 +32,9 @@ from onnx import helper
 from onnx.helper import tensor_dtype_to_np_dtype
 
 from ..errors import RecurrentError
-from .graph import RECURRENT_OPS, Namer, attributes, element_types, subgraphs, walk
-from .session import InferenceSession, NodeArg, load_model
+from .bound import StateBatchError
+from .graph import RECURRENT_OPS, Namer, all_graphs, attributes, element_types, subgraphs, walk
+from .session import InferenceSession, NodeArg, _not_picklable, load_model
 
 #: per operator: (input index, input name, output index, output name) of each state
 STATE_SLOTS = {
@@ -43,7 +50,9 @@ __all__ = ["StateInfo", "StreamingSession", "expose_states"]
 class StateInfo:
     """One exposed state of one recurrent node.
 
-    ``input`` and ``output`` are the rewritten model's graph input and output names;
+    ``input`` and ``output`` are the rewritten model's graph input and output names
+    (``input`` is the model's own where it fed the state straight, else
+    ``<node>.initial_h``...);
     ``shape`` is ``[num_directions, "batch", hidden_size]`` (``["batch",
     num_directions, hidden_size]`` for ``layout=1``), with None for an unknown
     hidden size; ``elem_type`` is the ONNX element type.
@@ -93,6 +102,7 @@ class _Pending:
     info: StateInfo
     tensor: str
     output_name: str  # "Y_h" or "Y_c"
+    kept: bool = False  # the model's own graph input, kept as the state input
 
 
 class _Rewriter:
@@ -101,6 +111,10 @@ class _Rewriter:
         self.name = Namer(model)
         self.types = element_types(model)
         self.skipped: list[str] = []
+        #: the main graph's inputs fed straight to one state slot and used nowhere else
+        self.own = _own_state_inputs(model)
+        #: the tensors that fed the replaced states, before the rewrite
+        self.replaced: list[str] = []
 
     def elem_type(self, node: onnx.NodeProto) -> int:
         for name in (*node.input[1:3], node.input[0]):
@@ -136,13 +150,20 @@ class _Rewriter:
                 node.input.append("")
             while len(node.output) <= out_index:
                 node.output.append("")
-            state_input = self.name(f"{prefix}.{in_name}")
-            node.input[in_index] = state_input
+            given = node.input[in_index]
+            kept = given in self.own
+            if kept:
+                state_input = given
+            else:
+                if given:
+                    self.replaced.append(given)
+                state_input = self.name(f"{prefix}.{in_name}")
+                node.input[in_index] = state_input
             if not node.output[out_index]:  # in a branch, leave "<node>.Y_h" to the graph
                 suffix = "" if top else ".inner"
                 node.output[out_index] = self.name(f"{prefix}.{out_name}{suffix}")
             info = StateInfo(node.name, node.op_type, state_input, "", shape, elem)
-            pending.append(_Pending(info, node.output[out_index], out_name))
+            pending.append(_Pending(info, node.output[out_index], out_name, kept))
         return pending
 
     def if_node(self, node: onnx.NodeProto) -> list[_Pending]:
@@ -160,8 +181,68 @@ class _Rewriter:
                     g.output.append(_value_info(tensor, p.info.elem_type, p.info.shape))
                 out = self.name(f"{node.name or 'If'}.{p.info.input}.out")
                 node.output.append(out)
-                pending.append(_Pending(p.info, out, p.output_name))
+                pending.append(_Pending(p.info, out, p.output_name, p.kept))
         return pending
+
+
+def _own_state_inputs(model: onnx.ModelProto) -> set[str]:
+    """The main graph's inputs (initializers excepted) that a recurrent node takes
+    straight as ``initial_h`` or ``initial_c``, and that nothing else uses."""
+    graph = model.graph
+    initializers = {t.name for t in graph.initializer}
+    inputs = {i.name for i in graph.input if i.name not in initializers}
+    uses: dict[str, int] = {}
+    for g in all_graphs(graph):
+        for name in [o.name for o in g.output] + [i for n in g.node for i in n.input]:
+            uses[name] = uses.get(name, 0) + 1
+    slots = {
+        node.input[index]
+        for _, node in walk(graph)
+        if node.op_type in STATE_SLOTS and node.domain in ("", "ai.onnx")
+        for index, *_ in STATE_SLOTS[node.op_type]
+        if index < len(node.input)
+    }
+    return {name for name in inputs & slots if uses.get(name) == 1}
+
+
+#: operators whose output carries no value of an input, only its shape
+_SHAPE_ONLY = frozenset({"Shape", "Size", "ConstantOfShape", "EyeLike"})
+
+
+def _inputs_reaching(model: onnx.ModelProto, tensors: list[str]) -> list[str]:
+    """The main graph's inputs (initializers excepted) whose values reach ``tensors``.
+
+    Values, not shapes: a path through ``Shape`` or ``Size`` does not count, nor an
+    ``If``'s condition (it chooses a branch, the branch gives the values).
+    """
+    graph = model.graph
+    initializers = {t.name for t in graph.initializer}
+    inputs = [i.name for i in graph.input if i.name not in initializers]
+    producers: dict[str, onnx.NodeProto] = {}
+    for _, node in walk(graph):
+        for name in node.output:
+            if name:
+                producers.setdefault(name, node)
+    seen: set[str] = set()
+    stack = [t for t in tensors if t]
+    while stack:
+        name = stack.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        node = producers.get(name)
+        if node is None or node.op_type in _SHAPE_ONLY:
+            continue
+        if node.op_type == "If":
+            k = list(node.output).index(name)
+            for g in subgraphs(node):
+                if k < len(g.output):
+                    stack.append(g.output[k].name)
+            continue
+        stack.extend(i for i in node.input if i)
+        for g in subgraphs(node):  # Loop, Scan: whatever the body reads
+            stack.extend(i for _, n in walk(g) for i in n.input if i)
+    return [name for name in inputs if name in seen]
 
 
 def _used_names(graph: onnx.GraphProto) -> set[str]:
@@ -190,8 +271,10 @@ def _prune(graph: onnx.GraphProto, used_before: set[str]) -> None:
         graph.value_info.remove(v)
 
 
-def expose(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[StateInfo]]:
-    """:func:`expose_states`, returning the states' descriptions too."""
+def expose(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[StateInfo], list[str]]:
+    """:func:`expose_states`, returning the states' descriptions too (in node order),
+    and the model's graph inputs whose values reached a state the rewrite replaced
+    (through other nodes: they no longer set it)."""
     if not isinstance(model, onnx.ModelProto):
         raise TypeError(f"model must be an onnx.ModelProto, got {type(model).__name__}")
     copy = onnx.ModelProto()
@@ -211,6 +294,7 @@ def expose(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[StateInfo]]:
             + ", ".join(rewriter.skipped),
             stacklevel=3,
         )
+    fed = _inputs_reaching(model, rewriter.replaced)
     states = []
     for p in pending:
         info = p.info
@@ -218,11 +302,15 @@ def expose(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[StateInfo]]:
         if output != p.tensor:  # not the node's own output, named by the rewrite
             output = rewriter.name(output)
             graph.node.append(helper.make_node("Identity", [p.tensor], [output]))
-        graph.input.append(_value_info(info.input, info.elem_type, info.shape))
+        declared = _value_info(info.input, info.elem_type, info.shape)
+        if p.kept:  # the model's own input, where it is, declared as the others
+            next(i for i in graph.input if i.name == info.input).CopyFrom(declared)
+        else:
+            graph.input.append(declared)
         graph.output.append(_value_info(output, info.elem_type, info.shape))
         states.append(replace(info, output=output))
     _prune(graph, used_before)
-    return copy, states
+    return copy, states, fed
 
 
 def expose_states(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -234,8 +322,11 @@ def expose_states(model: onnx.ModelProto) -> onnx.ModelProto:
     ``.initial_c`` / ``.Y_c``), declared ``[num_directions, batch, hidden_size]``
     (``[batch, num_directions, hidden_size]`` for ``layout=1``). Whatever computed the
     old initial state in the graph (PyTorch's zeros from ``Expand`` or
-    ``ConstantOfShape``) is removed once nothing else uses it. The original outputs
-    come first, unchanged; the state inputs and outputs follow, in node order.
+    ``ConstantOfShape``) is removed once nothing else uses it. A node whose
+    ``initial_h`` (``initial_c``) is a graph input of the model that nothing else uses
+    (``h0``) keeps it: that input, where it stands and declared as above, is the state
+    input. The original outputs come first, unchanged; the state outputs follow, in
+    node order, and the new state inputs after the model's own.
 
     Parameters
     ----------
@@ -287,13 +378,26 @@ class StreamingSession:
     -----
     UserWarning
         A node runs in the reverse or both directions: chunks cannot give what one
-        call gives for it.
+        call gives for it. A graph input of the model reaches a recurrent state
+        through other nodes (Silero VAD's ``state``): the session carries that state
+        itself, so the input's values no longer set it (the message names the input;
+        set the state with :attr:`states`).
 
     Notes
     -----
     The states start at zeros, with the batch size of what reaches each node in the
     first step; every later step must keep that batch size (call :meth:`reset` to
     change it). Not thread-safe: one stream per session.
+
+    A model's own state input, a graph input fed straight to a node's ``initial_h``
+    or ``initial_c`` (``h0``, ``c0``), stays an input of :meth:`step`, optional: fed,
+    it sets that state for the step (the first step's initial state, or a new one
+    mid-stream, e.g. to start the next utterance from a known state); left out, the
+    previous step's final state is carried on (zeros on the first step and after
+    :meth:`reset`). :attr:`states` names it as the model does.
+
+    Like :class:`~onnx_recurrent.InferenceSession`, it cannot be pickled: make one
+    in each process.
     """
 
     def __init__(
@@ -306,7 +410,7 @@ class StreamingSession:
     ) -> None:
         original = load_model(model)
         self._outputs = [NodeArg.of(o) for o in original.graph.output]
-        self._model, self._infos = expose(original)
+        self._model, self._infos, fed = expose(original)
         backward = [
             f"{n.op_type} {n.name or '(unnamed)'!r}"
             for _, n in walk(original.graph)
@@ -324,9 +428,30 @@ class StreamingSession:
         self._session = InferenceSession(
             self._model, sess_options, providers, host=host, _zero_size_states=True
         )
-        names = {s.input for s in self._infos}
-        self._inputs = [i for i in self._session.get_inputs() if i.name not in names]
+        originals = {i.name for i in original.graph.input}
+        #: the state inputs the rewrite made (the model's own ones are fed as inputs)
+        self._made = {s.input for s in self._infos if s.input not in originals}
+        self._own = [s.input for s in self._infos if s.input in originals]
+        self._inputs = [i for i in self._session.get_inputs() if i.name not in self._made]
+        names = {i.name for i in self._inputs}
+        #: the model's inputs that only fed replaced states: no longer inputs
+        self._dropped = [name for name in fed if name not in names]
+        if fed:
+            still = [name for name in fed if name in names]
+            what = " and ".join(
+                [f"{still} stay inputs, but their values no longer set them"] * bool(still)
+                + [f"{self._dropped} are no longer inputs"] * bool(self._dropped)
+            )
+            warnings.warn(
+                f"input(s) {fed} of the model set recurrent states through other nodes; "
+                f"StreamingSession carries those states from chunk to chunk, so {what}; "
+                "set a state with session.states (see session.state_info)",
+                stacklevel=2,
+            )
         self._states: dict[str, np.ndarray] = {}
+
+    def __reduce__(self):
+        raise TypeError(_not_picklable(type(self)))
 
     @property
     def model(self) -> onnx.ModelProto:
@@ -340,11 +465,14 @@ class StreamingSession:
 
     @property
     def state_info(self) -> list[StateInfo]:
-        """One entry per exposed state, in the rewritten model's input order."""
+        """One entry per exposed state, in node order."""
         return list(self._infos)
 
     def get_inputs(self) -> list[NodeArg]:
-        """The inputs a caller feeds to :meth:`step`: the original model's."""
+        """The inputs a caller feeds to :meth:`step`: the original model's, in its
+        order; its own state inputs among them are optional (declared as
+        :attr:`state_info` has them); those that only fed replaced states are left
+        out."""
         return list(self._inputs)
 
     def get_outputs(self) -> list[NodeArg]:
@@ -353,7 +481,8 @@ class StreamingSession:
 
     @property
     def states(self) -> dict[str, np.ndarray | None]:
-        """The current state of each exposed input (``<node>.initial_h``, ...).
+        """The current state of each exposed input (``<node>.initial_h``, ... or the
+        model's own ``h0``).
 
         None means zeros not yet shaped: before the first step, after :meth:`reset`.
         """
@@ -379,13 +508,41 @@ class StreamingSession:
         """Forget the states: the next step starts from zeros."""
         self._states = {}
 
+    def _check_names(self, feeds: Mapping[str, Any]) -> None:
+        made = sorted(set(feeds) & self._made)
+        if made:
+            raise RecurrentError(
+                f"{made}: states are fed by the session; set them with session.states"
+            )
+        dropped = [name for name in self._dropped if name in feeds]
+        if dropped:
+            raise RecurrentError(
+                f"input(s) {dropped}: the model used them only to set recurrent states, "
+                "which this session carries itself, so they are no longer inputs; set "
+                f"a state with session.states (the states are {[s.input for s in self._infos]})"
+            )
+        names = [i.name for i in self._inputs]
+        optional = f" ({self._own} optional: the states)" if self._own else ""
+        unknown = sorted(set(feeds) - set(names))
+        if unknown:
+            raise RecurrentError(
+                f"unknown input name(s) {unknown}; the model's inputs are {names}{optional}"
+            )
+        missing = [n for n in names if n not in feeds and n not in self._own]
+        if missing:
+            raise RecurrentError(
+                f"missing input(s) {missing}; the model's inputs are {names}{optional}"
+            )
+
     def step(self, feeds: Mapping[str, Any]) -> list[np.ndarray]:
         """Run one chunk and keep the final states for the next one.
 
         Parameters
         ----------
         feeds : dict of str to ndarray
-            The original model's inputs for this chunk.
+            The original model's inputs for this chunk (:meth:`get_inputs`); its own
+            state inputs (``h0``) optional: fed, they set the state for this chunk,
+            else the previous chunk's final state is carried on.
 
         Returns
         -------
@@ -395,8 +552,10 @@ class StreamingSession:
         Raises
         ------
         ValueError
-            A missing or unknown input (a state input among them), or a chunk whose
-            batch size differs from the states'.
+            A missing or unknown input (a state input the session made among them,
+            or one the model used only to set a state), or a chunk whose batch size
+            differs from the states' ("the batch changed from 3 to 2"; call
+            :meth:`reset` to start a stream of another batch).
         TypeError
             A feed of the wrong element type.
         """
@@ -404,16 +563,30 @@ class StreamingSession:
             raise TypeError(
                 f"feeds must be a dict of input name to array, got {type(feeds).__name__}"
             )
-        clash = sorted(set(feeds) & {s.input for s in self._infos})
-        if clash:
-            raise RecurrentError(
-                f"{clash}: states are fed by the session; set them with session.states"
-            )
+        self._check_names(feeds)
         full = dict(feeds)
         for s in self._infos:
-            full[s.input] = self._states.get(s.input, s.empty())
+            if s.input not in feeds:
+                full[s.input] = self._states.get(s.input, s.empty())
         names = [o.name for o in self._outputs] + [s.output for s in self._infos]
-        results = self._session.run(names, full)
+        try:
+            results = self._session.run(names, full)
+        except StateBatchError as e:
+            raise self._batch_error(e, feeds) from None
         k = len(self._outputs)
         self._states = {s.input: r for s, r in zip(self._infos, results[k:], strict=True)}
         return results[:k]
+
+    def _batch_error(self, error: StateBatchError, feeds: Mapping[str, Any]) -> RecurrentError:
+        """A state's batch size is not X's: in the stream's words."""
+        fed = [s.input for s in self._infos if s.node == error.node and s.input in feeds]
+        if fed:
+            return RecurrentError(
+                f"input {fed[0]!r}: expected the batch size of what reaches "
+                f"{error.label} ({error.batch}), got {error.state_batch}"
+            )
+        return RecurrentError(
+            f"the batch changed from {error.state_batch} to {error.batch} "
+            f"(at {error.label}): a stream keeps the batch size of its first chunk; "
+            "call reset() to start a stream of another batch"
+        )

@@ -33,6 +33,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from ...errors import RecurrentTypeError
+from ...threads import interrupts_held
 from ..bound import BoundNode, node_key
 from ..graph import INPUTS, WEIGHTS, element_types, prune, subgraphs
 
@@ -217,7 +218,9 @@ def _fast_hook(ocos):
 def _setup() -> str:
     """Register the custom operators once per process; the library's path."""
     global _library
-    with _setup_lock:
+    # Ctrl-C held off: an import (torch's, from the extensions) or a registration
+    # stopped half-way cannot be done again in this process
+    with _setup_lock, interrupts_held():
         if _library is not None:
             return _library
         try:
@@ -351,27 +354,121 @@ def _custom_nodes(b, node, types, keys, counter) -> list[onnx.NodeProto]:
 # -- the host -------------------------------------------------------------------------
 
 
+#: onnxruntime's session configuration entries carried from a caller's options to this
+#: host's own (onnxruntime cannot list the entries set, only read one by its key): the
+#: keys of ``onnxruntime_session_options_config_keys.h`` that a CPU session reads, less
+#: those that mirror a ``SessionOptions`` attribute (copied as attributes)
+SESSION_CONFIG_KEYS = (
+    "session.intra_op.spin_duration_us",
+    "session.inter_op.spin_duration_us",
+    "session.intra_op.allow_spinning",
+    "session.inter_op.allow_spinning",
+    "session.intra_op.spin_backoff_max",
+    "session.inter_op.spin_backoff_max",
+    "session.force_spinning_stop",
+    "session.intra_op_thread_affinities",
+    "session.dynamic_block_base",
+    "session.set_denormal_as_zero",
+    "session.disable_prepacking",
+    "session.prepack.enable_parallel",
+    "session.use_env_allocators",
+    "session.use_device_allocator_for_initializers",
+    "session.disable_cpu_ep_fallback",
+    "session.load_model_format",
+    "session.save_model_format",
+    "session.optimized_model_external_initializers_file_name",
+    "session.optimized_model_external_initializers_min_size_in_bytes",
+    "session.save_external_prepacked_constant_initializers",
+    "session.collect_node_memory_stats_to_file",
+    "session.node_partition_config_file",
+    "session.graph_optimizations_loop_level",
+    "session.disable_aot_function_inlining",
+    "session.function_expansion_byte_limit",
+    "session.function_expansion_node_limit",
+    "session.strict_shape_type_inference",
+    "session.allow_released_opsets_only",
+    "session.disable_quant_qdq",
+    "session.disable_double_qdq_remover",
+    "session.disable_qdq_constant_folding",
+    "session.enable_quant_qdq_cleanup",
+    "session.enable_dq_matmulnbits_fusion",
+    "session.qdqisint8allowed",
+    "session.x64quantprecision",
+    "session.qdq_matmulnbits_accuracy_level",
+    "session.qdq_matmulnbits_block_size",
+    "session.kernel_dispatch_policy",
+    "session.record_ep_graph_assignment_info",
+    "optimization.disable_specified_optimizers",
+    "optimization.enable_gelu_approximation",
+    "optimization.enable_cast_chain_elimination",
+    "optimization.minimal_build_optimizations",
+    "optimization.constant_folding_max_output_size_in_bytes",
+    "mlas.disable_kleidiai",
+    "mlas.use_lut_gemm",
+    "ep.context_enable",
+    "ep.context_file_path",
+    "ep.context_embed_mode",
+)
+
+
 def _session_options(sess_options):
-    """onnxruntime's options for this host, and a function that restores the caller's
-    ``sess_options`` (onnxruntime-extensions' library stays registered on them)."""
+    """onnxruntime's options for this host: a ``SessionOptions`` of its own, with the
+    caller's settings copied in, and onnxruntime-extensions' library registered.
+
+    The caller's ``sess_options`` are only read: a library registered on them once more
+    for every session made clashed with itself ("Conflicting with a registered
+    kernel"), for this host and for any onnxruntime session made on them after.
+    Copied: every attribute onnxruntime lets one read and write
+    (``intra_op_num_threads``, ``graph_optimization_level``, ``log_severity_level``...,
+    ``execution_mode`` excepted: the graph runs sequentially) and the configuration
+    entries of :data:`SESSION_CONFIG_KEYS` that are set.
+
+    Raises
+    ------
+    HostUnavailable
+        ``sess_options`` hold execution providers (``add_provider``, a provider
+        selection policy...), which onnxruntime gives no way to read or copy.
+    TypeError
+        ``sess_options`` is not an ``onnxruntime.SessionOptions``.
+    """
     import onnxruntime as ort
 
     library = _setup()
+    if sess_options is not None and not isinstance(sess_options, ort.SessionOptions):
+        raise TypeError(
+            "sess_options must be an onnxruntime.SessionOptions or None, "
+            f"got {type(sess_options).__name__}"
+        )
+    options = ort.SessionOptions()
     if sess_options is None:
-        options = ort.SessionOptions()
         for entry, value in SESSION_CONFIG.items():
             options.add_session_config_entry(entry, value)
     else:
-        options = sess_options
-    saved_mode = options.execution_mode
+        _copy_options(sess_options, options)
     # callbacks must run on the thread that called run (their errors are per thread)
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     options.register_custom_ops_library(library)
+    return options
 
-    def restore() -> None:
-        options.execution_mode = saved_mode
 
-    return options, restore
+def _copy_options(source: Any, target: Any) -> None:
+    """The caller's settings that onnxruntime lets one read, onto ``target``."""
+    has_providers = getattr(source, "has_providers", None)
+    if has_providers is not None and has_providers():
+        raise HostUnavailable(
+            "sess_options hold execution providers (add_provider, "
+            "set_provider_selection_policy...), which onnx-recurrent cannot copy onto "
+            "its own SessionOptions: pass providers=[...] to the session instead"
+        )
+    for name, attribute in vars(type(target)).items():
+        if isinstance(attribute, property) and attribute.fset is not None:
+            setattr(target, name, getattr(source, name))
+    for key in SESSION_CONFIG_KEYS:
+        try:
+            value = source.get_session_config_entry(key)
+        except Exception:  # not set: onnxruntime raises
+            continue
+        target.add_session_config_entry(key, value)
 
 
 class OnnxruntimeHost:
@@ -383,7 +480,7 @@ class OnnxruntimeHost:
         onnxruntime or onnxruntime-extensions is missing, or onnxruntime refuses the
         rewritten model (the message gives its reason).
     TypeError
-        As :func:`rewrite`.
+        As :func:`rewrite`; ``sess_options`` not an ``onnxruntime.SessionOptions``.
     """
 
     name = "onnxruntime"
@@ -404,7 +501,7 @@ class OnnxruntimeHost:
             rewritten = rewrite(model, bound, keys)
             import onnxruntime as ort
 
-            options, restore = _session_options(sess_options)
+            options = _session_options(sess_options)
             self._options = options  # they hold the custom-op library's domains
             try:
                 self._session = ort.InferenceSession(
@@ -416,8 +513,6 @@ class OnnxruntimeHost:
                 raise HostUnavailable(
                     f"onnxruntime refuses the model: {str(e).strip().splitlines()[0]}"
                 ) from None
-            finally:
-                restore()
         except BaseException:
             _forget(list(keys))
             raise
