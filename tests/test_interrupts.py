@@ -43,11 +43,16 @@ CHILD = textwrap.dedent(
             os.kill(os.getpid(), signal.SIGINT)
 
     def make():
+        if PHASE == "streaming":
+            return orc.StreamingSession(model, host=HOST)
         return orc.InferenceSession(model, host=HOST)
 
     def compute(session, f):
         if session is None:  # the functions
             return orc.gru(f["X"], f["W"], f["R"], hidden_size=64)[1]
+        if PHASE == "streaming":  # a chunk from the start of the stream
+            session.reset()
+            return session.step(f)[0]
         return session.run(None, f)[0]
 
     session = None
@@ -79,31 +84,38 @@ CHILD = textwrap.dedent(
 )
 
 
+#: phase -> the window of the interrupt's moment, seconds after the phase starts
+WINDOWS = {
+    "create": (0.0, 1.2),
+    "first": (0.02, 1.2),
+    "warm": (0.02, 1.0),
+    "function": (0.02, 1.0),
+    "streaming": (0.02, 1.0),
+}
+MODES = ("interrupt_main", "sigint")
+
+
+def child_script(phase: str, mode: str, delay: float, watchdog: float = 60) -> str:
+    """The child's program for one case (also run by scripts/stress_interrupts.py)."""
+    settings = (watchdog, 1_500_000, mode, phase, delay, "auto")
+    return f"WATCHDOG, T, MODE, PHASE, DELAY, HOST = {settings!r}\n" + CHILD
+
+
 def _cases() -> list[tuple[str, str, float]]:
     """(phase, mode, delay in seconds): seeded random moments."""
     rng = random.Random(25)
-    cases = []
-    for phase, low, high in (
-        ("create", 0.0, 1.2),
-        ("first", 0.02, 1.2),
-        ("warm", 0.02, 1.0),
-        ("function", 0.02, 1.0),
-    ):
-        for mode in ("interrupt_main", "sigint"):
-            cases.append((phase, mode, round(rng.uniform(low, high), 3)))
-    return cases
+    return [
+        (phase, mode, round(rng.uniform(*window), 3))
+        for phase, window in WINDOWS.items()
+        for mode in MODES
+    ]
 
 
 @pytest.mark.parametrize(("phase", "mode", "delay"), _cases())
 def test_interrupt_at_random_moments(phase, mode, delay):
     pytest.importorskip("onnxruntime")
-    host = "auto"
-    script = (
-        f"WATCHDOG, T, MODE, PHASE, DELAY, HOST = 60, 1_500_000, {mode!r}, {phase!r}, "
-        f"{delay}, {host!r}\n" + CHILD
-    )
     child = subprocess.run(
-        [sys.executable, "-c", script],
+        [sys.executable, "-c", child_script(phase, mode, delay)],
         capture_output=True,
         text=True,
         timeout=120,
