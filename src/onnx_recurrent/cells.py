@@ -59,8 +59,11 @@ class Weights:
     """One direction's weights, arranged for the step.
 
     ``W``: ``[gates*hidden, input]`` and ``R``: ``[gates*hidden, hidden]`` in the
-    cell's internal gate order; ``bias``: ``[gates*hidden]``, added to ``X W^T``;
-    ``extra``: per-cell vectors (GRU's ``Rbh``, LSTM's peepholes).
+    cell's internal gate order, as given: a layer's are views of its weight copies, in
+    its dtype, which may be narrower than the compute type (:attr:`dtype`; ``WT``,
+    ``RT`` and the backends' arrangements are in it); ``bias``: ``[gates*hidden]``,
+    added to ``X W^T``, in the compute type; ``extra``: per-cell vectors (GRU's
+    ``Rbh``, LSTM's peepholes), in the compute type.
     """
 
     W: np.ndarray
@@ -70,6 +73,11 @@ class Weights:
     #: made from these weights once (a backend's arrangements), and their bytes
     derived: dict = field(default_factory=dict, repr=False)
     derived_bytes: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def dtype(self) -> np.dtype:
+        """The compute type: the biases' (``W`` and ``R`` may be narrower)."""
+        return self.bias.dtype
 
     def project(self, xb: np.ndarray, dtype: np.dtype) -> np.ndarray:
         """``X W^T + bias`` for a block of inputs ``[steps, rows, input]``: one matrix
@@ -82,36 +90,26 @@ class Weights:
         xw[:, :G] += self.bias
         return xw.reshape(steps, rows, -1)
 
-    def hidden_units(self, j0: int, j1: int, n_gates: int) -> Weights:
-        """The weights of hidden units ``j0..j1-1`` of every gate (gate order kept): a
-        cell of ``j1 - j0`` units that reads the whole previous hidden state (these
-        weights themselves for all of them; else copies, not kept)."""
-        H = self.R.shape[1]
-        if (j0, j1) == (0, H):
-            return self
-        rows = np.concatenate([np.arange(g * H + j0, g * H + j1) for g in range(n_gates)])
-        extra = {k: v[j0:j1] for k, v in self.extra.items()}
-        return Weights(self.W[rows], self.R[rows], self.bias[rows], extra)
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes held: the arrays, ``W^T`` once made, and the backends' arrangements."""
+    def memory(self, besides: tuple[np.ndarray, ...] = ()) -> int:
+        """Bytes held: the arrays, ``W^T`` and ``R^T`` once made, and the backends'
+        arrangements; an array within one of ``besides`` (a layer's weight copies, which
+        ``W`` and ``R`` are views of) is counted there, not here."""
         arrays = [self.W, self.R, self.bias, *self.extra.values()]
-        if "WT" in self.__dict__:  # the cached property, made
-            arrays.append(self.__dict__["WT"])
-        return sum(a.nbytes for a in arrays) + sum(self.derived_bytes.values())
+        arrays += [self.__dict__[k] for k in ("WT", "RT") if k in self.__dict__]  # made
+        held = [a for a in arrays if not any(np.may_share_memory(a, b) for b in besides)]
+        return sum(a.nbytes for a in held) + sum(self.derived_bytes.values())
 
     @cached_property
     def WT(self) -> np.ndarray:
-        """``W^T`` with unit column stride, rows :func:`padded`: BLAS is much faster on
-        it than on a transposed view."""
-        return padded(self.W.T)[:, : self.W.shape[0]]
+        """``W^T`` in the compute type with unit column stride, rows :func:`padded`:
+        BLAS is much faster on it than on a transposed view."""
+        return padded(self.W.T, self.dtype)[:, : self.W.shape[0]]
 
     @cached_property
     def RT(self) -> np.ndarray:
-        """``R^T`` ``[hidden, gates*hidden]``, rows :func:`padded`; a gate's columns are
-        a slice."""
-        return padded(self.R.T)[:, : self.R.shape[0]]
+        """``R^T`` ``[hidden, gates*hidden]`` in the compute type, rows :func:`padded`;
+        a gate's columns are a slice."""
+        return padded(self.R.T, self.dtype)[:, : self.R.shape[0]]
 
 
 #: bytes added to each row of a matrix that a product reads or writes
@@ -200,7 +198,7 @@ class GRUCell(Cell):
         bias[: 2 * H] += Rb[: 2 * H]
         extra = {}
         if spec.linear_before_reset:
-            extra["Rbh"] = Rb[2 * H :]  # inside r * (Ht-1 Rh^T + Rbh)
+            extra["Rbh"] = Rb[2 * H :].copy()  # inside r * (Ht-1 Rh^T + Rbh)
         else:
             bias[2 * H :] += Rb[2 * H :]
         return Weights(W, R, bias, extra)

@@ -178,21 +178,23 @@ class Layer:
 
     def memory(self) -> int:
         """Bytes the layer holds now: the weight copies and what has been prepared from
-        them so far (each direction's arrangement, a backend's packed panels)."""
-        prepared = self._directions or ()
-        return self.nbytes + sum(w.nbytes for w in prepared)
+        them so far (each direction's biases, a backend's packed panels; the cell's
+        ``W`` and ``R`` are views of the copies)."""
+        copies = tuple(a for a in (self.W, self.R, self.B, self.P) if a is not None)
+        return self.nbytes + sum(w.memory(copies) for w in self._directions or ())
 
     def directions(self) -> tuple[Weights, ...]:
-        """Each direction's weights as the cell arranged them, in the compute type
-        (made once; the backends keep their own arrangements in ``derived``)."""
+        """Each direction's weights as the cell arranged them (made once; the backends
+        keep their own arrangements in ``derived``): ``W`` and ``R`` are views of the
+        layer's copies, in its dtype, the biases in the compute type; nothing the size
+        of the weights is copied."""
         if self._directions is None:
             spec, ct = self.spec, COMPUTE_DTYPE[self.dtype]
             D, G = self.num_directions, spec.cell.n_gates * spec.hidden_size
-            B = np.zeros((D, 2 * G), ct) if self.B is None else self.B.astype(ct)
-            W, R = self.W.astype(ct), self.R.astype(ct)
-            P = None if self.P is None else self.P.astype(ct)
+            B = np.zeros((D, 2 * G), ct) if self.B is None else self.B.astype(ct, copy=False)
+            P = None if self.P is None else self.P.astype(ct, copy=False)
             self._directions = tuple(
-                spec.cell.prepare(spec, W[d], R[d], B[d], None if P is None else P[d])
+                spec.cell.prepare(spec, self.W[d], self.R[d], B[d], None if P is None else P[d])
                 for d in range(D)
             )
         return self._directions

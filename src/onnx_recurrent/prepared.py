@@ -106,9 +106,10 @@ def clear() -> None:
 
 
 def _cost(layer: Layer) -> int:
-    """What ``layer`` holds, or will once prepared: its copies, each direction's
-    arrangement in the compute type and a backend's panels (about as large again)."""
-    compute = 2 * layer.nbytes * COMPUTE_DTYPE[layer.dtype].itemsize // layer.dtype.itemsize
+    """What ``layer`` holds, or will once prepared: its copies and a backend's
+    arrangement of them in the compute type (packed panels, or NumPy's ``W^T`` and
+    ``R^T``: about as large again)."""
+    compute = layer.nbytes * COMPUTE_DTYPE[layer.dtype].itemsize // layer.dtype.itemsize
     return max(layer.memory(), layer.nbytes + compute)
 
 

@@ -458,22 +458,28 @@ def _new_plan(kind, split, input_forget, fast, clip, codes, alphas, betas, bound
                 Fh, pFh, bFh, Fr, pFr, bFr, P, width, width_h, width_r)  # fmt: skip
 
 
-def _share_panels(w, dt: np.dtype, kind: int, split: bool) -> tuple:
-    """``((F, bias), (Fh, bias_h), (Fr, bias_r))`` of one share's weights ``w``:
-    matrices ``[K, columns]`` and their biases (see :class:`Plan`)."""
+def _share_panels(w, kind: int, split: bool, n_gates: int) -> tuple:
+    """What ``F``, ``Fh`` and ``Fr`` of a plan of the weights ``w`` are made of (see
+    :class:`Plan`), each as ``(blocks, gates, bias, first)``: its matrix is the
+    ``blocks`` (``W^T``, ``R^T`` or both, views) stacked, a share's columns are those
+    of its hidden units in each of ``gates``, its biases are ``bias[c - first]`` for
+    the column ``c`` (a row of ``W``)."""
     WT, RT = w.W.T, w.R.T
-    f = fh = fr = (RT[:, :0], w.bias[:0])  # none
-    if kind == 1:  # GRU: z r | h
-        Hs = RT.shape[1] // 3
-        zr, hc = slice(0, 2 * Hs), slice(2 * Hs, None)
-        f = np.vstack([WT[:, zr], RT[:, zr]]), w.bias[zr]
-        if split:
-            fh = np.vstack([WT[:, hc], RT[:, hc]]), w.bias[hc]
-        else:
-            fh, fr = (WT[:, hc], w.bias[hc]), (RT[:, hc], w.extra["Rbh"])
-    else:
-        f = np.vstack([WT, RT]), w.bias
-    return f, fh, fr
+    none = ((RT,), (), w.bias, 0)
+    if kind != 1:
+        return ((WT, RT), range(n_gates), w.bias, 0), none, none
+    zr = ((WT, RT), (0, 1), w.bias, 0)  # GRU: z r | h
+    if split:
+        return zr, ((WT, RT), (2,), w.bias, 0), none
+    H = RT.shape[0]
+    return zr, ((WT,), (2,), w.bias, 0), ((RT,), (2,), w.extra["Rbh"], 2 * H)
+
+
+def _columns(gates, H: int, j0: int, j1: int) -> np.ndarray:
+    """The rows of ``W`` (columns of ``W^T``) of hidden units ``j0..j1-1`` of each of
+    ``gates``, gate after gate."""
+    parts = [np.arange(g * H + j0, g * H + j1, dtype=np.int64) for g in gates]
+    return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
 
 def _plan(spec, w, acts: tuple, dt: np.dtype, shares: int) -> Plan:
@@ -515,29 +521,26 @@ def _make_plan(spec, w, acts: tuple, dt: np.dtype, shares: int) -> Plan:
     split = kind == 1 and not spec.linear_before_reset
     H = spec.hidden_size
     bounds = np.array([i * H // shares for i in range(shares + 1)], np.int64)
-    parts = [
-        _share_panels(w.hidden_units(int(j0), int(j1), spec.cell.n_gates), dt, kind, split)
-        for j0, j1 in itertools.pairwise(bounds)
-    ]
+    L = packed.panel_width(dt)
     fields = []
     widths = []
-    for which in range(3):
-        matrices = [part[which][0] for part in parts]
-        panels = [packed.panels(m, dt) for m in matrices]
-        first = np.cumsum([0] + [len(p) for p in panels]).astype(np.int64)
-        K, L = matrices[0].shape[0], packed.panel_width(dt)
-        # one aligned array: the shares' panels one after another
-        F = packed.panels(np.zeros((K, int(first[-1]) * L), dt), dt)
-        for p, a, b in zip(panels, first[:-1], first[1:], strict=True):
-            F[a:b] = p
-        bias = np.concatenate(
-            [packed.padded_vector(part[which][1], dt) for part in parts] + [np.zeros(0, dt)]
-        )
+    for blocks, gates, b, b0 in _share_panels(w, kind, split, spec.cell.n_gates):
+        cols = [_columns(gates, H, j0, j1) for j0, j1 in itertools.pairwise(bounds.tolist())]
+        first = np.cumsum([0] + [-(-len(c) // L) for c in cols]).astype(np.int64)
+        # one aligned array, the shares' panels one after another, each packed in place
+        F = packed.empty_panels(int(first[-1]), sum(m.shape[0] for m in blocks), dt)
+        bias = np.zeros(int(first[-1]) * L, dt)
+        for c, p0, p1 in zip(cols, first[:-1].tolist(), first[1:].tolist(), strict=True):
+            k0 = 0
+            for m in blocks:
+                packed.pack(m, c, F[p0:p1], k0)
+                k0 += m.shape[0]
+            bias[p0 * L : p0 * L + len(c)] = b[c - b0]
         fields += [F, first, bias]
         widths.append(packed.columns(int(np.diff(first).max(initial=0)) * L, dt))
     P = np.zeros((3, 0), dt)  # no peepholes: no columns (no peephole term at all)
     if "Pi" in w.extra:
-        P = np.stack([w.extra["Pi"], w.extra["Po"], w.extra["Pf"]]).astype(dt)
+        P = np.stack([w.extra["Pi"], w.extra["Po"], w.extra["Pf"]]).astype(dt, copy=False)
     codes, alphas, betas = _table(acts, dt)
     clip = dt.type(np.inf if spec.clip is None else spec.clip)
     plan = _new_plan(

@@ -1,4 +1,4 @@
-"""Matrix products of the numba kernels, on a right-hand matrix packed once per call.
+"""Matrix products of the numba kernels, on a right-hand matrix packed once per layer.
 
 ``C = A B`` where ``B`` (``W^T`` or ``R^T``: constant for the whole call) is packed by
 :func:`panels` into column panels ``[panels, K, L]``: ``L`` columns, two SIMD vectors,
@@ -42,31 +42,66 @@ def panel_width(dtype: np.dtype) -> int:
 
 
 def panels(B: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    """``B`` ``[K, N]`` (any strides) packed for :func:`mm`: ``[ceil(N / L), K, L]`` in
-    ``dtype``, columns past ``N`` zero, cache-line aligned."""
+    """``B`` ``[K, N]`` (any strides, any float dtype) packed for :func:`mm`:
+    ``[ceil(N / L), K, L]`` in ``dtype``, columns past ``N`` zero, cache-line aligned."""
     dtype = np.dtype(dtype)
-    B = B if B.dtype == dtype else B.astype(dtype)
     K, N = B.shape
-    L = panel_width(dtype)
-    P = -(-N // L)
-    raw = np.empty(P * K * L + ALIGN // dtype.itemsize, dtype)
-    start = (-raw.ctypes.data % ALIGN) // dtype.itemsize
-    out = raw[start : start + P * K * L].reshape(P, K, L)
-    element = numba.from_dtype(dtype)
-    prepare(_pack, (types.Array(element, 2, "A", readonly=True), types.Array(element, 3, "C")))
-    _pack(B, out)
+    out = empty_panels(-(-N // panel_width(dtype)), K, dtype)
+    pack(B, np.arange(N), out)
     return out
 
 
+def empty_panels(count: int, K: int, dtype: np.dtype) -> np.ndarray:
+    """``count`` panels of ``K`` rows, ``[count, K, L]`` in ``dtype``, cache-line
+    aligned, not initialised (:func:`pack` fills them)."""
+    dtype = np.dtype(dtype)
+    L = panel_width(dtype)
+    raw = np.empty(count * K * L + ALIGN // dtype.itemsize, dtype)
+    start = (-raw.ctypes.data % ALIGN) // dtype.itemsize
+    return raw[start : start + count * K * L].reshape(count, K, L)
+
+
+#: elements of ``B`` converted at a time when its dtype is not the panels' (scratch)
+CONVERT_ELEMENTS = 1 << 18
+
+
+def pack(B: np.ndarray, columns: np.ndarray, out: np.ndarray, k0: int = 0) -> None:
+    """Rows ``k0 .. k0 + K - 1`` of the panels ``out`` ``[P, depth, L]`` from ``B``
+    ``[K, *]`` (any strides; another float dtype is converted piece by piece): panel
+    column ``j = p L + i`` is ``B[:, columns[j]]``, zero past ``len(columns)``. Packs
+    in place, with no copy of ``B``: ``[W^T; R^T]`` is ``W^T`` at ``k0 = 0``, then
+    ``R^T`` at ``k0 = input_size``."""
+    K = B.shape[0]
+    P, depth, L = out.shape
+    columns = np.ascontiguousarray(columns, np.int64)
+    n = len(columns)
+    if not out.flags.c_contiguous or n > P * L or not 0 <= k0 <= depth - K:
+        raise ValueError("pack: panels too small or not contiguous")
+    if n and not (0 <= columns.min() and columns.max() < B.shape[1]):
+        raise ValueError("pack: a column outside B")
+    element = numba.from_dtype(out.dtype)
+    prepare(_pack, (types.Array(element, 2, "A", readonly=True), types.Array(types.int64, 1, "C"),
+                    types.Array(element, 3, "C"), types.int64))  # fmt: skip
+    if B.dtype == out.dtype:
+        _pack(B, columns, out, k0)
+        return
+    step = max(1, CONVERT_ELEMENTS // max(1, K * L))  # panels per piece
+    for p0 in range(0, P, step):
+        piece = B[:, columns[p0 * L : (p0 + step) * L]].astype(out.dtype)
+        _pack(piece, np.arange(piece.shape[1]), out[p0 : p0 + step], k0)
+
+
 @_jit
-def _pack(B, out):
-    N = B.shape[1]
-    P, K, L = out.shape
+def _pack(B, columns, out, k0):
+    """``out[p, k0 + k, i] = B[k, columns[p L + i]]``, 0 past the columns."""
+    n = columns.shape[0]
+    P, _, L = out.shape
+    K = B.shape[0]
     for p in range(P):
         for k in range(K):
             for i in range(L):
                 j = p * L + i
-                out[p, k, i] = B[k, j] if j < N else 0
+                out[p, k0 + k, i] = B[k, columns[j]] if j < n else 0
 
 
 def padded_vector(v: np.ndarray, dtype: np.dtype) -> np.ndarray:
