@@ -282,14 +282,14 @@ def test_read_ahead_is_bounded_and_stops_with_the_consumer(session, monkeypatch)
     detect_module = importlib.import_module("onnx_recurrent.vad.detect")
 
     reads: list[str] = []
-    real = detect_module.read_audio
+    real = detect_module.open_audio
 
     def counting(path):
         reads.append(str(path))
         assert threading.current_thread() is not threading.main_thread()
         return real(path)
 
-    monkeypatch.setattr(detect_module, "read_audio", counting)
+    monkeypatch.setattr(detect_module, "open_audio", counting)
     paths = [BUNDLED[0]] * 40
     results = vad.analyse_files(paths, batch=1, session=session)
     first = next(results)

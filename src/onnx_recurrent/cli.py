@@ -9,7 +9,10 @@ that cannot run) is one line on stderr and exit status 2, never a traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import os
+import signal
 import sys
 import time
 import warnings
@@ -76,6 +79,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         model = args.model
         print(f"model: {model}")
         given = None
+    note_first_use()  # a session compiles its kernels when it is made
     session = InferenceSession(model, host=args.host)
     print(f"host: {session.host}")
     if not session.recurrent_nodes:
@@ -90,7 +94,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     for name, value in feeds.items():
         how = f"random (seed {args.seed})" if name in drawn else "given"
         print(f"input {name}: shape {list(value.shape)} {value.dtype}, {how}")
-    note_first_use()
     start = time.perf_counter()
     outputs = session.run(None, feeds)
     elapsed = time.perf_counter() - start
@@ -151,7 +154,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``onnx-recurrent``; returns the exit status.
 
     A bad file or argument, or a model that cannot run, is one line on stderr (no
-    traceback) and status 2; so is each warning, on a line of its own.
+    traceback) and status 2; so is each warning, on a line of its own. A closed stdout
+    (``| head``) ends the command quietly with status 141, as SIGPIPE ends Unix tools.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     command = next((a for a in argv if not a.startswith("-")), None)
@@ -163,12 +167,27 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         try:
-            return args.handler(args)
+            status = args.handler(args)
+            sys.stdout.flush()  # a reader gone away shows here, not at exit
+            return status
+        except BrokenPipeError:  # `onnx-recurrent ... | head`: stop quietly
+            return _stdout_closed()
         except (RecurrentError, RecurrentTypeError, OSError) as e:
             print(f"{prog}: error: {_one_line(e)}", file=sys.stderr)
         except Exception as e:  # a model its host cannot run (onnxruntime, onnx.reference)
             print(f"{prog}: error: {type(e).__name__}: {_one_line(e)}", file=sys.stderr)
     return 2
+
+
+def _stdout_closed() -> int:
+    """Stop as a Unix tool killed by SIGPIPE does: no message, the status a shell
+    reports for it (128 + 13 = 141); stdout pointed at devnull, as Python's docs advise,
+    so that flushing it at exit fails no more."""
+    with contextlib.suppress(OSError, ValueError):  # no file descriptor (a test's capture)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    return 128 + getattr(signal, "SIGPIPE", 13)
 
 
 def _one_line(e: BaseException) -> str:

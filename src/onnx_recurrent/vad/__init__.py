@@ -10,13 +10,14 @@ parts that surround the model, and runs it over many files:
 * :func:`detect` finds the speech segments of audio files and directories, in this
   process (:func:`detect_files`, batched) or on a Dask cluster (``client=``);
   ``onnx-recurrent vad`` is its command line (:mod:`onnx_recurrent.vad.command`);
-* :func:`read_audio` reads WAV, FLAC or OGG at any rate and channel count as 16 kHz
-  mono (soundfile, soxr); :func:`read_wav` reads mono 16-bit WAV with the standard
-  library;
+* :func:`open_audio` reads WAV, FLAC or OGG at any rate (from
+  :data:`MIN_SAMPLE_RATE`) and channel count as 16 kHz mono, block by block in bounded
+  memory (soundfile, soxr), :func:`read_audio` a whole recording; :func:`read_wav`
+  reads mono 16-bit WAV with the standard library;
 * :func:`speech_probabilities` streams one recording through the model chunk by chunk
   the way silero's ``OnnxWrapper`` does, through any session object with
   onnxruntime's ``run(None, feeds)`` interface; :func:`stream_probabilities` streams
-  many together, batched;
+  many together, batched, arrays or blocks as they are decoded;
 * :func:`speech_segments` turns per-chunk probabilities into speech segments with
   silero's ``get_speech_timestamps`` algorithm, option names and defaults;
 * :func:`silero_model_path` finds the model file of an installed ``silero-vad``.
@@ -41,7 +42,17 @@ speech_16k.wav [(0.738, 2.206), (3.074, 4.222)]
 
 from __future__ import annotations
 
-from .audio import AUDIO_SUFFIXES, Audio, AudioError, find_audio_files, read_audio, read_wav
+from .audio import (
+    AUDIO_SUFFIXES,
+    MIN_SAMPLE_RATE,
+    Audio,
+    AudioError,
+    AudioReader,
+    find_audio_files,
+    open_audio,
+    read_audio,
+    read_wav,
+)
 from .detect import FileResult, analyse_files, detect, detect_files
 from .model import CHUNK_SAMPLES, CONTEXT_SAMPLES, MODEL_RATE, STATE_SHAPE, silero_model_path
 from .segments import SEGMENT_OPTIONS, speech_segments
@@ -51,16 +62,19 @@ __all__ = [
     "AUDIO_SUFFIXES",
     "CHUNK_SAMPLES",
     "CONTEXT_SAMPLES",
+    "MIN_SAMPLE_RATE",
     "MODEL_RATE",
     "SEGMENT_OPTIONS",
     "STATE_SHAPE",
     "Audio",
     "AudioError",
+    "AudioReader",
     "FileResult",
     "analyse_files",
     "detect",
     "detect_files",
     "find_audio_files",
+    "open_audio",
     "read_audio",
     "read_wav",
     "silero_model_path",

@@ -1,15 +1,19 @@
 """Reading recordings: any sample rate, any channel count, WAV, FLAC or OGG.
 
-:func:`read_audio` decodes through ``soundfile`` (libsndfile), mixes several channels
-to mono and resamples to the model's 16 kHz with ``soxr``; both come with the ``vad``
-extra (``pip install 'onnx-recurrent[vad]'``) and are imported when first used.
+:func:`open_audio` decodes a file in blocks through ``soundfile`` (libsndfile), mixes
+several channels to mono and resamples each block to the model's 16 kHz with a
+``soxr`` stream, so a recording of any length is read in bounded memory;
+:func:`read_audio` reads a whole recording that way. soundfile and soxr come with the
+``vad`` extra (``pip install 'onnx-recurrent[vad]'``) and are imported when first used.
 :func:`read_wav` is the standard library's reader for mono 16-bit WAV files, kept for
 environments without them.
 """
 
+import math
 import os
 import wave
 from pathlib import Path
+from types import TracebackType
 from typing import Any, BinaryIO, NamedTuple
 
 import numpy as np
@@ -18,6 +22,20 @@ from .model import MODEL_RATE
 
 #: File suffixes (lower case) taken as audio when a directory is walked.
 AUDIO_SUFFIXES = (".wav", ".flac", ".ogg")
+
+#: The lowest sample rate (Hz) read: below it a file holds no speech band (the telephone
+#: band needs 8000 Hz), and such a header (3 Hz, say) is usually damaged.
+MIN_SAMPLE_RATE = 4000
+
+#: Samples at 16 kHz in one block of :class:`AudioReader` (about; the last may be
+#: longer by soxr's delay): 0.512 s, 32 KiB of float32. soxr is fed at most this many
+#: frames at a time (its buffers grow with what it is fed: this keeps a resampler near
+#: 0.2 MB).
+BLOCK_SAMPLES = 1 << 13
+
+#: The most samples (frames x channels) libsndfile decodes at a time, for one block:
+#: 256 KiB of float32, freed once mixed to mono.
+READ_SAMPLES = 1 << 16
 
 _EXTRA_HINT = "pip install 'onnx-recurrent[vad]'"
 
@@ -72,24 +90,219 @@ def load_soundfile() -> Any:
     return soundfile
 
 
-def _resample(samples: np.ndarray, rate: int) -> np.ndarray:
+def _resampler(rate: int) -> Any:
+    """A soxr stream from ``rate`` to 16 kHz, mono float32 (soxr's high quality)."""
     try:
         import soxr
     except ImportError as e:
         raise ImportError(
             f"resampling to 16 kHz needs soxr: {_EXTRA_HINT} ({e})", name="soxr"
         ) from None
-    return np.asarray(soxr.resample(samples, rate, MODEL_RATE), dtype=np.float32)
+    return soxr.ResampleStream(rate, MODEL_RATE, 1, dtype="float32")
 
 
-def read_audio(path: str | os.PathLike[str]) -> Audio:
-    """Read an audio file as mono float32 samples at 16 kHz.
+def _why(error: BaseException) -> str:
+    return " ".join(str(getattr(error, "error_string", None) or error).split())
+
+
+class AudioReader:
+    """An open recording, read block by block as mono float32 at 16 kHz.
+
+    Made by :func:`open_audio`. Each :meth:`read_block` decodes the frames that make
+    about :data:`BLOCK_SAMPLES` samples at 16 kHz (at most :data:`READ_SAMPLES` samples,
+    frames x channels), averages the channels and resamples them to 16 kHz through a
+    soxr stream (the same samples, bit for bit, as resampling the whole recording at
+    once); so memory does not grow with the recording. Iterating gives the blocks.
+    Close it (or use it as a context manager) when done.
+
+    Attributes
+    ----------
+    path : str
+        The file, as given.
+    sample_rate : int
+        The file's own sample rate (Hz), at least :data:`MIN_SAMPLE_RATE`.
+    channels : int
+        The file's channel count.
+    frames : int
+        Frames (samples per channel, at ``sample_rate``) decoded so far.
+    samples : int
+        Samples at 16 kHz given out so far.
+    """
+
+    def __init__(self, path: str, file: BinaryIO, sound: Any, errors: tuple[type, ...]) -> None:
+        self.path = path
+        self.sample_rate = int(sound.samplerate)
+        self.channels = int(sound.channels)
+        self.frames = 0
+        self.samples = 0
+        self._file = file
+        self._sound = sound
+        self._errors = errors  # what libsndfile raises when it cannot decode
+        self._done = False
+        # about BLOCK_SAMPLES once at 16 kHz, at most READ_SAMPLES decoded
+        self._block_frames = max(
+            1,
+            min(
+                READ_SAMPLES // self.channels,
+                math.ceil(BLOCK_SAMPLES * self.sample_rate / MODEL_RATE),
+            ),
+        )
+        self._stream = None if self.sample_rate == MODEL_RATE else _resampler(self.sample_rate)
+
+    @property
+    def duration(self) -> float:
+        """Seconds decoded so far (``frames / sample_rate``): the whole recording's
+        length once :meth:`read_block` has returned None."""
+        return self.frames / self.sample_rate
+
+    def read_block(self) -> np.ndarray | None:
+        """Decode the next block.
+
+        Returns
+        -------
+        numpy.ndarray or None
+            float32, shape ``(n,)``, ``n`` about :data:`BLOCK_SAMPLES` or fewer: the
+            next samples at 16 kHz, mono (possibly none, while the resampler fills);
+            None once the recording has ended.
+
+        Raises
+        ------
+        AudioError
+            (a ``ValueError``) If libsndfile fails to decode the file there; the
+            message names the file, how far it got and the reason.
+        """
+        if self._done:
+            return None
+        try:
+            data = self._sound.read(self._block_frames, dtype="float32", always_2d=True)
+        except self._errors as e:
+            self._done = True
+            if not self.frames:
+                raise AudioError(self.path, f"not a readable audio file ({_why(e)})") from None
+            raise AudioError(
+                self.path,
+                f"decoding failed after {self.frames} of the {self._sound.frames} frames "
+                f"its header gives ({_why(e)})",
+            ) from None
+        count = data.shape[0]
+        self.frames += count
+        last = count < self._block_frames
+        block = data[:, 0] if self.channels == 1 else data.mean(axis=1, dtype=np.float32)
+        del data
+        if self._stream is not None:
+            pieces = [
+                self._stream.resample_chunk(
+                    block[i : i + BLOCK_SAMPLES], last=last and i + BLOCK_SAMPLES >= count
+                )
+                for i in range(0, max(count, 1), BLOCK_SAMPLES)
+            ]
+            block = pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
+        if last:
+            self._done = True
+        block = np.ascontiguousarray(block, dtype=np.float32)
+        self.samples += block.size
+        return block
+
+    def __iter__(self) -> "AudioReader":
+        return self
+
+    def __next__(self) -> np.ndarray:
+        block = self.read_block()
+        if block is None:
+            raise StopIteration
+        return block
+
+    def close(self) -> None:
+        """Close the file (idempotent)."""
+        self._done = True
+        self._stream = None
+        try:
+            self._sound.close()
+        finally:
+            self._file.close()
+
+    def __enter__(self) -> "AudioReader":
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def open_audio(path: str | os.PathLike[str]) -> AudioReader:
+    """Open an audio file for reading in blocks as mono float32 at 16 kHz.
 
     Parameters
     ----------
     path : str or os.PathLike
         A WAV, FLAC or OGG (Vorbis, Opus) file, or any other format libsndfile reads,
-        at any sample rate, with any number of channels.
+        at any sample rate from :data:`MIN_SAMPLE_RATE` Hz, with any number of
+        channels.
+
+    Returns
+    -------
+    AudioReader
+        The open file: its blocks (float32 ``(n,)`` at 16 kHz, at most about
+        :data:`BLOCK_SAMPLES` each), its sample rate and channel count.
+
+    Raises
+    ------
+    AudioError
+        (a ``ValueError``) If the file is not audio that libsndfile can decode, or its
+        sample rate is below :data:`MIN_SAMPLE_RATE`; the message names the file and
+        the reason.
+    OSError
+        If the file cannot be opened (``FileNotFoundError``, ``PermissionError``,
+        ``IsADirectoryError``); ``filename`` names it.
+    ImportError
+        If soundfile (or, for a file not at 16 kHz, soxr) is not installed; the
+        message names the extra.
+    """
+    soundfile = load_soundfile()
+    name = os.fspath(path)
+    errors = (soundfile.SoundFileError, EOFError, RuntimeError, ValueError)
+    # opened here, so that OSError names the file and any name's bytes work
+    file = open(name, "rb")  # the reader owns it
+    try:
+        try:
+            sound = soundfile.SoundFile(file)
+        except errors as e:
+            raise AudioError(str(name), f"not a readable audio file ({_why(e)})") from None
+        if sound.samplerate < MIN_SAMPLE_RATE:
+            sound.close()
+            raise AudioError(
+                str(name),
+                f"sample rate {sound.samplerate} Hz in its header, below the "
+                f"{MIN_SAMPLE_RATE} Hz the VAD reads (no speech band there; a damaged "
+                "header?)",
+            )
+        try:
+            return AudioReader(str(name), file, sound, errors)
+        except BaseException:
+            sound.close()
+            raise
+    except BaseException:
+        file.close()
+        raise
+
+
+def read_audio(path: str | os.PathLike[str]) -> Audio:
+    """Read a whole audio file as mono float32 samples at 16 kHz.
+
+    The recording is held whole (4 bytes per sample at 16 kHz: 230 MB for 2 h); to
+    go through a long one in bounded memory, read it in blocks with
+    :func:`open_audio`, as :func:`~onnx_recurrent.vad.detect` does.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        A WAV, FLAC or OGG (Vorbis, Opus) file, or any other format libsndfile reads,
+        at any sample rate from :data:`MIN_SAMPLE_RATE` Hz, with any number of
+        channels.
 
     Returns
     -------
@@ -102,29 +315,19 @@ def read_audio(path: str | os.PathLike[str]) -> Audio:
     Raises
     ------
     AudioError
-        (a ``ValueError``) If the file is not audio that libsndfile can decode; the
-        message names the file and the reason.
+        (a ``ValueError``) If the file is not audio that libsndfile can decode, or its
+        sample rate is below :data:`MIN_SAMPLE_RATE`; the message names the file and
+        the reason.
     OSError
         If the file cannot be opened (``FileNotFoundError``, ``PermissionError``,
         ``IsADirectoryError``); ``filename`` names it.
     ImportError
         If soundfile or soxr is not installed; the message names the extra.
     """
-    soundfile = load_soundfile()
-    name = os.fspath(path)
-    with open(name, "rb") as f:
-        try:
-            data, rate = soundfile.read(f, dtype="float32", always_2d=True)
-        except soundfile.SoundFileError as e:
-            reason = getattr(e, "error_string", None) or str(e)
-            raise AudioError(str(name), f"not a readable audio file ({reason})") from None
-        except (EOFError, RuntimeError, ValueError) as e:
-            raise AudioError(str(name), f"not a readable audio file ({e})") from None
-    frames, channels = data.shape
-    samples = data[:, 0] if channels == 1 else data.mean(axis=1, dtype=np.float32)
-    if rate != MODEL_RATE and frames:
-        samples = _resample(samples, rate)
-    return Audio(np.ascontiguousarray(samples), int(rate), int(channels), frames / rate)
+    with open_audio(path) as reader:
+        blocks = list(reader)
+    samples = np.concatenate(blocks) if blocks else np.empty(0, dtype=np.float32)
+    return Audio(samples, reader.sample_rate, reader.channels, reader.duration)
 
 
 def audio_duration(path: str | os.PathLike[str]) -> float | None:

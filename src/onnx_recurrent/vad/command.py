@@ -4,9 +4,11 @@ One row per speech segment (file, start and end in seconds) as CSV, or as JSON l
 when ``OUT`` ends in ``.jsonl`` or ``.json``; to stdout without ``-o``. A file that
 cannot be read gives an error row (file, reason) and the others complete; the exit
 status is 0 when every file was processed, 1 when some failed, 2 for a bad argument
-(one line on stderr). The segment options are silero's ``get_speech_timestamps``
-ones, with its defaults. ``--workers N`` / ``--scheduler ADDRESS`` spread the files
-over a Dask cluster; ``--plot DIR`` draws each recording.
+(one line on stderr; ``OUT`` naming one of the input files is one), 141 when stdout's
+reader goes away (``| head``: quietly, as SIGPIPE ends Unix tools). The segment
+options are silero's ``get_speech_timestamps`` ones, with its defaults. ``--workers
+N`` / ``--scheduler ADDRESS`` spread the files over a Dask cluster; ``--plot DIR``
+draws each recording.
 
 Registered by :mod:`onnx_recurrent.cli` through :func:`add_parser`; :func:`cmd_vad`
 runs it.
@@ -17,9 +19,10 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import os
 import sys
 from collections.abc import Iterator
-from contextlib import ExitStack
+from contextlib import ExitStack, suppress
 from pathlib import Path
 from typing import IO, Any
 
@@ -54,8 +57,8 @@ def add_parser(sub: Any) -> None:
         "-o",
         "--output",
         metavar="OUT",
-        help="write the rows here: JSON lines if OUT ends in .jsonl or .json, else CSV "
-        "(default: CSV on stdout)",
+        help="write the rows here (not one of the input files): JSON lines if OUT ends in "
+        ".jsonl or .json, else CSV (default: CSV on stdout)",
     )
     parser.add_argument(
         "--plot",
@@ -204,12 +207,56 @@ class _JsonRows:
 
 
 def _reason(error: BaseException) -> str:
-    """Why a file failed, in one line, without its name (the row names it)."""
+    """Why a file failed, in one line, without its name (the row names it); an error
+    other than ``OSError`` or ``ValueError`` (``MemoryError``, say) with its type."""
     if isinstance(error, AudioError):
         return error.reason
     if isinstance(error, OSError) and error.strerror:
         return error.strerror
-    return " ".join(str(error).split()) or type(error).__name__
+    text = " ".join(str(error).split())
+    if isinstance(error, (OSError, ValueError)) and text:
+        return text
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+def _input_at(output: str, files: list[str]) -> str | None:
+    """The input file that ``output`` names (the same file: same device and inode,
+    through any link or spelling of its path), or None."""
+    try:
+        target = os.stat(output)
+    except OSError:  # not there yet: no recording to overwrite
+        return None
+    for path in files:
+        try:
+            found = os.stat(path)
+        except OSError:  # a missing input gets its error row later
+            continue
+        if (found.st_dev, found.st_ino) == (target.st_dev, target.st_ino):
+            return path
+    return None
+
+
+def _rows_stream(output: str | None, stack: ExitStack) -> IO[str]:
+    """Where the rows go: ``output`` (UTF-8) or stdout. A file name that is not valid
+    UTF-8 (held with surrogate escapes, as ``os.fsdecode`` gives it) is written as its
+    own bytes, as Python's ``surrogateescape`` error handler does, in CSV and JSON
+    lines alike."""
+    if output is not None:
+        return stack.enter_context(
+            open(output, "w", encoding="utf-8", errors="surrogateescape", newline="")
+        )
+    stream = sys.stdout
+    errors = getattr(stream, "errors", None)
+    reconfigure = getattr(stream, "reconfigure", None)
+    if errors == "strict" and reconfigure is not None:
+        reconfigure(errors="surrogateescape")
+
+        def restore() -> None:
+            with suppress(OSError, ValueError):  # a closed pipe: nothing left to write
+                reconfigure(errors=errors)
+
+        stack.callback(restore)
+    return stream
 
 
 def _fail(message: str) -> int:
@@ -282,8 +329,10 @@ class _Plotter:
             if self._session is None:
                 self._session = open_session(self._args.model, self._args.host)
             probs = speech_probabilities(self._session, samples)
+        # a name that is not valid UTF-8: its undecodable bytes shown as U+FFFD
+        title = os.fsencode(path).decode(sys.getfilesystemencoding(), "replace")
         plot_recording(
-            self._name(path), samples, probs, segments, threshold=self._threshold, title=path
+            self._name(path), samples, probs, segments, threshold=self._threshold, title=title
         )
 
 
@@ -355,21 +404,28 @@ def cmd_vad(args: argparse.Namespace) -> int:
         options = check_segment_options(options)
     except (TypeError, ValueError) as e:
         return _fail(str(e))
+    # Every time written rounded alike, here: speech_segments rounds as silero does,
+    # which leaves an end at the end of a recording unrounded.
+    decimals, options["time_resolution"] = options["time_resolution"], None
     files = find_audio_files(args.paths)
     if not files:
         return _fail(f"no audio files ({', '.join(AUDIO_SUFFIXES)}) in {' '.join(args.paths)}")
 
     output = args.output
     json_lines = output is not None and Path(output).suffix.lower() in (".jsonl", ".json")
+    clash = None if output is None else _input_at(output, files)
+    if clash is not None:
+        return _fail(
+            f"-o {output} is the input file {clash}: writing the rows there would "
+            "overwrite the recording; give -o another file"
+        )
     with ExitStack() as stack:
         plotter = None
         if args.plot is not None:
             directory = Path(args.plot)
             directory.mkdir(parents=True, exist_ok=True)
             plotter = _Plotter(directory, args, options["threshold"])
-        stream = sys.stdout
-        if output is not None:
-            stream = stack.enter_context(open(output, "w", encoding="utf-8", newline=""))
+        stream = _rows_stream(output, stack)
         rows = _JsonRows(stream) if json_lines else _CsvRows(stream)
         bar = _Progress()
         stack.callback(bar.close)
@@ -389,7 +445,7 @@ def cmd_vad(args: argparse.Namespace) -> int:
                 rows.error(path, _reason(found))
             else:
                 for start, end in found:
-                    rows.segment(path, start, end)
+                    rows.segment(path, round(start, decimals), round(end, decimals))
             rows.flush()
             if plotter is not None and not isinstance(found, BaseException):
                 plotter(path, found, probs)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import inspect
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -66,6 +66,13 @@ def check_segment_options(options: Mapping[str, Any]) -> dict[str, Any]:
     return checked
 
 
+def _floats(values: np.ndarray, piece: int = 1 << 16) -> Iterator[float]:
+    """The values as Python floats, a piece at a time (a list of them all would take
+    32 bytes per chunk: 7 MB for 2 h of audio)."""
+    for start in range(0, values.size, piece):
+        yield from values[start : start + piece].tolist()
+
+
 def _speech_sample_ranges(
     speech_probs: np.ndarray,
     sampling_rate: int,
@@ -103,7 +110,7 @@ def _speech_sample_ranges(
     prev_end = next_start = 0  # segment limits in case the maximum length is reached
     possible_ends: list[tuple[int, int]] = []
 
-    for i, speech_prob in enumerate(speech_probs.tolist()):
+    for i, speech_prob in enumerate(_floats(speech_probs)):
         cur_sample = window_size_samples * i
 
         # Speech returns after a temp_end: keep the silence as a candidate cut if long.
@@ -261,7 +268,10 @@ def speech_segments(
         Split at the longest silence found (True) or at the last one (False).
     time_resolution : int, optional
         Round the times to this many decimals, as silero's ``return_seconds=True``
-        does (it defaults to 1). Default: no rounding.
+        does (it defaults to 1), quirk included: an end that rounds up past the end of
+        the audio is the audio's length, unrounded (``onnx-recurrent vad`` rounds every
+        time it writes instead: ``time_resolution=None`` here, ``round`` there).
+        Default: no rounding.
 
     Returns
     -------
@@ -276,7 +286,9 @@ def speech_segments(
         ``num_samples`` is negative.
     """
     model_rate, step = native_rate(sample_rate)
-    speech_probs = np.asarray(probs, dtype=np.float64)
+    speech_probs = np.asarray(probs)
+    if speech_probs.dtype not in (np.float32, np.float64):
+        speech_probs = speech_probs.astype(np.float64)
     if speech_probs.ndim != 1:
         raise ValueError(f"probs must be one-dimensional, got shape {speech_probs.shape}")
     if num_samples is None:
@@ -302,7 +314,7 @@ def speech_segments(
     segments = []
     for r in ranges:
         start, end = r["start"] / model_rate, r["end"] / model_rate
-        if time_resolution is not None:
+        if time_resolution is not None:  # silero's rounding, kept (see the docstring)
             start = max(round(start, time_resolution), 0)
             end = min(round(end, time_resolution), audio_length_samples / model_rate)
         segments.append((float(start), float(end)))

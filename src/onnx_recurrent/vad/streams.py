@@ -11,6 +11,7 @@ batch axis), recordings joining and leaving the batch as they start and end.
 from __future__ import annotations
 
 import math
+from array import array
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
@@ -123,31 +124,130 @@ def _check_feeds(session: Any) -> bool:
     return names is None or "sr" in names
 
 
+#: Chunks of an array recording taken into a stream's buffer at a time.
+_ARRAY_BLOCK_CHUNKS = 64
+
+
+def _blocks(key: Any, samples: Any) -> Iterator[np.ndarray]:
+    """A recording's samples as blocks: an iterator's as they come, an array's as views.
+
+    Raises
+    ------
+    ValueError
+        If an array recording is not one-dimensional.
+    """
+    if isinstance(samples, Iterator):
+        return samples
+    audio = np.asarray(samples, dtype=np.float32)
+    if audio.ndim > 1:
+        audio = audio.squeeze()
+    if audio.ndim != 1:
+        raise ValueError(
+            f"recording {key!r}: samples must be one-dimensional (mono), "
+            f"got shape {np.shape(samples)}"
+        )
+    size = _ARRAY_BLOCK_CHUNKS * CHUNK_SAMPLES[16000]
+    return (audio[i : i + size] for i in range(0, audio.size, size))
+
+
 class _Stream:
-    """One recording in the batch: its padded audio and where it has got to."""
+    """One recording in the batch: the part of its audio not yet consumed.
 
-    __slots__ = ("audio", "chunks", "key", "position", "probs", "waste")
+    ``buffer[offset : offset + context + chunk]`` is the model's next input: the
+    previous chunk's last ``context`` samples (zeros before the first chunk), then the
+    next chunk, zero-padded at the end of the recording. The blocks are pulled as they
+    are needed, so a stream holds about one block, whatever the recording's length.
+    """
 
-    def __init__(self, key: Any, audio: np.ndarray, chunk: int, context: int) -> None:
+    __slots__ = (
+        "blocks",
+        "buffer",
+        "chunk",
+        "context",
+        "key",
+        "offset",
+        "phase",
+        "probs",
+        "step",
+        "waste",
+    )
+
+    def __init__(
+        self, key: Any, blocks: Iterator[np.ndarray], chunk: int, context: int, step: int
+    ) -> None:
         self.key = key
-        self.chunks = math.ceil(audio.size / chunk)
-        # Context zeros in front, the last chunk zero-padded: the model input at chunk
-        # k is audio[k * chunk : k * chunk + context + chunk].
-        self.audio = np.zeros(context + self.chunks * chunk, dtype=np.float32)
-        self.audio[context : context + audio.size] = audio
-        self.waste = self.chunks * chunk - audio.size  # padding samples
-        self.position = 0
-        self.probs = np.empty(self.chunks, dtype=np.float32)
+        self.blocks: Iterator[np.ndarray] | None = blocks
+        self.chunk, self.context, self.step = chunk, context, step
+        self.buffer = np.zeros(context, dtype=np.float32)
+        self.offset = 0
+        self.phase = 0  # decimating blocks: the first sample of the next one to keep
+        self.waste = 0  # padding samples in the current input
+        self.probs = array("f")
+
+    def _next_block(self) -> np.ndarray | None:
+        assert self.blocks is not None
+        block = next(self.blocks, None)
+        if block is None:
+            self.close()
+            return None
+        block = np.asarray(block, dtype=np.float32)
+        if block.ndim != 1 and sum(n != 1 for n in block.shape) <= 1:
+            block = block.reshape(-1)  # (n, 1) or (1, n): one channel
+        if block.ndim != 1:
+            raise ValueError(
+                f"recording {self.key!r}: a block of samples must be one-dimensional "
+                f"(mono), got shape {block.shape}"
+            )
+        if self.step > 1:  # keep every step-th sample of the recording, as silero does
+            kept = block[self.phase :: self.step]
+            self.phase = (self.phase - block.size) % self.step
+            block = kept
+        return block
+
+    def fill(self) -> bool:
+        """Make the next model input ready; False when the recording has ended.
+
+        Raises whatever pulling the next block raises (the recording's own failure).
+        """
+        width = self.context + self.chunk
+        while self.buffer.size - self.offset < width and self.blocks is not None:
+            block = self._next_block()
+            if block is not None and block.size:
+                self.buffer = np.concatenate((self.buffer[self.offset :], block))
+                self.offset = 0
+        left = self.buffer.size - self.offset
+        if left >= width:
+            return True
+        if left <= self.context:
+            return False
+        self.waste = width - left
+        self.buffer = np.concatenate(
+            (self.buffer[self.offset :], np.zeros(self.waste, dtype=np.float32))
+        )
+        self.offset = 0
+        return True
+
+    def result(self) -> np.ndarray:
+        """float32 ``(num_chunks,)``: the probabilities of the chunks so far."""
+        return np.frombuffer(self.probs, dtype=np.float32)
+
+    def close(self) -> None:
+        """Let go of the blocks (closing their source if it can be closed)."""
+        blocks, self.blocks = self.blocks, None
+        close = getattr(blocks, "close", None)
+        if close is not None:
+            close()
 
 
 def stream_probabilities(
     session: Any,
-    recordings: Iterable[tuple[K, np.ndarray]],
+    recordings: Iterable[tuple[K, Any]],
     *,
     batch: int = 64,
     sample_rate: int = 16000,
     progress: Callable[[float], None] | None = None,
-) -> Iterator[tuple[K, np.ndarray]]:
+    return_errors: bool = False,
+) -> Iterator[tuple[K, np.ndarray | Exception]]:
     """Run the streaming Silero VAD model over many recordings, batched.
 
     Up to ``batch`` recordings advance together, one model call per chunk position:
@@ -163,48 +263,69 @@ def stream_probabilities(
         A session over the Silero model with onnxruntime's ``run(None, feeds)``
         interface, accepting a batch axis (``onnx_recurrent.InferenceSession`` and
         ``onnxruntime.InferenceSession`` over ``silero_vad.onnx`` do).
-    recordings : iterable of (key, array_like)
-        ``(key, samples)`` pairs, the samples mono as for :func:`speech_probabilities`.
-        Consumed lazily: the next one is taken only when a row is free, so a generator
-        that decodes files keeps at most ``batch`` recordings in memory.
+    recordings : iterable of (key, array_like or iterator of arrays)
+        ``(key, samples)`` pairs, the samples mono: an array as for
+        :func:`speech_probabilities`, or an iterator of 1-D blocks of samples (any
+        sizes, e.g. an :class:`~onnx_recurrent.vad.audio.AudioReader`), pulled as the
+        stream needs them, so that a recording is never held whole (an iterator with
+        a ``close`` method is closed when its recording ends or fails). Consumed
+        lazily: the next recording is taken only when a row is free, so at most
+        ``batch`` recordings are open at once, each holding about one block.
     batch : int, default 64
         The most recordings in one model call.
     sample_rate : int, default 16000
         Sample rate of every recording: 8000, 16000 or a multiple of 16000.
     progress : callable, optional
         Called after each model call with the seconds of audio it covered.
+    return_errors : bool, default False
+        A recording whose blocks raise an ``Exception`` (a file that fails to decode
+        halfway, a ``MemoryError``): if True, it leaves the batch and is yielded as
+        ``(key, exception)``, the others go on; if False, the exception propagates.
 
     Yields
     ------
     key : object
         The recording's key, as given.
-    probs : numpy.ndarray
+    probs : numpy.ndarray or Exception
         float32, shape ``(num_chunks,)``: what :func:`speech_probabilities` returns
-        for it. Recordings are yielded as they end (an empty one at once), so not
+        for it (or, with ``return_errors``, the exception that made it fail).
+        Recordings are yielded as they end (an empty one at once), so not
         necessarily in the order given.
 
     Raises
     ------
     ValueError
         If ``batch < 1``, ``sample_rate`` is not supported, a recording is not
-        one-dimensional, or the model is not the streaming Silero model.
+        one-dimensional (unless ``return_errors``), or the model is not the streaming
+        Silero model.
     """
     if isinstance(batch, bool) or not isinstance(batch, (int, np.integer)) or batch < 1:
         raise ValueError(f"batch must be an integer >= 1, got {batch!r}")
     model_rate, step = native_rate(sample_rate)
     feed_sr = _check_feeds(session)
-    return _stream(session, iter(recordings), int(batch), model_rate, step, feed_sr, progress)
+    return _stream(
+        session,
+        iter(recordings),
+        int(batch),
+        model_rate,
+        step,
+        feed_sr,
+        progress,
+        return_errors=bool(return_errors),
+    )
 
 
 def _stream(
     session: Any,
-    source: Iterator[tuple[K, np.ndarray]],
+    source: Iterator[tuple[K, Any]],
     batch: int,
     model_rate: int,
     step: int,
     feed_sr: bool,
     progress: Callable[[float], None] | None,
-) -> Iterator[tuple[K, np.ndarray]]:
+    *,
+    return_errors: bool = False,
+) -> Iterator[tuple[K, Any]]:
     chunk, context = CHUNK_SAMPLES[model_rate], CONTEXT_SAMPLES[model_rate]
     width = context + chunk
     hidden = STATE_SHAPE[2]
@@ -212,73 +333,89 @@ def _stream(
     active: list[_Stream] = []
     state = np.zeros((STATE_SHAPE[0], 0, hidden), dtype=np.float32)
     exhausted = False
-    while True:
-        # Fill the free rows; an empty recording is done at once.
-        joined = 0
-        empty: list[tuple[K, np.ndarray]] = []
-        while not exhausted and len(active) < batch:
-            try:
-                key, samples = next(source)
-            except StopIteration:
-                exhausted = True
-                break
-            audio = np.asarray(samples, dtype=np.float32)
-            if audio.ndim > 1:
-                audio = audio.squeeze()
-            if audio.ndim != 1:
-                raise ValueError(
-                    f"recording {key!r}: samples must be one-dimensional (mono), "
-                    f"got shape {np.shape(samples)}"
-                )
-            if step > 1:
-                audio = audio[::step]
-            if audio.size == 0:
-                empty.append((key, np.empty(0, dtype=np.float32)))
-                continue
-            active.append(_Stream(key, audio, chunk, context))
-            joined += 1
-        yield from empty
-        if not active:
-            return
-        if joined:
-            fresh = np.zeros((STATE_SHAPE[0], joined, hidden), dtype=np.float32)
-            state = np.concatenate((state, fresh), axis=1)
+    try:
+        while True:
+            # Fill the free rows; an empty recording is done at once.
+            joined = 0
+            done: list[tuple[K, Any]] = []
+            while not exhausted and len(active) < batch:
+                try:
+                    key, samples = next(source)
+                except StopIteration:
+                    exhausted = True
+                    break
+                stream = None
+                try:
+                    stream = _Stream(key, _blocks(key, samples), chunk, context, step)
+                    started = stream.fill()
+                except Exception as e:
+                    if stream is not None:
+                        stream.close()
+                    if not return_errors:
+                        raise
+                    done.append((key, e))
+                    continue
+                if not started:
+                    done.append((key, stream.result()))
+                    continue
+                active.append(stream)
+                joined += 1
+            yield from done
+            if not active:
+                return
+            if joined:
+                fresh = np.zeros((STATE_SHAPE[0], joined, hidden), dtype=np.float32)
+                state = np.concatenate((state, fresh), axis=1)
 
-        rows = len(active)
-        x = np.empty((rows, width), dtype=np.float32)
-        for i, s in enumerate(active):
-            start = s.position * chunk
-            x[i] = s.audio[start : start + width]
-        feeds = {"input": x, "state": state}
-        if feed_sr:
-            feeds["sr"] = sr
-        outputs = session.run(None, feeds)
-        if len(outputs) < 2:
-            raise ValueError(
-                f"the session returned {len(outputs)} output(s); the Silero model "
-                "returns two (output, stateN)"
-            )
-        probs = np.asarray(outputs[0], dtype=np.float32).reshape(rows, -1)[:, 0]
-        state = np.asarray(outputs[1], dtype=np.float32)
-        if state.shape != (STATE_SHAPE[0], rows, hidden):
-            raise ValueError(
-                f"the model returned a state of shape {state.shape} for {rows} streams; "
-                f"expected {(STATE_SHAPE[0], rows, hidden)}"
-            )
-
-        finished = []
-        covered = rows * chunk
-        for i, s in enumerate(active):
-            s.probs[s.position] = probs[i]
-            s.position += 1
-            if s.position == s.chunks:
-                finished.append(s)
+            rows = len(active)
+            x = np.empty((rows, width), dtype=np.float32)
+            covered = rows * chunk
+            for i, s in enumerate(active):
+                x[i] = s.buffer[s.offset : s.offset + width]
                 covered -= s.waste
-        if progress is not None:
-            progress(covered / model_rate)
-        if finished:
-            keep = [i for i, s in enumerate(active) if s.position < s.chunks]
-            active = [active[i] for i in keep]
-            state = state[:, keep, :]
-            for s in finished:
-                yield s.key, s.probs
+            feeds = {"input": x, "state": state}
+            if feed_sr:
+                feeds["sr"] = sr
+            outputs = session.run(None, feeds)
+            if len(outputs) < 2:
+                raise ValueError(
+                    f"the session returned {len(outputs)} output(s); the Silero model "
+                    "returns two (output, stateN)"
+                )
+            probs = np.asarray(outputs[0], dtype=np.float32).reshape(rows, -1)[:, 0]
+            state = np.asarray(outputs[1], dtype=np.float32)
+            if state.shape != (STATE_SHAPE[0], rows, hidden):
+                raise ValueError(
+                    f"the model returned a state of shape {state.shape} for {rows} "
+                    f"streams; expected {(STATE_SHAPE[0], rows, hidden)}"
+                )
+            if progress is not None:
+                progress(covered / model_rate)
+
+            keep: list[int] = []
+            done = []
+            for i, (s, p) in enumerate(zip(active, probs.tolist(), strict=True)):
+                s.probs.append(p)
+                s.offset += chunk
+                if s.buffer.size - s.offset >= width:  # the next input is there
+                    keep.append(i)
+                    continue
+                try:
+                    going = s.fill()
+                except Exception as e:
+                    s.close()
+                    if not return_errors:
+                        raise
+                    done.append((s.key, e))
+                    continue
+                if going:
+                    keep.append(i)
+                else:
+                    done.append((s.key, s.result()))
+            if len(keep) < rows:
+                active = [active[i] for i in keep]
+                state = state[:, keep, :]
+                yield from done
+    finally:  # ended, failed or closed early: close the recordings still open
+        for s in active:
+            s.close()
