@@ -118,22 +118,6 @@ def test_a_recurrent_node_without_X_is_an_error(host):
         orc.InferenceSession(model, host=host)
 
 
-def test_the_callback_without_inputs_hands_back_placeholders():
-    # a custom node given no arrays at all: the callback returns, never raises
-    from onnx_recurrent.runtime.hosts import onnxruntime as host
-
-    model, _ = _gru(hidden_size=3)
-    bound = next(iter(orc.InferenceSession(model, host="reference").recurrent_nodes))
-    key = host._register(bound)
-    try:
-        outputs = host._compute(("X",), (0, 1), (), key)
-        assert len(outputs) == 2 and all(isinstance(o, np.ndarray) for o in outputs)
-        assert isinstance(host._state.error, IndexError | ValueError | TypeError)
-    finally:
-        host._state.error = None
-        host._forget([key])
-
-
 @pytest.mark.skipif(
     importlib.util.find_spec("onnxruntime_extensions") is None,
     reason="the onnxruntime host needs onnxruntime-extensions",

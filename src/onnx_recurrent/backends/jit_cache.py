@@ -38,7 +38,7 @@ from numba.core import caching, config
 
 from ..threads import interrupts_held
 
-__all__ = ["CompileCacheWarning", "cache_state", "jit", "prepare"]
+__all__ = ["CompileCacheWarning", "cache_state", "cfunc", "jit", "prepare"]
 
 
 class CompileCacheWarning(RuntimeWarning):
@@ -64,23 +64,35 @@ def jit(**options) -> Callable:
     """
 
     def decorate(func: Callable) -> Callable:
-        with _lock:
-            root = _plan(func)
-            if root is not None:
-                saved = config.CACHE_DIR
-                if root:  # numba reads CACHE_DIR when it builds the function's locator
-                    config.CACHE_DIR = root
-                try:
-                    dispatcher = numba.njit(cache=True, **options)(func)
-                    _cached.append(dispatcher)
-                    return dispatcher
-                except RuntimeError:  # a directory found writable was taken away since
-                    _warn([root] if root else _numba_dirs(inspect.getfile(func)), 3)
-                finally:
-                    config.CACHE_DIR = saved
-            return numba.njit(cache=False, **options)(func)
+        return _cached_compile(numba.njit, func, options)
 
     return decorate
+
+
+def cfunc(signature, func: Callable, **options):
+    """``numba.cfunc(signature, cache=True, **options)(func)`` with the cache of
+    :func:`jit` (compiled or loaded now, on this thread, interrupts held off)."""
+    with _preparing, interrupts_held():
+        return _cached_compile(lambda **o: numba.cfunc(signature, **o), func, options)
+
+
+def _cached_compile(make: Callable, func: Callable, options: dict):
+    with _lock:
+        root = _plan(func)
+        if root is not None:
+            saved = config.CACHE_DIR
+            if root:  # numba reads CACHE_DIR when it builds the function's locator
+                config.CACHE_DIR = root
+            try:
+                compiled = make(cache=True, **options)(func)
+                if make is numba.njit:
+                    _cached.append(compiled)
+                return compiled
+            except RuntimeError:  # a directory found writable was taken away since
+                _warn([root] if root else _numba_dirs(inspect.getfile(func)), 4)
+            finally:
+                config.CACHE_DIR = saved
+        return make(cache=False, **options)(func)
 
 
 def prepare(dispatcher, signature: tuple) -> None:

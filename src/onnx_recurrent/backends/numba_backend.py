@@ -449,6 +449,22 @@ structref.define_proxy(Plan, PlanType, list(_PLAN_FIELDS))
 _KIND = {"RNN": 0, "GRU": 1, "LSTM": 2}
 
 
+def plan_type(dt: np.dtype) -> types.Type:
+    """numba's type of a :class:`Plan` of ``dt`` (as :func:`_new_plan` makes it), for
+    compiled code that receives plans by address."""
+    e = numba.from_dtype(np.dtype(dt))
+    ints = types.Array(types.int64, 1, "C")
+    vec, mat2, mat3 = (types.Array(e, n, "C") for n in (1, 2, 3))
+    fields = dict.fromkeys(_PLAN_FIELDS)
+    fields |= {"kind": types.int64, "split": types.boolean, "input_forget": types.boolean}
+    fields |= {"fast": types.boolean, "clip": e, "codes": ints, "alphas": vec, "betas": vec}
+    fields |= {"bounds": ints, "P": mat2}
+    for name in ("F", "Fh", "Fr"):
+        fields |= {name: mat3, "p" + name: ints, "b" + name: vec}
+    fields |= {"width": types.int64, "width_h": types.int64, "width_r": types.int64}
+    return PlanType(list(fields.items()))
+
+
 @_jit
 def _new_plan(kind, split, input_forget, fast, clip, codes, alphas, betas, bounds, F, pF, bF,
               Fh, pFh, bFh, Fr, pFr, bFr, P, width, width_h, width_r):  # fmt: skip

@@ -101,7 +101,7 @@ def cycles(typingctx):
 
 
 @intrinsic
-def _call(typingctx, addr, a0, a1, a2, a3, a4, a5):
+def c_call(typingctx, addr, a0, a1, a2, a3, a4, a5):
     """``((long (*)(long, ...)) addr)(a0, ..., a5)``: a C function by its address
     (``syscall``; ``usleep`` ignores the extra arguments)."""
 
@@ -155,7 +155,7 @@ def _wake(sync, calls):
     atomic_add(sync, SEQUENCE, 1)
     if atomic_load(sync, WAITERS) > 0 and calls[0] != 0:
         futex = sync.ctypes.data + SEQUENCE * 8  # the low half (little-endian)
-        _call(calls[0], calls[2], futex, _FUTEX_WAKE_PRIVATE, 1 << 30, 0, 0)
+        c_call(calls[0], calls[2], futex, _FUTEX_WAKE_PRIVATE, 1 << 30, 0, 0)
 
 
 @_jit
@@ -177,9 +177,9 @@ def wait(sync, phase, shares, calls):
             if calls[0] != 0:
                 futex = sync.ctypes.data + SEQUENCE * 8
                 low = sequence & 0xFFFFFFFF  # the kernel compares 32 bits
-                _call(calls[0], calls[2], futex, _FUTEX_WAIT_PRIVATE, low, calls[3], 0)
+                c_call(calls[0], calls[2], futex, _FUTEX_WAIT_PRIVATE, low, calls[3], 0)
             elif calls[1] != 0:
-                _call(calls[1], 50, 0, 0, 0, 0, 0)
+                c_call(calls[1], 50, 0, 0, 0, 0, 0)
         atomic_add(sync, WAITERS, -1)
     return atomic_load(sync, ABORTED) == 0
 

@@ -1,22 +1,17 @@
 """The onnxruntime host: onnxruntime runs the graph, onnx-recurrent the recurrent nodes.
 
-Every GRU, RNN and LSTM node (subgraphs included) becomes one custom node of domain
-``ai.onnx.contrib`` computed by a Python callback (onnxruntime-extensions' custom ops)
-with one attribute, the key of its :class:`~..bound.BoundNode`. It takes only the
-inputs the node is given, bound weights excepted, and gives only the outputs it names
-(each tensor crossing costs ~3 µs): one custom operator per such signature, made on
-first use, e.g. ``OnnxRecurrentFloat_XHC_YHC``. onnxruntime-extensions passes
-float32 and float64 only: a float16 or bfloat16 node is computed on float32 between
-``Cast`` nodes, which is what onnx-recurrent does inside for those types (one rounding
-at the end).
+Every GRU, RNN and LSTM node (subgraphs included) becomes one native custom node of
+domain ``ai.onnx.contrib`` (:mod:`.native`: one operator per element type, compiled
+code, no Python per call) with one attribute, the key of its
+:class:`~..bound.BoundNode`; weights bound when the session is made are left out of
+its inputs. float16 and bfloat16 nodes are typed as such (no Cast nodes).
 
-Faults. An exception escaping a callback aborts the process (onnxruntime-extensions
-0.15, onnxruntime 1.32), so the callback catches everything, hands onnxruntime
-placeholder outputs, skips the node's later calls in the same ``run``, and ``run``
-raises the exception itself, unchanged. A Ctrl-C is kept out of onnxruntime's frames:
-while ``run`` is in onnxruntime the main thread's SIGINT handler raises only inside a
-callback's guarded part and is otherwise remembered, then raised when onnxruntime
-returns.
+Faults. A node that fails returns an error status, and ``run`` raises the node's own
+exception (kept by :mod:`.native`), unchanged. A Ctrl-C is kept out of onnxruntime's
+frames: while ``run`` is in onnxruntime, SIGINT sets the word the compiled loops read
+between blocks (:func:`.native.interrupt_watch`), the main thread's SIGINT handler
+raises only inside a node's Python path and is otherwise remembered, then raised when
+onnxruntime returns.
 """
 
 from __future__ import annotations
@@ -36,24 +31,9 @@ from ...errors import RecurrentTypeError
 from ...threads import interrupts_held
 from ..bound import BoundNode, node_key
 from ..graph import INPUTS, WEIGHTS, element_types, prune, subgraphs
+from . import native
+from .native import DOMAIN, OP_TYPES
 
-DOMAIN = "ai.onnx.contrib"
-#: the custom operators' name per element type computed
-OP_TYPES = {TensorProto.FLOAT: "OnnxRecurrentFloat", TensorProto.DOUBLE: "OnnxRecurrentDouble"}
-#: a node's inputs and outputs as they cross, by letter
-INPUT_LETTERS = {
-    "X": "X",
-    "sequence_lens": "L",
-    "initial_h": "H",
-    "initial_c": "C",
-    "W": "W",
-    "R": "R",
-    "B": "B",
-    "P": "P",
-}
-OUTPUT_LETTERS = "YHC"
-#: element types computed on float32 between Cast nodes
-CAST_TO_FLOAT = (TensorProto.FLOAT16, TensorProto.BFLOAT16)
 #: onnxruntime's session options under this host when the caller gives none, and why
 SESSION_CONFIG = {
     # idle pool threads spin 200 µs, not onnxruntime's default (longer), before they
@@ -62,16 +42,12 @@ SESSION_CONFIG = {
     # parallel node wait for a wake-up (Silero, one stream: 0.24 ms against 0.20 ms)
     "session.intra_op.spin_duration_us": "200",
 }
-#: onnxruntime-extensions versions whose C++ side was seen to take arrays back (a
-#: version that does not would abort the process, so others get its own dispatcher)
-FAST_HOOK_VERSIONS = ("0.15.",)
 
-_BOUND: dict[str, BoundNode] = {}
 # the C module under ``signal``: ``signal.signal`` wraps numbers in enums (11 µs a run)
 _signal = getattr(signal_module, "_signal", signal_module)
 _SIGINT = int(signal_module.SIGINT)
 _keys = itertools.count()
-_state = threading.local()  # per thread inside run: .error, .interrupted, .guarded
+_state = native.state
 _setup_lock = threading.Lock()
 _library: str | None = None
 
@@ -80,175 +56,37 @@ class HostUnavailable(RuntimeError):
     """The onnxruntime host cannot run this model here (the message says why)."""
 
 
-# -- the callback ---------------------------------------------------------------------
-
-
-def _placeholders(node: BoundNode, X: np.ndarray, dtype: np.dtype) -> tuple[np.ndarray, ...]:
-    """Zeros of the outputs' shapes (Y, Y_h, Y_c), for onnxruntime after a failed call."""
-    empty = np.zeros(0, dtype)
-    try:
-        layout = int(node.attributes.get("layout", 0))
-        T, N = (X.shape[1], X.shape[0]) if layout else X.shape[:2]
-        D = 2 if node.attributes.get("direction") == "bidirectional" else 1
-        H = node.layer.hidden_size if node.layer else int(node.attributes["hidden_size"])
-        state = (N, D, H) if layout else (D, N, H)
-        Y = (N, T, D, H) if layout else (T, D, N, H)
-        return (np.zeros(Y, dtype), np.zeros(state, dtype), np.zeros(state, dtype))
-    except Exception:  # no shape to give: empty ones
-        return (empty, empty, empty)
-
-
-def _compute(inputs: tuple[str, ...], outputs: tuple[int, ...], arrays, key: str):
-    """The callback: the bound node on the arrays given (named by ``inputs``), the
-    outputs at positions ``outputs`` of ``(Y, Y_h, Y_c)``."""
-    node = None
-    # a float32 placeholder where there is no X (a custom node always gets it)
-    X = arrays[0] if arrays else np.zeros((0, 0, 0), np.float32)
-    try:
-        _state.guarded = True
-        node = _BOUND[key]
-        if getattr(_state, "error", None) is not None:
-            raise _Skipped  # the run has failed: skip the work
-        if getattr(_state, "interrupted", False):
-            _state.interrupted = False
-            raise KeyboardInterrupt
-        given = dict(zip(inputs, arrays, strict=True))
-        lengths = given.get("sequence_lens")
-        if lengths is not None and lengths.size == 0:
-            lengths = None  # an empty batch
-        weights = {w: given.get(w) for w in node.dynamic} if node.dynamic else None
-        results = node(X, lengths, given.get("initial_h"), given.get("initial_c"), weights)
-        _state.guarded = False
-        return tuple(results[i] for i in outputs)
-    except BaseException as e:  # anything escaping aborts the process
-        _state.guarded = False
-        if getattr(_state, "error", None) is None and not isinstance(e, _Skipped):
-            _state.error = e
-        if node is None:
-            return tuple(np.zeros(0, X.dtype) for _ in outputs)
-        made = _placeholders(node, X, X.dtype)
-        return tuple(made[i] for i in outputs)
-
-
-class _Skipped(Exception):
-    pass
-
-
-def _signatures() -> list[tuple[int, tuple[str, ...], tuple[int, ...]]]:
-    """Every (element type, inputs, outputs) a custom node can have."""
-    weights = ((), ("W", "R"), ("W", "R", "B"), ("W", "R", "P"), ("W", "R", "B", "P"))
-    outputs = ((1,), (0, 1), (1, 2), (0, 1, 2))
-    optional = [((), (name,)) for name in ("sequence_lens", "initial_h", "initial_c")]
-    return [
-        (compute, ("X", *sum(states, ()), *w), out)
-        for compute in OP_TYPES
-        for states in itertools.product(*optional)
-        for w in weights
-        for out in outputs
-    ]
-
-
-_SIGNATURES = frozenset(_signatures())
-
-
 def _type_name(elem: int) -> str:
     if elem in TensorProto.DataType.values():
         return TensorProto.DataType.Name(elem).lower()
     return f"unknown type {elem}"
 
 
-_op_lock = threading.Lock()
-_op_types: set[str] = set()
-
-
-def _op_type(compute: int, inputs: tuple[str, ...], outputs: tuple[int, ...]) -> str:
-    """The custom operator of this signature, registered on first use."""
-    name = "_".join(
-        (
-            OP_TYPES[compute],
-            "".join(INPUT_LETTERS[i] for i in inputs),
-            "".join(OUTPUT_LETTERS[i] for i in outputs),
-        )
-    )
-    with _op_lock:
-        if name not in _op_types:
-            from onnxruntime_extensions import PyCustomOpDef, onnx_op
-
-            t = PyCustomOpDef.dt_float if compute == TensorProto.FLOAT else PyCustomOpDef.dt_double
-            types = [PyCustomOpDef.dt_int32 if i == "sequence_lens" else t for i in inputs]
-
-            def body(*arrays, key):
-                return _compute(inputs, outputs, arrays, key)
-
-            onnx_op(
-                op_type=name,
-                inputs=types,
-                outputs=[t] * len(outputs),
-                attrs={"key": PyCustomOpDef.dt_string},
-            )(body)
-            _op_types.add(name)
-    return name
-
-
-def _fast_hook(ocos):
-    """onnxruntime-extensions' dispatcher, returning arrays rather than lists.
-
-    Its own turns every output into a Python list (60 ns an element: 3 ms for a
-    128-stream Silero LSTM's outputs); its C++ side takes arrays as well.
-    """
-    odlist = ocos.Opdef._odlist
-
-    def invoke(k_id, feed, attributes):
-        op = odlist[k_id]
-        rv = op.body(*feed, **op.cast_attributes(attributes))
-        res: list[Any] = []
-        for r in rv if isinstance(rv, tuple) else (rv,):
-            r = np.asarray(r)
-            res.append(r.shape)
-            res.append(
-                np.ascontiguousarray(r).reshape(-1)
-                if r.dtype.kind in "fiub"
-                else r.flatten().tolist()
-            )
-        return (k_id, *res)
-
-    return invoke
-
-
 def _setup() -> str:
-    """Register the custom operators once per process; the library's path."""
+    """Register the native operators once per process; the library's path."""
     global _library
-    # Ctrl-C held off: an import (torch's, from the extensions) or a registration
-    # stopped half-way cannot be done again in this process
+    # Ctrl-C held off: a registration stopped half-way cannot be done again
     with _setup_lock, interrupts_held():
         if _library is not None:
             return _library
         try:
             import onnxruntime  # noqa: F401
-            from onnxruntime_extensions import PyCustomOpDef, _ocos, get_library_path
+
+            _library = native.register()
         except ImportError as e:
             raise HostUnavailable(f"{e.name or e} is not installed") from None
-        import onnxruntime_extensions
-
-        # every signature now: an operator registered after a session was made moved
-        # the ones that session holds, and freeing it then crashed
-        for signature in _signatures():
-            _op_type(*signature)
-        if onnxruntime_extensions.__version__.startswith(FAST_HOOK_VERSIONS):
-            PyCustomOpDef.install_hooker(_fast_hook(_ocos))
-        _library = get_library_path()
         return _library
 
 
 def _register(node: BoundNode) -> str:
     key = f"onnx-recurrent-{next(_keys)}"
-    _BOUND[key] = node
+    native.BOUND[key] = node
     return key
 
 
 def _forget(keys: Sequence[str]) -> None:
     for key in keys:
-        _BOUND.pop(key, None)
+        native.BOUND.pop(key, None)
 
 
 # -- the rewrite ----------------------------------------------------------------------
@@ -257,17 +95,15 @@ def _forget(keys: Sequence[str]) -> None:
 def rewrite(
     model: onnx.ModelProto, bound: Mapping[tuple[str, ...], BoundNode], keys: dict
 ) -> onnx.ModelProto:
-    """A copy of ``model`` whose recurrent nodes are custom nodes; ``keys`` receives
-    each bound node's registry key.
+    """A copy of ``model`` whose recurrent nodes are native custom nodes; ``keys``
+    receives each bound node's registry key.
 
     Raises
     ------
     HostUnavailable
-        A node whose element type cannot be told, or one onnxruntime-extensions
-        cannot pass.
+        A node whose element type cannot be told, or is not a float type.
     TypeError
-        A float16 or bfloat16 node (computed on float32 between ``Cast`` nodes) given
-        weights or states of another element type than X (the message names it).
+        Weights or states of another element type than X (the message names them).
     """
     out = onnx.ModelProto()
     out.CopyFrom(model)
@@ -283,7 +119,7 @@ def rewrite(
             if b is None:
                 nodes.append(node)
                 continue
-            nodes.extend(_custom_nodes(b, node, types, keys, counter))
+            nodes.append(_custom_node(b, node, types, keys, counter))
         del graph.node[:]
         graph.node.extend(nodes)
 
@@ -294,61 +130,45 @@ def rewrite(
     return out
 
 
-def _custom_nodes(b, node, types, keys, counter) -> list[onnx.NodeProto]:
+def _graphs(graph: onnx.GraphProto):
+    yield graph
+    for node in graph.node:
+        for sub in subgraphs(node):
+            yield from _graphs(sub)
+
+
+def _custom_node(b, node, types, keys, counter) -> onnx.NodeProto:
     rn = b.node
     elem = types.get(rn.input("X"))
     if elem is None and b.layer is not None:
         elem = helper.np_dtype_to_tensor_dtype(b.layer.dtype)
     if elem is None:
         raise HostUnavailable(f"{b.label}: the element type of X cannot be told")
-    compute = TensorProto.FLOAT if elem in CAST_TO_FLOAT else elem
-    if compute not in OP_TYPES:
-        name = TensorProto.DataType.Name(elem).lower()
-        raise HostUnavailable(f"{b.label}: X is {name}, which a recurrent node cannot take")
-    tag = f"onnx_recurrent::{next(counter)}"
-    nodes = []
-
-    def fed(spec_name: str) -> str:
-        name = rn.input(spec_name)
-        if spec_name == "sequence_lens" or compute == elem:
-            return name
-        if types.get(name, elem) != elem:  # the Cast would take it: say what it is
+    if elem not in OP_TYPES:
+        raise HostUnavailable(
+            f"{b.label}: X is {_type_name(elem)}, which a recurrent node cannot take"
+        )
+    inputs = [
+        rn.input(name)
+        if name in INPUTS[rn.op] and (name not in WEIGHTS or name in b.dynamic)
+        else ""
+        for name in native.INPUTS
+    ]
+    for spec_name, name in zip(native.INPUTS, inputs, strict=True):
+        given = types.get(name, elem) if name and spec_name != "sequence_lens" else elem
+        if given != elem:  # onnxruntime would refuse the custom node: say what it is
             raise RecurrentTypeError(
                 f"{b.label}: {spec_name} must have X's element type {_type_name(elem)}, "
-                f"got {_type_name(types[name])}"
+                f"got {_type_name(given)}"
             )
-        cast = f"{tag}::{spec_name}::float"
-        nodes.append(helper.make_node("Cast", [name], [cast], to=TensorProto.FLOAT))
-        return cast
-
-    present = [
-        i
-        for i in INPUT_LETTERS
-        if i in INPUTS[rn.op] and rn.input(i) and (i not in WEIGHTS or i in b.dynamic)
-    ]
-    inputs = [fed(i) for i in present]
-    outputs, casts = [], []
-    # Y if named, Y_h (and Y_c) always: fewer signatures to register
-    positions = ((0,) if rn.output(0) else ()) + tuple(range(1, b.n_outputs))
-    for i in positions:
-        name = rn.output(i) or f"{tag}::unused{i}"
-        if compute != elem and rn.output(i):
-            computed = f"{tag}::out{i}::float"
-            casts.append(helper.make_node("Cast", [computed], [name], to=elem))
-            name = computed
-        outputs.append(name)
-    if compute != elem:
-        b = b.computing(np.dtype(np.float32), helper.tensor_dtype_to_np_dtype(elem))
-    if (compute, tuple(present), positions) not in _SIGNATURES:  # registering one now
-        # would move those the live sessions hold
-        raise HostUnavailable(f"{b.label}: no custom operator takes {present}")
+    while inputs and not inputs[-1]:
+        inputs.pop()
     key = _register(b)
     keys[key] = b
-    op_type = _op_type(compute, tuple(present), positions)
-    nodes.append(
-        helper.make_node(op_type, inputs, outputs, name=node.name or tag, domain=DOMAIN, key=key)
+    tag = f"onnx_recurrent::{next(counter)}"
+    return helper.make_node(
+        OP_TYPES[elem], inputs, list(node.output), name=node.name or tag, domain=DOMAIN, key=key
     )
-    return nodes + casts
 
 
 # -- the host -------------------------------------------------------------------------
@@ -445,10 +265,37 @@ def _session_options(sess_options):
             options.add_session_config_entry(entry, value)
     else:
         _copy_options(sess_options, options)
-    # callbacks must run on the thread that called run (their errors are per thread)
+    # a node's Python path runs on the thread that called run (errors are per thread)
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    options.register_custom_ops_library(library)
-    return options
+    key = _settings(options)
+    with _setup_lock:
+        known = _options.get(key)
+        if known is None:
+            # the library registers its domains anew on every SessionOptions it is
+            # given and keeps them for the process: once per settings
+            options.register_custom_ops_library(library)
+            known = _options[key] = options
+    return known
+
+
+#: the host's SessionOptions by their settings (:func:`_settings`), the library
+#: registered on each once
+_options: dict[tuple, Any] = {}
+
+
+def _settings(options: Any) -> tuple:
+    """What can be read of a ``SessionOptions``: its attributes and the configuration
+    entries of :data:`SESSION_CONFIG_KEYS` that are set."""
+    values = []
+    for name, attribute in sorted(vars(type(options)).items()):
+        if isinstance(attribute, property) and attribute.fset is not None:
+            values.append((name, str(getattr(options, name))))
+    for key in SESSION_CONFIG_KEYS:
+        try:
+            values.append((key, options.get_session_config_entry(key)))
+        except Exception:  # not set: onnxruntime raises
+            continue
+    return tuple(values)
 
 
 def _copy_options(source: Any, target: Any) -> None:
@@ -499,6 +346,10 @@ class OnnxruntimeHost:
             if any(v.type.tensor_type.elem_type == TensorProto.BFLOAT16 for v in edges):
                 raise HostUnavailable("onnxruntime's Python API takes no bfloat16 arrays")
             rewritten = rewrite(model, bound, keys)
+            used = {
+                n.op_type for g in _graphs(rewritten.graph) for n in g.node if n.domain == DOMAIN
+            }
+            native.prepare({e for e, name in OP_TYPES.items() if name in used})
             import onnxruntime as ort
 
             options = _session_options(sess_options)
@@ -530,19 +381,22 @@ class OnnxruntimeHost:
             threading.current_thread() is threading.main_thread()
             and _signal.getsignal(_SIGINT) is _signal.default_int_handler
         )
+        aborted = False
         if guard:
             _signal.signal(_SIGINT, _on_sigint)
+            previous = native.interrupt_watch_start()
         try:
             try:
                 outputs = self._session.run(list(output_names), feeds, run_options)
             except Exception:
-                if state.error is None:
+                if state.error is None and not (guard and native.ABORT[0]):
                     raise
                 outputs = None
         finally:
             if guard:
+                aborted = native.interrupt_watch_end(previous)
                 _signal.signal(_SIGINT, _signal.default_int_handler)
-            error, interrupted = state.error, state.interrupted
+            error, interrupted = state.error, state.interrupted or aborted
             state.error, state.interrupted = None, False
         if error is not None:
             raise error

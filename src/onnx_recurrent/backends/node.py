@@ -1,0 +1,146 @@
+"""A whole node call in one compiled function, for one thread: the native nodes' entry.
+
+:func:`run_node` does what :func:`onnx_recurrent.scan.scan` does for one thread, in
+compiled code: each direction's rows sorted by length (longest first, so the rows
+still running at step ``k`` are a prefix), a reverse direction reading each sequence
+from its own last valid step, either layout, blocks of steps gathered into the
+compute buffer and scattered back into ``Y``; each block is
+:func:`.numba_backend._part_block` on the direction's :class:`.numba_backend.Plan`.
+Between blocks it reads ``abort[0]`` and returns 1 when it is set (a Ctrl-C).
+
+The arrays are the caller's: the onnxruntime host passes onnxruntime's own buffers
+(:mod:`onnx_recurrent.runtime.hosts.native`), already checked there.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+from numba.core import types
+
+from .jit_cache import jit, prepare
+from .numba_backend import PROJECT_BELOW, _part_block, plan_type
+
+_jit = jit(fastmath={"contract", "nsz"}, nogil=True, error_model="numpy")
+#: bytes of gate inputs of one block and multiply-adds of one block at most, as in
+#: :func:`onnx_recurrent.scan.block_steps`
+BLOCK_BYTES = 8 << 20
+BLOCK_MACS = 1 << 29
+MIN_BLOCK = 16
+
+
+@_jit
+def block_steps(gates, N, I, H, itemsize):
+    """Steps of one block (:func:`onnx_recurrent.scan.block_steps`, same figures)."""
+    G = max(gates * H * N, 1)
+    block = max(MIN_BLOCK, BLOCK_BYTES // (G * itemsize))
+    return max(min(block, BLOCK_MACS // (G * (H + I))), 1)
+
+
+@_jit
+def run_node(plan0, plan1, D, reverse, layout, X, lens, has_lens, h0, has_h0, c0, has_c0, Y,
+             write_Y, Yh, Yc, sync, calls, abort):  # fmt: skip
+    """One call of a recurrent node on checked arrays; returns 0, or 1 if aborted.
+
+    ``X``: ``[T, N, I]`` (``[N, T, I]`` if ``layout``); ``lens`` ``[N]`` int32 (read
+    if ``has_lens``); ``h0``, ``c0``: the initial states (read if ``has_*``);
+    ``Y`` ``[T, D, N, H]`` (``[N, T, D, H]``), written if ``write_Y``; ``Yh``, ``Yc``
+    ``[D, N, H]`` (``[N, D, H]``): the final states (``Yc``: LSTM only, else any
+    array); direction 0 runs ``plan0``, direction 1 ``plan1``; ``reverse``: the one
+    direction runs backwards. ``sync``, ``calls``: a one-share meeting
+    (:data:`.numba_backend._ALONE`).
+    """
+    if layout:
+        N, T, I = X.shape
+        H = Yh.shape[2]
+    else:
+        T, N, I = X.shape
+        H = Yh.shape[2]
+    dt = Yh.dtype
+    lstm = plan0.kind == 2
+    gates = 1 if plan0.kind == 0 else 3 if plan0.kind == 1 else 4
+    L = np.empty(N, np.int64)
+    ragged = False
+    for b in range(N):
+        L[b] = lens[b] if has_lens else T
+        ragged = ragged or L[b] < T
+    order = np.argsort(-L, kind="mergesort") if ragged else np.arange(N)
+    steps = L[order[0]] if N > 0 else 0
+    active = np.zeros(max(steps, 1), np.int64)
+    for i in range(N):
+        for k in range(L[order[i]]):
+            active[k] += 1
+    if write_Y and ragged:
+        Y[...] = 0
+    block = block_steps(gates, N, I, H, Yh.itemsize)
+    project = N < PROJECT_BELOW
+    for d in range(D):
+        plan = plan0 if d == 0 else plan1
+        back = reverse or d == 1
+        h = np.zeros((N, H), dt)
+        c = np.zeros((N if lstm else 0, H), dt)
+        for i in range(N):
+            b = order[i]
+            if has_h0:
+                src = h0[b, d] if layout else h0[d, b]
+                for j in range(H):
+                    h[i, j] = src[j]
+            if lstm and has_c0:
+                src = c0[b, d] if layout else c0[d, b]
+                for j in range(H):
+                    c[i, j] = src[j]
+        split = plan.split
+        gz = np.empty((1, N if split else 0, 3 * H), dt)
+        rh = np.empty((N if split else 0, H), dt)
+        for k0 in range(0, steps, block):
+            if abort[0] != 0:
+                return 1
+            k1 = min(steps, k0 + block)
+            n0 = active[k0]
+            xb = np.empty((k1 - k0, n0, I), dt)
+            for k in range(k0, k1):
+                for i in range(active[k]):
+                    b = order[i]
+                    t = L[b] - 1 - k if back else k
+                    src = X[b, t] if layout else X[t, b]
+                    dst = xb[k - k0, i]
+                    for j in range(I):
+                        dst[j] = src[j]
+            Yb = np.empty((k1 - k0, n0 if write_Y else 0, H), dt)
+            _part_block(plan, sync, calls, xb, h, h, c if lstm else h, gz, rh, active[k0:k1], Yb,
+                        write_Y, k0, project)  # fmt: skip
+            if write_Y:
+                for k in range(k0, k1):
+                    for i in range(active[k]):
+                        b = order[i]
+                        t = L[b] - 1 - k if back else k
+                        dst = Y[b, t, d] if layout else Y[t, d, b]
+                        src = Yb[k - k0, i]
+                        for j in range(H):
+                            dst[j] = src[j]
+        for i in range(N):
+            b = order[i]
+            hd = Yh[b, d] if layout else Yh[d, b]
+            ran = L[b] > 0
+            for j in range(H):
+                hd[j] = h[i, j] if ran else 0
+            if lstm:
+                cd = Yc[b, d] if layout else Yc[d, b]
+                for j in range(H):
+                    cd[j] = c[i, j] if ran else 0
+    return 0
+
+
+def prepare_node(dt: np.dtype) -> None:
+    """Compile (or load) :func:`.numba_backend._part_block` for the buffers
+    :func:`run_node` passes it, in ``dt``, before code calling :func:`run_node` is
+    compiled (the entry compiles nothing at call time, :func:`.jit_cache.prepare`)."""
+    e = numba.from_dtype(np.dtype(dt))
+    ints, flag = types.Array(types.int64, 1, "C"), types.boolean
+
+    def array(ndim: int) -> types.Array:
+        return types.Array(e, ndim, "C")
+
+    states = (array(2), array(2), array(2))  # h, spare, c
+    prepare(_part_block, (plan_type(dt), ints, ints, array(3), *states, array(3), array(2), ints,
+                          array(3), flag, types.int64, flag))  # fmt: skip

@@ -1,0 +1,532 @@
+"""Recurrent nodes as native onnxruntime kernels: compiled code, no Python per call.
+
+One custom operator per element type (``OnnxRecurrentFloat``, ``...Double``,
+``...Float16``, ``...BFloat16``, domain ``ai.onnx.contrib``) with the inputs and
+outputs of LSTM (``X W R B sequence_lens initial_h initial_c P`` -> ``Y Y_h Y_c``,
+all optional but X; a GRU or RNN node uses the first seven and two). Each is an
+``OrtCustomOp`` (onnxruntime's C API, struct version 16) handed to
+onnxruntime-extensions' ``AddExternalCustomOp``, so that the library onnxruntime
+loads with ``register_custom_ops_library`` serves it: no compiler at install.
+
+- ``CreateKernelV2`` (Python, when a session is made): the node's ``key`` attribute
+  names its :class:`~..bound.BoundNode`; the kernel is a block of int64 words
+  (:class:`Kernel`) holding the prepared plans, the attributes and addresses.
+- ``KernelComputeV2`` (a numba ``cfunc`` per compute type, float and double): reads
+  the inputs through the ``OrtApi`` onnxruntime passed to ``CreateKernelV2``, checks
+  them, asks onnxruntime for the outputs and runs :func:`..backends.node.run_node`
+  on onnxruntime's buffers, with no GIL and no Python frame.
+- What the compiled path does not take (weights computed at run time, float16 and
+  bfloat16, any input that fails a check, a stream's empty state) goes to the node's
+  Python path (:meth:`Kernel.compute`, a ctypes callback), which computes it as the
+  reference host does, or raises the error the functions raise; the exception is
+  kept for ``run`` (:class:`~.onnxruntime.OnnxruntimeHost`) and onnxruntime gets an
+  error status. The compiled code never raises.
+- ``abort``: a word the compiled loop reads between blocks; set when SIGINT arrives
+  during ``run`` (:func:`interrupt_watch`), so a long node stops within a block.
+
+Facts of onnxruntime's C API (onnxruntime_c_api.h, append-only ``OrtApi``): the
+``OrtApi*`` to use is the one onnxruntime passes to ``CreateKernelV2`` (the Python
+wheel's module does not export ``OrtGetApiBase``); a cfunc's exception would return 0
+(success) to onnxruntime; an external operator cannot be unregistered, so the
+structures live as long as the process.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import os
+import signal
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from onnx import TensorProto
+
+from ... import threads
+from ...scan import PARALLEL_MACS
+from ..bound import BoundNode
+
+DOMAIN = "ai.onnx.contrib"
+#: element type -> the custom operator computing it
+OP_TYPES = {
+    TensorProto.FLOAT: "OnnxRecurrentFloat",
+    TensorProto.DOUBLE: "OnnxRecurrentDouble",
+    TensorProto.FLOAT16: "OnnxRecurrentFloat16",
+    TensorProto.BFLOAT16: "OnnxRecurrentBFloat16",
+}
+#: the operators' inputs, by position (LSTM's; the others use a prefix)
+INPUTS = ("X", "W", "R", "B", "sequence_lens", "initial_h", "initial_c", "P")
+OUTPUTS = ("Y", "Y_h", "Y_c")
+_X, _W, _R, _B, _LENS, _H0, _C0, _P = range(8)
+
+#: indices in onnxruntime's ``OrtApi`` (onnxruntime_c_api.h; the struct only grows)
+API = {
+    "CreateStatus": 0,
+    "GetErrorMessage": 2,
+    "GetTensorMutableData": 51,
+    "GetTensorElementType": 60,
+    "GetDimensionsCount": 61,
+    "GetDimensions": 62,
+    "GetTensorTypeAndShape": 65,
+    "ReleaseTensorTypeAndShapeInfo": 99,
+    "ReleaseStatus": 93,
+    "KernelInfoGetAttribute_string": 87,
+    "KernelContext_GetInputCount": 88,
+    "KernelContext_GetOutputCount": 89,
+    "KernelContext_GetInput": 90,
+    "KernelContext_GetOutput": 91,
+    "KernelContext_ParallelFor": 274,
+}
+ORT_FAIL = 1
+ORT_INVALID_ARGUMENT = 2
+INPUT_OPTIONAL = 1
+_INT32 = TensorProto.INT32
+
+# -- onnxruntime's structures ---------------------------------------------------------
+
+
+class OrtCustomOp(ctypes.Structure):
+    """onnxruntime's ``struct OrtCustomOp`` up to version 16's ``KernelComputeV2``."""
+
+    _fields_ = [
+        ("version", ctypes.c_uint32),
+        *(
+            (name, ctypes.c_void_p)
+            for name in (
+                "CreateKernel",
+                "GetName",
+                "GetExecutionProviderType",
+                "GetInputType",
+                "GetInputTypeCount",
+                "GetOutputType",
+                "GetOutputTypeCount",
+                "KernelCompute",
+                "KernelDestroy",
+                "GetInputCharacteristic",
+                "GetOutputCharacteristic",
+                "GetInputMemoryType",
+                "GetVariadicInputMinArity",
+                "GetVariadicInputHomogeneity",
+                "GetVariadicOutputMinArity",
+                "GetVariadicOutputHomogeneity",
+                "CreateKernelV2",
+                "KernelComputeV2",
+            )
+        ),
+    ]
+
+
+_OP_VERSION = 16
+_c_op = ctypes.c_void_p
+_NAME = ctypes.CFUNCTYPE(ctypes.c_void_p, _c_op)
+_COUNT = ctypes.CFUNCTYPE(ctypes.c_size_t, _c_op)
+_AT = ctypes.CFUNCTYPE(ctypes.c_int, _c_op, ctypes.c_size_t)
+_INT = ctypes.CFUNCTYPE(ctypes.c_int, _c_op)
+_CREATE = ctypes.CFUNCTYPE(
+    ctypes.c_void_p, _c_op, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p
+)
+_DESTROY = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+_COMPUTE = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+
+#: numpy dtypes of the element types a node reads and writes
+_ELEMENT_DTYPES: dict[int, Callable[[], np.dtype]] = {
+    TensorProto.FLOAT: lambda: np.dtype(np.float32),
+    TensorProto.DOUBLE: lambda: np.dtype(np.float64),
+    TensorProto.FLOAT16: lambda: np.dtype(np.float16),
+    TensorProto.BFLOAT16: lambda: np.dtype(__import__("ml_dtypes").bfloat16),
+    TensorProto.INT32: lambda: np.dtype(np.int32),
+    TensorProto.INT64: lambda: np.dtype(np.int64),
+}
+
+
+_p, _size = ctypes.c_void_p, ctypes.c_size_t
+_out_p, _out_size = ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_size_t)
+#: (result, *arguments) of the ``OrtApi`` functions the Python side calls
+_SIGNATURES = {
+    "CreateStatus": (_p, ctypes.c_int, ctypes.c_char_p),
+    "GetErrorMessage": (ctypes.c_char_p, _p),
+    "ReleaseStatus": (None, _p),
+    "KernelInfoGetAttribute_string": (_p, _p, ctypes.c_char_p, _p, _out_size),
+    "KernelContext_GetInputCount": (_p, _p, _out_size),
+    "KernelContext_GetOutputCount": (_p, _p, _out_size),
+    "KernelContext_GetInput": (_p, _p, _size, _out_p),
+    "KernelContext_GetOutput": (_p, _p, _size, ctypes.POINTER(ctypes.c_int64), _size, _out_p),
+    "GetTensorMutableData": (_p, _p, _out_p),
+    "GetTensorTypeAndShape": (_p, _p, _out_p),
+    "GetTensorElementType": (_p, _p, ctypes.POINTER(ctypes.c_int)),
+    "GetDimensionsCount": (_p, _p, _out_size),
+    "GetDimensions": (_p, _p, ctypes.POINTER(ctypes.c_int64), _size),
+    "ReleaseTensorTypeAndShapeInfo": (None, _p),
+}
+
+
+class _Api:
+    """The ``OrtApi`` functions the Python side calls, from the table's address."""
+
+    def __init__(self, address: int) -> None:
+        self.address = address
+        table = (ctypes.c_void_p * (max(API.values()) + 1)).from_address(address)
+        for name, (restype, *argtypes) in _SIGNATURES.items():
+            setattr(self, name, ctypes.CFUNCTYPE(restype, *argtypes)(table[API[name]]))
+
+    def check(self, status: int | None) -> None:
+        """Raise onnxruntime's error of a status (RuntimeError), and release it."""
+        if status:
+            message = self.GetErrorMessage(status).decode(errors="replace")
+            self.ReleaseStatus(status)
+            raise RuntimeError(f"onnxruntime: {message}")
+
+    def status(self, code: int, message: str) -> int:
+        return self.CreateStatus(code, message.encode(errors="replace")) or 0
+
+    def input(self, context: int, index: int) -> np.ndarray | None:
+        """Input ``index`` of a kernel call, a read-only view of onnxruntime's buffer
+        valid during the call (None if absent)."""
+        value = ctypes.c_void_p()
+        self.check(self.KernelContext_GetInput(context, index, ctypes.byref(value)))
+        if not value.value:
+            return None
+        info = ctypes.c_void_p()
+        self.check(self.GetTensorTypeAndShape(value, ctypes.byref(info)))
+        element, count = ctypes.c_int(), ctypes.c_size_t()
+        try:
+            self.check(self.GetTensorElementType(info, ctypes.byref(element)))
+            self.check(self.GetDimensionsCount(info, ctypes.byref(count)))
+            dims = (ctypes.c_int64 * count.value)()
+            self.check(self.GetDimensions(info, dims, count.value))
+        finally:
+            self.ReleaseTensorTypeAndShapeInfo(info)
+        dtype = _ELEMENT_DTYPES[element.value]()
+        shape = tuple(dims)
+        size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        if size == 0:
+            return np.zeros(shape, dtype)
+        data = ctypes.c_void_p()
+        self.check(self.GetTensorMutableData(value, ctypes.byref(data)))
+        raw = (ctypes.c_char * size).from_address(data.value)
+        view = np.frombuffer(raw, dtype).reshape(shape)  # valid during the call only
+        view.flags.writeable = False
+        return view
+
+    def output(self, context: int, index: int, array: np.ndarray) -> None:
+        """Output ``index`` of a kernel call made and filled with ``array``."""
+        array = np.ascontiguousarray(array)
+        dims = (ctypes.c_int64 * array.ndim)(*array.shape)
+        value, data = ctypes.c_void_p(), ctypes.c_void_p()
+        self.check(
+            self.KernelContext_GetOutput(context, index, dims, array.ndim, ctypes.byref(value))
+        )
+        if array.nbytes:
+            self.check(self.GetTensorMutableData(value, ctypes.byref(data)))
+            ctypes.memmove(data.value, array.ctypes.data, array.nbytes)
+
+    def attribute(self, info: int, name: str) -> str:
+        size = ctypes.c_size_t(0)
+        self.check(self.KernelInfoGetAttribute_string(info, name.encode(), None, size))
+        buffer = ctypes.create_string_buffer(size.value)
+        self.check(self.KernelInfoGetAttribute_string(info, name.encode(), buffer, size))
+        return buffer.value.decode()
+
+
+_apis: dict[int, _Api] = {}
+
+
+def _api(address: int) -> _Api:
+    api = _apis.get(address)
+    if api is None:
+        api = _apis[address] = _Api(address)
+    return api
+
+
+# -- kernels --------------------------------------------------------------------------
+
+#: registry key (a node's ``key`` attribute) -> its bound node, while a session holds it
+BOUND: dict[str, BoundNode] = {}
+#: kernel block address -> its kernel, from ``CreateKernelV2`` to ``KernelDestroy``
+_KERNELS: dict[int, Kernel] = {}
+#: per thread inside ``run``: ``error`` (the first exception of a node's Python path),
+#: ``interrupted`` (SIGINT seen), ``guarded`` (in a node's Python path)
+state = threading.local()
+#: the word the compiled loop reads between blocks (SIGINT during ``run``)
+ABORT = np.zeros(1, np.int64)
+_INTERRUPTED = ctypes.create_string_buffer(b"onnx-recurrent: interrupted (SIGINT)")
+
+
+def record(error: BaseException) -> None:
+    """Keep the first exception of this thread's ``run``."""
+    if getattr(state, "error", None) is None:
+        state.error = error
+
+
+class Kernel:
+    """One node's kernel in one session: its block of words (see
+    :mod:`.native_compute`), its bound node, and its Python path."""
+
+    def __init__(self, node: BoundNode, api: int, element: int) -> None:
+        from . import native_compute as nc
+
+        self.node = node
+        self.element = element
+        self.plans: tuple = ()
+        block = np.zeros(nc.WORDS, np.int64)
+        block[nc.API] = api
+        block[nc.SLOW] = ctypes.cast(_SLOW, ctypes.c_void_p).value
+        block[nc.ABORT] = ABORT.ctypes.data
+        block[nc.INTERRUPTED] = ctypes.addressof(_INTERRUPTED)
+        block[nc.ZERO_STATES] = node.zero_size_states
+        block[nc.STATES] = 2 if node.op == "LSTM" else 1
+        names = node.node.node.output
+        block[nc.OUTPUTS] = sum(1 << i for i, name in enumerate(names) if name)
+        self.functions = np.zeros(len(nc.FUNCTION_NAMES), np.int64)
+        table = (ctypes.c_void_p * (max(API.values()) + 1)).from_address(api)
+        self.functions[:] = [table[API[name]] for name in nc.FUNCTION_NAMES]
+        block[nc.FUNCTIONS] = self.functions.ctypes.data
+        layer = node.layer
+        if layer is not None and element in (TensorProto.FLOAT, TensorProto.DOUBLE):
+            from ...backends import numba_backend as nb
+
+            spec, dt = layer.spec, layer.dtype
+            self.plans = tuple(
+                nb._plan(spec, w, spec.activations[d], dt, 1)
+                for d, w in enumerate(layer.directions())
+            )
+            block[nc.PLAN0] = nc.address_of(self.plans[0])
+            block[nc.PLAN1] = nc.address_of(self.plans[-1])
+            block[nc.D] = len(self.plans)
+            block[nc.REVERSE] = spec.direction == "reverse"
+            block[nc.LAYOUT] = spec.layout
+            block[nc.HIDDEN], block[nc.INPUT] = layer.hidden_size, layer.input_size
+            sync = nb._ALONE
+            block[nc.SYNC], block[nc.CALLS] = sync.sync.ctypes.data, sync.calls.ctypes.data
+            block[nc.GATES] = spec.cell.n_gates * spec.hidden_size
+            # a call large enough for threads runs on the pool (:mod:`onnx_recurrent.scan`)
+            block[nc.PARALLEL] = PARALLEL_MACS if threads.num_threads() > 1 else 0
+            block[nc.FAST] = 1
+        self.block = block
+        self.address = int(block.ctypes.data)
+
+    def compute(self, context: int) -> int:
+        """The Python path: the node through :class:`BoundNode` on copies of the
+        inputs, outputs copied into onnxruntime's; an ``OrtStatus*`` (0: success)."""
+        api = _api(int(self.block[0]))
+        node = self.node
+        try:
+            state.guarded = True
+            if getattr(state, "interrupted", False):
+                state.interrupted = False
+                raise KeyboardInterrupt
+            count = ctypes.c_size_t()
+            api.check(api.KernelContext_GetInputCount(context, ctypes.byref(count)))
+            given = [api.input(context, i) for i in range(count.value)]
+            given += [None] * (len(INPUTS) - len(given))
+            X, lengths = given[_X], given[_LENS]
+            if lengths is not None and lengths.size == 0:
+                lengths = None  # an empty batch
+            weights = None
+            if node.dynamic:
+                weights = {w: given[INPUTS.index(w)] for w in node.dynamic}
+            results = node(X, lengths, given[_H0], given[_C0], weights)
+            state.guarded = False
+            for i, name in enumerate(node.node.node.output):
+                if name:
+                    api.output(context, i, results[i])
+            return 0
+        except BaseException as e:  # an exception escaping a ctypes callback is lost
+            state.guarded = False
+            record(e)
+            return api.status(ORT_FAIL, f"onnx-recurrent: {node.label}: {type(e).__name__}")
+
+
+def _slow(kernel: int, context: int) -> int:
+    k = _KERNELS.get(kernel)
+    if k is None:  # cannot happen while onnxruntime holds the kernel
+        return 0
+    return k.compute(context)
+
+
+def _create_kernel(op: int, api: int, info: int, out: int) -> int:
+    ort = _api(api)
+    try:
+        key = ort.attribute(info, "key")
+        node = BOUND[key]
+        kernel = Kernel(node, api, _OPS_BY_ADDRESS[op])
+        _KERNELS[kernel.address] = kernel
+        ctypes.c_void_p.from_address(out).value = kernel.address
+        return 0
+    except BaseException as e:
+        record(e)
+        return ort.status(ORT_FAIL, f"onnx-recurrent: cannot make the kernel: {e}")
+
+
+def _destroy_kernel(kernel: int) -> None:
+    _KERNELS.pop(kernel, None)
+
+
+_SLOW = _COMPUTE(_slow)
+
+
+# -- the operators --------------------------------------------------------------------
+
+
+@dataclass
+class _Operator:
+    element: int
+    name: ctypes.Array
+    struct: OrtCustomOp
+
+
+_OPS_BY_ADDRESS: dict[int, int] = {}
+_operators: list[_Operator] = []
+_setup_lock = threading.Lock()
+
+
+def _input_type(op: int, index: int) -> int:
+    return _INT32 if index == _LENS else _OPS_BY_ADDRESS.get(op, 0)
+
+
+def _output_type(op: int, index: int) -> int:
+    return _OPS_BY_ADDRESS.get(op, 0)
+
+
+def _name(op: int) -> int:
+    for o in _operators:
+        if ctypes.addressof(o.struct) == op:
+            return ctypes.addressof(o.name)
+    return 0
+
+
+_CALLBACKS = {
+    "GetName": _NAME(_name),
+    "GetExecutionProviderType": _NAME(lambda op: 0),
+    "GetInputType": _AT(_input_type),
+    "GetInputTypeCount": _COUNT(lambda op: len(INPUTS)),
+    "GetOutputType": _AT(_output_type),
+    "GetOutputTypeCount": _COUNT(lambda op: len(OUTPUTS)),
+    "KernelDestroy": _DESTROY(_destroy_kernel),
+    "GetInputCharacteristic": _AT(lambda op, i: 0 if i == _X else INPUT_OPTIONAL),
+    "GetOutputCharacteristic": _AT(lambda op, i: INPUT_OPTIONAL),
+    "GetInputMemoryType": _AT(lambda op, i: 0),
+    "GetVariadicInputMinArity": _INT(lambda op: 1),
+    "GetVariadicInputHomogeneity": _INT(lambda op: 1),
+    "GetVariadicOutputMinArity": _INT(lambda op: 1),
+    "GetVariadicOutputHomogeneity": _INT(lambda op: 1),
+    "CreateKernelV2": _CREATE(_create_kernel),
+}
+
+
+def extensions_library() -> str:
+    """The path of onnxruntime-extensions' shared library, found without importing the
+    package (its ``__init__`` imports torch where torch is installed: 0.8 s).
+
+    Raises
+    ------
+    ImportError
+        onnxruntime-extensions is not installed (``name`` set).
+    """
+    spec = importlib.util.find_spec("onnxruntime_extensions")
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError("onnxruntime_extensions is not installed", name="onnxruntime_extensions")
+    for folder in spec.submodule_search_locations:
+        found = sorted(Path(folder).glob("_extensions_pydll*"))
+        found = [p for p in found if p.suffix in (".so", ".pyd", ".dylib")]
+        if found:
+            return os.fspath(found[0])
+    raise ImportError(
+        "onnxruntime_extensions has no _extensions_pydll library", name="onnxruntime_extensions"
+    )
+
+
+def register() -> str:
+    """The operators handed to onnxruntime-extensions' library, once per process (an
+    external operator cannot be taken back); the library's path, for
+    ``SessionOptions.register_custom_ops_library``."""
+    with _setup_lock:
+        library = extensions_library()
+        if _operators:
+            return library
+        add = ctypes.CDLL(library).AddExternalCustomOp
+        add.argtypes, add.restype = [ctypes.c_void_p], None
+        slow = ctypes.cast(_SLOW, ctypes.c_void_p).value
+        for element, name in OP_TYPES.items():
+            struct = OrtCustomOp(version=_OP_VERSION)
+            for field, callback in _CALLBACKS.items():
+                setattr(struct, field, ctypes.cast(callback, ctypes.c_void_p).value)
+            # the Python path until :func:`prepare` compiles this type's
+            struct.KernelComputeV2 = slow
+            operator = _Operator(element, ctypes.create_string_buffer(name.encode()), struct)
+            _operators.append(operator)
+            _OPS_BY_ADDRESS[ctypes.addressof(struct)] = element
+        for operator in _operators:
+            add(ctypes.addressof(operator.struct))
+        return library
+
+
+#: element types computed by compiled code, and their compute dtype
+COMPILED = {TensorProto.FLOAT: np.float32, TensorProto.DOUBLE: np.float64}
+
+
+def prepare(elements: set[int]) -> None:
+    """The compiled ``KernelComputeV2`` of each of ``elements`` that has one, compiled
+    or loaded now (before a session that has such nodes is made) and put in its
+    operator (onnxruntime reads the field at each call)."""
+    from . import native_compute
+
+    for operator in _operators:
+        if operator.element in elements and operator.element in COMPILED:
+            address = native_compute.compute_address(COMPILED[operator.element])
+            operator.struct.KernelComputeV2 = address
+
+
+# -- Ctrl-C during a native node ------------------------------------------------------
+
+_watch_lock = threading.Lock()
+_watch: tuple[int, int] | None = None  # (pid, the pipe's write end)
+
+
+def _watcher(fd: int) -> None:
+    """Sets :data:`ABORT` for each SIGINT Python's C handler writes to its wake-up fd."""
+    sigint = int(signal.SIGINT)
+    while True:
+        try:
+            data = os.read(fd, 64)
+        except InterruptedError:
+            continue
+        except OSError:
+            return
+        if not data:
+            return
+        if sigint in data:
+            ABORT[0] = 1
+
+
+def _wakeup_fd() -> int:
+    """The write end of the watcher's pipe, made once per process (a forked child
+    makes its own: the thread does not survive a fork)."""
+    global _watch
+    pid = os.getpid()
+    with _watch_lock:
+        if _watch is None or _watch[0] != pid:
+            r, w = os.pipe()
+            os.set_blocking(w, False)
+            threading.Thread(
+                target=_watcher, args=(r,), name="onnx-recurrent-sigint", daemon=True
+            ).start()
+            _watch = (pid, w)
+        return _watch[1]
+
+
+def interrupt_watch_start() -> int:
+    """On the main thread, before ``run``: SIGINT sets :data:`ABORT` (the compiled
+    loops stop within a block) as well as calling Python's handler later. Returns the
+    previous wake-up fd, for :func:`interrupt_watch_end`."""
+    ABORT[0] = 0
+    return signal.set_wakeup_fd(_wakeup_fd(), warn_on_full_buffer=False)
+
+
+def interrupt_watch_end(previous: int) -> bool:
+    """The previous wake-up fd back; whether a SIGINT stopped or would stop a node."""
+    signal.set_wakeup_fd(previous)
+    return bool(ABORT[0])

@@ -1,0 +1,285 @@
+"""The compiled half of :mod:`.native`: ``KernelComputeV2`` as numba ``cfunc`` s.
+
+A kernel is a block of int64 words (the indices below), made by
+:class:`.native.Kernel`. :func:`compute` reads the node's inputs through the
+``OrtApi`` table whose address is in the block, checks them, asks onnxruntime for the
+outputs and runs :func:`onnx_recurrent.backends.node.run_node` on onnxruntime's own
+buffers. Anything it does not take goes to the block's Python path (``SLOW``). It
+never raises: a failure is an ``OrtStatus``.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numba
+import numpy as np
+from llvmlite import ir
+from numba.core import cgutils, types
+from numba.core.extending import intrinsic
+
+from ...backends import numba_backend
+from ...backends.jit_cache import cfunc, jit
+from ...backends.node import prepare_node, run_node
+from ...backends.sync import c_call
+from ...threads import interrupts_held
+
+# the kernel block's words
+API, PLAN0, PLAN1, D, REVERSE, LAYOUT, HIDDEN, INPUT, FAST, SLOW = range(10)
+ABORT, SYNC, CALLS, OUTPUTS, ZERO_STATES, INTERRUPTED, STATES, FUNCTIONS = range(10, 18)
+# PARALLEL: multiply-adds of a call from which the Python path runs it on the pool
+# (0: never); GATES: gates * hidden_size
+PARALLEL, GATES = 18, 19
+WORDS = 20
+# FUNCTIONS: the address of the OrtApi functions used, in this order
+(CREATE_STATUS, GET_INPUT_COUNT, GET_INPUT, GET_OUTPUT, GET_DATA, GET_TYPE_AND_SHAPE,
+ GET_DIMENSIONS_COUNT, GET_DIMENSIONS, RELEASE_TYPE_AND_SHAPE) = range(9)  # fmt: skip
+FUNCTION_NAMES = (
+    "CreateStatus",
+    "KernelContext_GetInputCount",
+    "KernelContext_GetInput",
+    "KernelContext_GetOutput",
+    "GetTensorMutableData",
+    "GetTensorTypeAndShape",
+    "GetDimensionsCount",
+    "GetDimensions",
+    "ReleaseTensorTypeAndShapeInfo",
+)
+ORT_FAIL = 1
+
+_jit = jit(nogil=True, error_model="numpy")
+
+
+@intrinsic
+def _pointer(typingctx, address):
+    """An int64 address as a ``void*``."""
+
+    def codegen(context, builder, signature, args):
+        return builder.inttoptr(args[0], cgutils.voidptr_t)
+
+    return types.voidptr(types.int64), codegen
+
+
+@intrinsic
+def _address(typingctx, pointer):
+    """A ``void*`` as an int64."""
+
+    def codegen(context, builder, signature, args):
+        return builder.ptrtoint(args[0], ir.IntType(64))
+
+    return types.int64(types.voidptr), codegen
+
+
+@intrinsic
+def _plan_at(typingctx, address, plan_type):
+    """The :class:`.numba_backend.Plan` whose meminfo is at ``address`` (a new
+    reference; the Python side keeps the record alive)."""
+    ty = plan_type.instance_type
+
+    def codegen(context, builder, signature, args):
+        plan = cgutils.create_struct_proxy(ty)(context, builder)
+        meminfo = builder.inttoptr(args[0], plan.meminfo.type)
+        plan.meminfo = meminfo
+        context.nrt.incref(builder, ty, plan._getvalue())
+        return plan._getvalue()
+
+    return ty(types.int64, plan_type), codegen
+
+
+@intrinsic
+def plan_address(typingctx, plan):
+    """The address of a plan's meminfo (for :func:`_plan_at`)."""
+
+    def codegen(context, builder, signature, args):
+        proxy = cgutils.create_struct_proxy(signature.args[0])(context, builder, value=args[0])
+        return builder.ptrtoint(proxy.meminfo, ir.IntType(64))
+
+    return types.int64(plan), codegen
+
+
+@_jit
+def address_of(plan):
+    return plan_address(plan)
+
+
+@_jit
+def _dims(fn, value, out):
+    """``value``'s dimension count (-1 on failure, status in ``out[1]``), its dims in
+    ``out[8:16]`` (up to 8)."""
+    at = out.ctypes.data
+    s = c_call(fn[GET_TYPE_AND_SHAPE], value, at, 0, 0, 0, 0)
+    if s != 0:
+        out[1] = s
+        return -1
+    info = out[0]
+    s = c_call(fn[GET_DIMENSIONS_COUNT], info, at, 0, 0, 0, 0)
+    n = out[0]
+    if s == 0 and n <= 8:
+        s = c_call(fn[GET_DIMENSIONS], info, at + 64, n, 0, 0, 0)
+    c_call(fn[RELEASE_TYPE_AND_SHAPE], info, 0, 0, 0, 0, 0)
+    if s != 0:
+        out[1] = s
+        return -1
+    return n
+
+
+@_jit
+def _data(fn, value, out):
+    """The address of ``value``'s data (0 on failure, status in ``out[1]``)."""
+    s = c_call(fn[GET_DATA], value, out.ctypes.data, 0, 0, 0, 0)
+    if s != 0:
+        out[1] = s
+        return 0
+    return out[0]
+
+
+@_jit
+def _state_ok(fn, value, out, d0, d1, d2, zero):
+    """1: a state of shape ``[d0, d1, d2]``; 0: absent (or empty where ``zero``);
+    -1: anything else (the Python path says what); -2: onnxruntime failed."""
+    if value == 0:
+        return 0
+    n = _dims(fn, value, out)
+    if n < 0:
+        return -2
+    if n == 3 and out[8] == d0 and out[9] == d1 and out[10] == d2:
+        return 1
+    if zero and n == 3 and out[8] * out[9] * out[10] == 0:
+        return 0
+    return -1
+
+
+@_jit
+def compute(kernel, context, plan_type, dtype):
+    """The node on one call's inputs; an ``OrtStatus*`` (0: success)."""
+    k = numba.carray(_pointer(kernel), WORDS, np.int64)
+    if k[FAST] == 0:
+        return c_call(k[SLOW], kernel, context, 0, 0, 0, 0)
+    fn = numba.carray(_pointer(k[FUNCTIONS]), 9, np.int64)
+    out = np.zeros(16, np.int64)
+    at = out.ctypes.data
+    s = c_call(fn[GET_INPUT_COUNT], context, at, 0, 0, 0, 0)
+    if s != 0:
+        return s
+    values = np.zeros(8, np.int64)
+    for i in range(min(out[0], 8)):
+        s = c_call(fn[GET_INPUT], context, i, at, 0, 0, 0)
+        if s != 0:
+            return s
+        values[i] = out[0]
+    if values[0] == 0 or values[1] != 0:  # no X, or weights given per call
+        return c_call(k[SLOW], kernel, context, 0, 0, 0, 0)
+    n = _dims(fn, values[0], out)
+    if n < 0:
+        return out[1]
+    layout, H, I, Dn = k[LAYOUT], k[HIDDEN], k[INPUT], k[D]
+    if n != 3 or out[10] != I or out[8] < 0 or out[9] < 0:
+        return c_call(k[SLOW], kernel, context, 0, 0, 0, 0)
+    d0, d1 = out[8], out[9]
+    N, T = (d0, d1) if layout else (d1, d0)
+    if k[PARALLEL] != 0 and T * N * Dn * k[GATES] * (H + I) >= k[PARALLEL]:
+        return c_call(k[SLOW], kernel, context, 0, 0, 0, 0)  # threads: scan's pool
+    xp = _data(fn, values[0], out)
+    if xp == 0 and out[1] != 0:
+        return out[1]
+    X = numba.carray(_pointer(xp), (d0, d1, I), dtype)
+    lens = np.zeros(0, np.int32)
+    has_lens = values[4] != 0
+    if has_lens:
+        n = _dims(fn, values[4], out)
+        if n < 0:
+            return out[1]
+        if n != 1 or out[8] != N:
+            return c_call(k[SLOW], kernel, context, 0, 0, 0, 0)
+        lp = _data(fn, values[4], out)
+        if lp == 0 and out[1] != 0:
+            return out[1]
+        lens = numba.carray(_pointer(lp), N, np.int32)
+        for b in range(N):
+            if lens[b] < 0 or lens[b] > T:
+                return c_call(k[SLOW], kernel, context, 0, 0, 0, 0)
+    s0, s1 = (N, Dn) if layout else (Dn, N)
+    empty = np.zeros((0, 0, 0), dtype)
+    states = [empty, empty]
+    given = [False, False]
+    for j in range(k[STATES]):
+        ok = _state_ok(fn, values[5 + j], out, s0, s1, H, k[ZERO_STATES] != 0)
+        if ok == -2:
+            return out[1]
+        if ok == -1:
+            return c_call(k[SLOW], kernel, context, 0, 0, 0, 0)
+        if ok == 1:
+            p = _data(fn, values[5 + j], out)
+            if p == 0 and out[1] != 0:
+                return out[1]
+            states[j] = numba.carray(_pointer(p), (s0, s1, H), dtype)
+            given[j] = True
+    shape = np.zeros(4, np.int64)
+    wired = k[OUTPUTS]
+    if layout:
+        shape[0], shape[1], shape[2], shape[3] = N, T, Dn, H
+    else:
+        shape[0], shape[1], shape[2], shape[3] = T, Dn, N, H
+    Y = np.zeros((0, 0, 0, 0), dtype)
+    if wired & 1:
+        s = c_call(fn[GET_OUTPUT], context, 0, shape.ctypes.data, 4, at, 0)
+        if s != 0:
+            return s
+        p = _data(fn, out[0], out)
+        if p == 0 and out[1] != 0:
+            return out[1]
+        Y = numba.carray(_pointer(p), (shape[0], shape[1], shape[2], shape[3]), dtype)
+    shape[0], shape[1], shape[2] = s0, s1, H
+    finals = [np.empty((s0, s1, H), dtype), np.empty((s0, s1 if k[STATES] == 2 else 0, H), dtype)]
+    for j in range(k[STATES]):
+        if wired & (2 << j):
+            s = c_call(fn[GET_OUTPUT], context, 1 + j, shape.ctypes.data, 3, at, 0)
+            if s != 0:
+                return s
+            p = _data(fn, out[0], out)
+            if p == 0 and out[1] != 0:
+                return out[1]
+            finals[j] = numba.carray(_pointer(p), (s0, s1, H), dtype)
+    plan0 = _plan_at(k[PLAN0], plan_type)
+    plan1 = _plan_at(k[PLAN1], plan_type)
+    sync = numba.carray(_pointer(k[SYNC]), 8, np.int64)
+    calls = numba.carray(_pointer(k[CALLS]), 4, np.int64)
+    abort = numba.carray(_pointer(k[ABORT]), 1, np.int64)
+    Yc = finals[1] if k[STATES] == 2 else finals[0]
+    stopped = run_node(plan0, plan1, Dn, k[REVERSE] != 0, layout != 0, X, lens, has_lens,
+                       states[0], given[0], states[1], given[1], Y, (wired & 1) != 0,
+                       finals[0], Yc, sync, calls, abort)  # fmt: skip
+    if stopped:
+        return c_call(fn[CREATE_STATUS], ORT_FAIL, k[INTERRUPTED], 0, 0, 0, 0)
+    return 0
+
+
+_SIGNATURE = types.voidptr(types.voidptr, types.voidptr)
+_FLOAT_PLAN = numba_backend.plan_type(np.float32)
+_DOUBLE_PLAN = numba_backend.plan_type(np.float64)
+
+
+def _compute_float(kernel, context):
+    return _pointer(compute(_address(kernel), _address(context), _FLOAT_PLAN, np.float32))
+
+
+def _compute_double(kernel, context):
+    return _pointer(compute(_address(kernel), _address(context), _DOUBLE_PLAN, np.float64))
+
+
+_COMPUTES = {np.dtype(np.float32): _compute_float, np.dtype(np.float64): _compute_double}
+_compiled: dict[np.dtype, object] = {}  # the cfuncs: their code lives as long as they
+_lock = threading.Lock()
+
+
+def compute_address(dt: np.dtype) -> int:
+    """The address of ``KernelComputeV2`` for nodes computing in ``dt`` (float32 or
+    float64), compiled (or loaded from the cache) on first use, on this thread with
+    interrupts held off."""
+    dt = np.dtype(dt)
+    with _lock:
+        if dt not in _compiled:
+            with interrupts_held():
+                prepare_node(dt)
+                _compiled[dt] = cfunc(_SIGNATURE, _COMPUTES[dt], nogil=True)
+        return _compiled[dt].address

@@ -1,0 +1,250 @@
+"""Recurrent nodes as native onnxruntime kernels (issue 20): the compiled path runs where
+it should, gives the Python path's results bit for bit, and survives faults."""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+
+import numpy as np
+import pytest
+from onnx import numpy_helper
+
+import onnx_recurrent as orc
+
+from models import node_model, random_inputs
+
+pytest.importorskip("onnxruntime")
+if importlib.util.find_spec("onnxruntime_extensions") is None:  # its __init__ imports
+    # torch and sets PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION=python for the process
+    pytest.skip("the onnxruntime host needs onnxruntime-extensions", allow_module_level=True)
+
+from onnx_recurrent.runtime.hosts import native
+
+WEIGHTS = ("W", "R", "B", "P")
+
+
+def bound_model(op, feeds, attributes, outputs=None):
+    """A one-node model whose weights are initializers (bound when the session is made)."""
+    model = node_model(op, feeds, attributes, outputs=outputs)
+    for graph_input in [i for i in model.graph.input if i.name in WEIGHTS]:
+        model.graph.input.remove(graph_input)
+        model.graph.initializer.append(
+            numpy_helper.from_array(feeds[graph_input.name], graph_input.name)
+        )
+    return model, {k: v for k, v in feeds.items() if k not in WEIGHTS}
+
+
+class PythonPath:
+    """Counts the calls that take a kernel's Python path."""
+
+    def __init__(self, monkeypatch):
+        self.calls = 0
+        original = native.Kernel.compute
+
+        def spy(kernel, context):
+            self.calls += 1
+            return original(kernel, context)
+
+        monkeypatch.setattr(native.Kernel, "compute", spy)
+
+
+CASES = list(
+    itertools.product(
+        ("GRU", "LSTM", "RNN"),
+        ("forward", "reverse", "bidirectional"),
+        (0, 1),  # layout
+        (False, True),  # ragged lengths
+        (np.float32, np.float64),
+    )
+)
+
+
+@pytest.mark.parametrize(("op", "direction", "layout", "ragged", "dtype"), CASES)
+def test_the_compiled_path_equals_the_layer_bit_for_bit(
+    monkeypatch, op, direction, layout, ragged, dtype
+):
+    D = 2 if direction == "bidirectional" else 1
+    feeds = random_inputs(op, T=6, N=4, I=5, H=7, D=D, dtype=dtype)
+    if layout:  # batch-first X and states
+        for name in ("X", "initial_h", "initial_c"):
+            if name in feeds:
+                feeds[name] = np.ascontiguousarray(feeds[name].swapaxes(0, 1))
+    attributes = {"hidden_size": 7, "direction": direction, "layout": layout}
+    if op == "GRU":
+        attributes["linear_before_reset"] = int(ragged)
+    feeds["sequence_lens"] = np.array([6, 0, 2, 5] if ragged else [6] * 4, np.int32)
+    model, run_feeds = bound_model(op, feeds, attributes)
+    spy = PythonPath(monkeypatch)
+    session = orc.InferenceSession(model, host="onnxruntime")
+    got = session.run(None, run_feeds)
+    assert spy.calls == 0  # compiled, no Python
+    W, R, B = feeds["W"], feeds["R"], feeds.get("B")
+    layer = orc.Layer(op, W, R, B, attributes, feeds.get("P"))
+    states = [feeds.get("initial_h")] + ([feeds.get("initial_c")] if op == "LSTM" else [])
+    want = layer(feeds["X"], feeds.get("sequence_lens"), *states)
+    assert len(got) == len(want)
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_what_the_compiled_path_does_not_take_goes_to_python(monkeypatch):
+    spy = PythonPath(monkeypatch)
+    feeds = random_inputs("GRU", T=3, N=2, I=4, H=5, D=1)
+    dynamic = node_model("GRU", feeds, {"hidden_size": 5})  # weights fed per call
+    orc.InferenceSession(dynamic, host="onnxruntime").run(None, feeds)
+    assert spy.calls == 1
+    half = random_inputs("GRU", T=3, N=2, I=4, H=5, D=1, dtype=np.float16)
+    model, run_feeds = bound_model("GRU", half, {"hidden_size": 5})
+    got = orc.InferenceSession(model, host="onnxruntime").run(None, run_feeds)
+    assert spy.calls == 2 and got[0].dtype == np.float16
+    want = orc.InferenceSession(model, host="reference").run(None, run_feeds)
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_a_bad_input_is_the_same_error_under_both_hosts():
+    feeds = random_inputs("LSTM", T=4, N=3, I=4, H=5, D=1)
+    feeds["sequence_lens"] = np.array([4, 9, 1], np.int32)
+    model, run_feeds = bound_model("LSTM", feeds, {"hidden_size": 5})
+    messages = []
+    for host in ("onnxruntime", "reference"):
+        session = orc.InferenceSession(model, host=host)
+        with pytest.raises(
+            ValueError, match=r"sequence_lens must lie in \[0, seq_length=4\]"
+        ) as e:
+            session.run(None, run_feeds)
+        messages.append(str(e.value))
+        good = dict(run_feeds, sequence_lens=np.array([4, 2, 1], np.int32))
+        session.run(None, good)  # usable afterwards
+    assert messages[0] == messages[1]
+
+
+def test_the_plan_type_is_the_plans_own():
+    import numba
+
+    from onnx_recurrent.backends import numba_backend as nb
+
+    for dtype in (np.float32, np.float64):
+        for op, P in (("LSTM", True), ("GRU", False)):
+            feeds = random_inputs(op, T=2, N=1, I=3, H=4, D=1, dtype=dtype)
+            layer = orc.Layer(op, feeds["W"], feeds["R"], feeds.get("B"), {"hidden_size": 4},
+                              feeds.get("P") if P else None)  # fmt: skip
+            w = layer.directions()[0]
+            plan = nb._plan(layer.spec, w, layer.spec.activations[0], np.dtype(dtype), 1)
+            assert numba.typeof(plan) == nb.plan_type(dtype)
+
+
+def test_two_threads_run_one_session_and_get_the_same_results():
+    feeds = random_inputs("LSTM", T=50, N=4, I=16, H=32, D=2)
+    model, run_feeds = bound_model(
+        "LSTM", feeds, {"hidden_size": 32, "direction": "bidirectional"}
+    )
+    session = orc.InferenceSession(model, host="onnxruntime")
+    want = session.run(None, run_feeds)
+    failures = []
+
+    def worker():
+        for _ in range(50):
+            got = session.run(None, run_feeds)
+            if not all(np.array_equal(a, b) for a, b in zip(got, want, strict=True)):
+                failures.append(got)
+
+    workers = [threading.Thread(target=worker) for _ in range(2)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert not failures
+
+
+def _child(code: str) -> str:
+    tests = os.path.dirname(__file__)
+    child = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        # as a user's process has it: onnxruntime_extensions' __init__, imported by
+        # other tests, sets pure-Python protobuf (slower, and its memory grows)
+        env={
+            **{
+                k: v
+                for k, v in os.environ.items()
+                if k != "PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION"
+            },
+            "PYTHONPATH": tests,
+        },
+        cwd=tests,
+    )
+    assert child.returncode == 0, child.stderr[-3000:]
+    return child.stdout
+
+
+def test_a_session_imports_neither_torch_nor_the_extensions_package():
+    out = _child(
+        """
+        import sys
+        import onnx_recurrent as orc
+        from importlib import resources
+        import numpy as np, onnx
+        data = resources.files("onnx_recurrent") / "data"
+        session = orc.InferenceSession(str(data / "example_gru.onnx"), host="onnxruntime")
+        session.run(None, {"x": np.load(str(data / "example_input.npy"))})
+        print(sorted(m for m in ("torch", "onnxruntime_extensions") if m in sys.modules))
+        """
+    )
+    assert out.strip() == "[]"
+
+
+def test_a_forked_child_makes_and_runs_sessions():
+    if not hasattr(os, "fork"):
+        pytest.skip("no fork here")
+    out = _child(
+        """
+        import os
+        import numpy as np
+        import onnx_recurrent as orc
+        from test_native import bound_model
+        from models import random_inputs
+        feeds = random_inputs("GRU", T=20, N=2, I=8, H=16, D=2)
+        model, run = bound_model("GRU", feeds, {"hidden_size": 16, "direction": "bidirectional"})
+        want = orc.InferenceSession(model, host="onnxruntime").run(None, run)
+        pid = os.fork()
+        if pid == 0:
+            got = orc.InferenceSession(model, host="onnxruntime").run(None, run)
+            os._exit(0 if all(np.array_equal(a, b) for a, b in zip(got, want)) else 3)
+        _, status = os.waitpid(pid, 0)
+        print("child", os.waitstatus_to_exitcode(status))
+        """
+    )
+    assert out.strip() == "child 0"
+
+
+def test_sessions_made_and_dropped_leave_memory_flat():
+    out = _child(
+        """
+        import gc
+        import psutil
+        import onnx_recurrent as orc
+        from test_native import bound_model
+        from models import random_inputs
+        feeds = random_inputs("LSTM", T=4, N=1, I=64, H=64, D=1)
+        model, run = bound_model("LSTM", feeds, {"hidden_size": 64})
+        data = model.SerializeToString()
+        rss = psutil.Process().memory_info
+        for i in range(1000):
+            if i == 10:
+                gc.collect()
+                start = rss().rss
+            orc.InferenceSession(data, host="onnxruntime").run(None, run)
+        gc.collect()
+        print((rss().rss - start) / 2**20)
+        """
+    )
+    assert float(out.strip()) < 16.0, out  # was 37 MB before the options were shared
