@@ -798,12 +798,14 @@ def test_models_list_and_filter(capsys):
     names = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
     assert names == [c.name for c in bench.MODEL_CASES]
     assert {"silero-1", "silero-128", "example", "gru-layout1", "lstm-float64"} <= set(names)
-    assert {"rnn-affine", "lstm-input-forget"} <= set(names)
+    assert {"rnn-affine", "lstm-input-forget", "dtln", "gtcrn"} <= set(names)
     args = _parse("--models", "--list", "-k", "silero")
     assert args.handler(args) == 0
     assert [line.split()[0] for line in capsys.readouterr().out.splitlines()] == [
         "silero-1",
         "silero-128",
+        "fw-silero-1",
+        "fw-silero-312",
     ]
 
 

@@ -21,10 +21,12 @@ result), ``load`` (the busy processes), ``report`` and ``plot`` (the output), ``
 ``command`` (the command line).
 
 ``onnx-recurrent bench --models`` (module ``models``) times whole models instead: Silero
-VAD, the bundled example and single nodes that onnxruntime cannot run right by itself,
-ours through :class:`~onnx_recurrent.InferenceSession` under each host against
-onnxruntime, OpenVINO and onnx.reference alone, with the same timing, and reports each
-host's ratio to onnxruntime alone.
+VAD v6, public streaming models bundled under ``tests/data/models`` (Silero VAD as
+faster-whisper ships it, DTLN, GTCRN), the bundled example and single nodes that
+onnxruntime cannot run right by itself, ours through
+:class:`~onnx_recurrent.InferenceSession` under each host against onnxruntime, OpenVINO
+and onnx.reference alone, with the same timing, and reports each host's ratio to
+onnxruntime alone.
 """
 
 from __future__ import annotations
@@ -64,19 +66,26 @@ from .models import (
     MODEL_CASES,
     MODEL_OURS,
     MODEL_RUNTIMES,
+    MODELS_DIR_VARIABLE,
     ModelBench,
     ModelCase,
+    ModelFile,
     ModelResult,
     OursOnnxRuntimeHost,
     OursReferenceHost,
+    dtln_feeds,
     format_model_report,
     format_model_table,
+    gtcrn_feeds,
     known_wrong,
     make_model_cases,
     make_model_runtimes,
+    model_dirs,
     run_model_case,
     run_models,
     silero_feeds,
+    voice,
+    whisper_silero_feeds,
 )
 from .plot import check_plot_support, plot_ratios
 from .report import (
@@ -125,6 +134,7 @@ __all__ = [
     "LEGEND",
     "MAX_REPEATS",
     "MIN_REPEATS",
+    "MODELS_DIR_VARIABLE",
     "MODEL_CASES",
     "MODEL_OURS",
     "MODEL_RUNTIMES",
@@ -146,6 +156,7 @@ __all__ = [
     "CpuMeter",
     "ModelBench",
     "ModelCase",
+    "ModelFile",
     "ModelResult",
     "OnnxRuntime",
     "OpenVINO",
@@ -167,6 +178,7 @@ __all__ = [
     "check_plot_support",
     "cmd_bench",
     "cpu_model",
+    "dtln_feeds",
     "format_contention",
     "format_header",
     "format_model_report",
@@ -176,6 +188,7 @@ __all__ = [
     "format_report",
     "format_table",
     "git_commit",
+    "gtcrn_feeds",
     "known_wrong",
     "machine_info",
     "make_cases",
@@ -187,6 +200,7 @@ __all__ = [
     "make_transposed_model",
     "markdown_table",
     "max_abs_diff",
+    "model_dirs",
     "output_shapes",
     "parse_list",
     "physical_cores",
@@ -202,4 +216,6 @@ __all__ = [
     "table_columns",
     "time_alternating",
     "time_calls",
+    "voice",
+    "whisper_silero_feeds",
 ]

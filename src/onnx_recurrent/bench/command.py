@@ -184,11 +184,15 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument(
         "--models",
         action="store_true",
-        help="whole models instead of single operators: Silero VAD (1 and 128 streams "
-        "per call), the bundled example, and single nodes that onnxruntime cannot run "
-        "right by itself; ours through InferenceSession under each host (onnxruntime, "
-        "reference) against onnxruntime, OpenVINO and onnx.reference alone, with the "
-        f"ratios to onnxruntime alone (default budget {MODEL_BUDGET:g} s per model)",
+        help="whole models instead of single operators: Silero VAD v6 (1 and 128 streams "
+        "per call), public streaming models bundled under tests/data/models (Silero VAD "
+        "v6.0 as faster-whisper ships it, 1 chunk and 10 s per call; DTLN and GTCRN, one "
+        "frame per call; read from $ONNX_RECURRENT_MODELS_DIR or the installed package "
+        "that ships them outside a checkout), the bundled example, and single nodes that "
+        "onnxruntime cannot run right by itself; ours through InferenceSession under each "
+        "host (onnxruntime, reference) against onnxruntime, OpenVINO and onnx.reference "
+        "alone, with the ratios to onnxruntime alone (default budget "
+        f"{MODEL_BUDGET:g} s per model)",
     )
     p.add_argument(
         "--runtimes",
