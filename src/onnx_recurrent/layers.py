@@ -127,11 +127,8 @@ class Layer:
         )
         self._directions: tuple[Weights, ...] | None = None
         self._settled = False  # prepared.settle: its memory counted after a first call
-        # small time-major calls of full-length sequences: scan.sequence
-        self._short = not spec.layout and self.dtype in (
-            np.float32,
-            np.float64,
-        )
+        # small calls of full-length sequences: scan.sequence, one compiled call
+        self._short = self.dtype in (np.float32, np.float64)
         self._step_macs = spec.cell.n_gates * spec.hidden_size * (spec.hidden_size + W.shape[2])
         self.prepare()
 
@@ -259,11 +256,10 @@ class Layer:
             and type(X) is np.ndarray
             and X.dtype == self.dtype
             and X.ndim == 3
-            and X.flags.c_contiguous
             and X.shape[2] == self.W.shape[2]
             and X.shape[0] * X.shape[1] * self._step_macs < PARALLEL_MACS
         ):
-            states = self._states(X.shape[1], initial_h, initial_c)
+            states = self._states(X.shape[0 if self.spec.layout else 1], initial_h, initial_c)
             done = sequence(self.spec, self.directions(), X, states, output_sequence)
             if done is not None:
                 return done
@@ -280,17 +276,19 @@ class Layer:
         return self.compute(x, output_sequence)
 
     def _states(self, N: int, initial_h, initial_c) -> tuple[np.ndarray | None, ...]:
-        """The initial states of a time-major call, checked."""
+        """The initial states of a call of batch size ``N``, checked (in the layout)."""
         states = [initial_h]
         if self.spec.cell.n_peepholes:
             states.append(initial_c)
         elif initial_c is not None:
             raise RecurrentError(f"initial_c is for LSTM only, this layer is a {self.op}")
-        shape = (self.spec.num_directions, N, self.hidden_size)
-        for name, value in zip(("initial_h", "initial_c")[: len(states)], states, strict=True):
-            if value is not None:
-                check_state(name, value, shape, self.dtype)
-        return tuple(states)
+        D, H, layout = self.spec.num_directions, self.hidden_size, self.spec.layout
+        shape = (N, D, H) if layout else (D, N, H)
+        names = ("initial_h", "initial_c")[: len(states)]
+        return tuple(
+            None if value is None else check_state(name, value, shape, self.dtype, layout=layout)
+            for name, value in zip(names, states, strict=True)
+        )
 
     def compute(self, x: Inputs, output_sequence: bool = True) -> tuple[np.ndarray | None, ...]:
         """The node on inputs already checked (:func:`~onnx_recurrent.spec.check_call`)."""

@@ -138,29 +138,13 @@ def sequence(
     initial_states: tuple[np.ndarray | None, ...],
     output_sequence: bool,
 ) -> tuple[np.ndarray | None, ...] | None:
-    """:func:`scan` of a small time-major call of full-length sequences, X ``[T, N, I]``
-    C-ordered in its compute type, states checked: one compiled call per direction
-    where the backend has one (``run_sequence``; a reverse direction reads X flipped
-    and writes Y through a reversed view), else None (use :func:`scan`)."""
-    T, N, I = X.shape
-    run = getattr(backends.select(spec, X.dtype), "run_sequence", None)
-    if run is None or T == 0:
+    """:func:`scan` of a small call of full-length sequences, X in the caller's layout
+    and in the layer's dtype (float32 or float64), states checked: one compiled call
+    where the backend has one (``run_call``), else None (use :func:`scan`)."""
+    run = getattr(backends.select(spec, X.dtype), "run_call", None)
+    if run is None or X.shape[0] == 0 or X.shape[1] == 0:
         return None
-    D = spec.num_directions
-    shape = (D, N, spec.hidden_size)
-    finals = [
-        np.zeros(shape, X.dtype) if init is None else np.array(init, order="C")
-        for init in initial_states
-    ]
-    Y = np.empty((T, *shape), X.dtype) if output_sequence else None
-    block = block_steps(spec, N, I, X.dtype)
-    for d in range(D):
-        reverse = spec.direction == "reverse" or d == 1
-        Xd = np.ascontiguousarray(X[::-1]) if reverse else X
-        Yd = None if Y is None else Y[::-1, d : d + 1] if reverse else Y[:, d : d + 1]
-        states = [f[d : d + 1] for f in finals]
-        run(spec, directions[d], spec.activations[d], Xd, states, Yd, block)
-    return (Y, *finals)
+    return run(spec, directions, X, initial_states, output_sequence)
 
 
 def scan(

@@ -50,6 +50,8 @@ _preparing = threading.RLock()
 #: source directory -> cache root of ours ("" for numba's own choice, None for no cache)
 _plans: dict[str, str | None] = {}
 _warned = False
+#: (dispatcher, signature) pairs prepared (``dispatcher.signatures`` is a new list)
+_prepared: set[tuple] = set()
 #: the cached dispatchers, for :func:`cache_state`
 _cached: list = []
 
@@ -110,7 +112,10 @@ def prepare(dispatcher, signature: tuple) -> None:
         Its argument types.
     """
     signature = tuple(signature)
+    if (dispatcher, signature) in _prepared:
+        return
     if signature in dispatcher.signatures:
+        _prepared.add((dispatcher, signature))
         return
     with _preparing, interrupts_held():
         dispatcher.disable_compile(False)  # numba's switch for compiling at call time
@@ -118,6 +123,7 @@ def prepare(dispatcher, signature: tuple) -> None:
             dispatcher.compile(signature)
         finally:
             dispatcher.disable_compile(True)
+        _prepared.add((dispatcher, signature))
 
 
 def cache_state() -> tuple[bool, str | None]:

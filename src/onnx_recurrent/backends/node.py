@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import numba
 import numpy as np
-from numba.core import types
+from llvmlite import ir
+from numba.core import cgutils, types
+from numba.core.extending import intrinsic
 
 from .jit_cache import jit, prepare
 from .numba_backend import PROJECT_BELOW, _part_block, plan_type
@@ -27,6 +29,36 @@ _jit = jit(fastmath={"contract", "nsz"}, nogil=True, error_model="numpy")
 BLOCK_BYTES = 8 << 20
 BLOCK_MACS = 1 << 29
 MIN_BLOCK = 16
+
+
+@intrinsic
+def plan_at(typingctx, address, like):
+    """The :class:`.numba_backend.Plan` whose meminfo is at ``address`` (a new
+    reference; its owner keeps the record alive), of the dtype of the array ``like``."""
+    ty = plan_type(np.dtype(str(like.dtype)))
+
+    def codegen(context, builder, signature, args):
+        plan = cgutils.create_struct_proxy(ty)(context, builder)
+        plan.meminfo = builder.inttoptr(args[0], plan.meminfo.type)
+        context.nrt.incref(builder, ty, plan._getvalue())
+        return plan._getvalue()
+
+    return ty(types.int64, like), codegen
+
+
+@intrinsic
+def _meminfo(typingctx, plan):
+    def codegen(context, builder, signature, args):
+        proxy = cgutils.create_struct_proxy(signature.args[0])(context, builder, value=args[0])
+        return builder.ptrtoint(proxy.meminfo, ir.IntType(64))
+
+    return types.int64(plan), codegen
+
+
+@_jit
+def address_of(plan):
+    """The address :func:`plan_at` takes for ``plan``."""
+    return _meminfo(plan)
 
 
 @_jit
@@ -144,3 +176,52 @@ def prepare_node(dt: np.dtype) -> None:
     states = (array(2), array(2), array(2))  # h, spare, c
     prepare(_part_block, (plan_type(dt), ints, ints, array(3), *states, array(3), array(2), ints,
                           array(3), flag, types.int64, flag))  # fmt: skip
+
+
+#: run_layer's flags
+TWO_DIRECTIONS, REVERSE, LAYOUT, WRITE_Y, HAS_H0, HAS_C0, LSTM = (1 << i for i in range(7))
+
+
+@_jit
+def run_layer(address0, address1, X, h0, c0, flags):
+    """One small call of a layer on this thread, its outputs made here: ``(Y, Y_h,
+    Y_c)`` (``Y`` of size 0 unless ``WRITE_Y``; ``Y_c`` of size 0 unless ``LSTM``).
+    ``address0``, ``address1``: the directions' plans (:func:`address_of`; a record
+    passed by address: a record argument costs µs to type per call); ``flags``: the
+    bits above; ``X``, ``h0``, ``c0`` as :func:`run_node` takes them, in the layer's
+    dtype."""
+    plan0 = plan_at(address0, X)
+    plan1 = plan_at(address1, X)
+    D = 2 if flags & TWO_DIRECTIONS else 1
+    layout = (flags & LAYOUT) != 0
+    lstm = (flags & LSTM) != 0
+    write_Y = (flags & WRITE_Y) != 0
+    if layout:
+        N, T = X.shape[0], X.shape[1]
+    else:
+        T, N = X.shape[0], X.shape[1]
+    H = plan0.bounds[plan0.bounds.shape[0] - 1]
+    dt = X.dtype
+    Y = np.empty((N, T, D, H) if layout else (T, D, N, H), dt)
+    if not write_Y:
+        Y = np.empty((0, 0, 0, 0), dt)
+    state = (N, D, H) if layout else (D, N, H)
+    Yh = np.empty(state, dt)
+    Yc = np.empty(state if lstm else (0, 0, 0), dt)
+    sync, calls, abort = np.zeros(8, np.int64), np.zeros(4, np.int64), np.zeros(1, np.int64)
+    run_node(plan0, plan1, D, (flags & REVERSE) != 0, layout, X, np.zeros(0, np.int32), False,
+             h0, (flags & HAS_H0) != 0, c0, (flags & HAS_C0) != 0, Y, write_Y, Yh,
+             Yc if lstm else Yh, sync, calls, abort)  # fmt: skip
+    return Y, Yh, Yc
+
+
+def prepare_layer(dt: np.dtype) -> None:
+    """Compile (or load) :func:`run_layer` for ``dt``: X and the states C-ordered (a
+    signature the dispatcher matches without Python) and read-only ``'A'`` (any array
+    converts to it); and what it calls (:func:`prepare_node`)."""
+    prepare_node(dt)
+    e = numba.from_dtype(np.dtype(dt))
+    given = types.Array(e, 3, "A", readonly=True)
+    usual = types.Array(e, 3, "C")  # matched without Python; anything else converts
+    for array in (usual, given):
+        prepare(run_layer, (types.int64, types.int64, array, array, array, types.int64))

@@ -340,21 +340,6 @@ def _part_block(plan, sync, calls, xb, h, spare, c, gz, rh, active, Y, write_Y, 
                 return  # aborted
 
 
-@_jit
-def _sequence(plan, sync, calls, X, Yh, Yc, gz, rh, Y, write_Y, block, project):
-    """A whole forward call of full-length sequences on this thread: ``X`` ``[T, N,
-    I]`` C-ordered, ``Yh`` (``Yc``) ``[1, N, H]`` the initial states, updated in
-    place to the final ones, ``Y`` ``[T, 1, N, H]``; blocks of ``block`` steps."""
-    T, rows = X.shape[0], X.shape[1]
-    active = np.full(T, rows, np.int64)
-    h, c = Yh[0], Yc[0]
-    for k0 in range(0, T, block):
-        k1 = min(T, k0 + block)
-        Yb = Y[k0:k1, 0] if write_Y else Y[0:0, 0]
-        _part_block(plan, sync, calls, X[k0:k1], h, h, c, gz, rh, active[k0:k1], Yb, write_Y,
-                    k0, project)  # fmt: skip
-
-
 @_inline
 def _share(plan, s, sub, xb, k, n, old, new, c, gz, rh, pre, pre_h, hh, g, Y, write_Y, project):
     """Share ``s`` of step ``k``'s phase ``sub`` for its ``n`` running rows."""
@@ -449,6 +434,7 @@ structref.define_proxy(Plan, PlanType, list(_PLAN_FIELDS))
 _KIND = {"RNN": 0, "GRU": 1, "LSTM": 2}
 
 
+@functools.cache
 def plan_type(dt: np.dtype) -> types.Type:
     """numba's type of a :class:`Plan` of ``dt`` (as :func:`_new_plan` makes it), for
     compiled code that receives plans by address."""
@@ -514,20 +500,26 @@ def _plan(spec, w, acts: tuple, dt: np.dtype, shares: int) -> Plan:
 
 
 def _prepare_entries(plan: Plan, dt: np.dtype) -> None:
-    """``_part_block`` and ``_sequence`` compiled for plans of ``dt``: arrays that a
-    call may pass as views typed ``'A'``, inputs read-only; states and scratch
-    C-ordered (:meth:`NumbaBackend.run_block` passes them so)."""
+    """``_part_block`` compiled for plans of ``dt`` (:func:`_entries`)."""
+    for entry, signature in _entries(plan_type(dt), dt):
+        prepare(entry, signature)
+
+
+@functools.cache
+def _entries(plan: types.Type, dt: np.dtype) -> tuple:
+    """The entries' signatures for ``plan`` records of ``dt``: arrays that a call may
+    pass as views typed ``'A'``, inputs read-only; states and scratch C-ordered
+    (:meth:`NumbaBackend.run_block` passes them so). Made once: a type costs µs."""
     element = numba.from_dtype(dt)
 
     def array(ndim: int, layout: str = "C", readonly: bool = False) -> types.Array:
         return types.Array(element, ndim, layout, readonly=readonly)
 
     ints, flag = types.Array(types.int64, 1, "C"), types.boolean
-    head = (numba.typeof(plan), ints, ints)
-    prepare(_part_block, (*head, array(3, "A", True), array(2), array(2), array(2), array(3),
-                          array(2), ints, array(3, "A"), flag, types.int64, flag))  # fmt: skip
-    prepare(_sequence, (*head, array(3, "A", True), array(3), array(3), array(3), array(2),
-                        array(4, "A"), flag, types.int64, flag))  # fmt: skip
+    head = (plan, ints, ints)
+    block = (*head, array(3, "A", True), array(2), array(2), array(2), array(3), array(2), ints,
+             array(3, "A"), flag, types.int64, flag)  # fmt: skip
+    return ((_part_block, block),)
 
 
 def _make_plan(spec, w, acts: tuple, dt: np.dtype, shares: int) -> Plan:
@@ -565,6 +557,18 @@ def _make_plan(spec, w, acts: tuple, dt: np.dtype, shares: int) -> Plan:
     )  # fmt: skip
     w.derived_bytes[key] = sum(a.nbytes for a in (*fields, P, bounds))
     return plan
+
+
+def _address(spec, w, acts: tuple, dt: np.dtype) -> int:
+    """The address of the one-share :class:`Plan` of ``w`` (:func:`.node.address_of`),
+    kept beside it."""
+    key = ("numba address", dt)
+    address = w.derived.get(key)
+    if address is None:
+        from .node import address_of
+
+        address = w.derived[key] = address_of(_plan(spec, w, acts, dt, 1))
+    return address
 
 
 @functools.lru_cache(maxsize=256)
@@ -631,6 +635,10 @@ class NumbaBackend:
         ``dtype`` on ``shares`` shares will run, made and compiled now, on this thread
         (never in a pool thread, nor on a later call's path)."""
         _plan(spec, w, acts, np.dtype(dtype), shares)
+        if shares == 1:
+            from .node import prepare_layer
+
+            prepare_layer(np.dtype(dtype))
 
     def shares(self, spec, rows, dtype, shares) -> Shares:
         """Buffers for ``shares`` shares of the hidden units of ``rows`` rows
@@ -645,19 +653,33 @@ class NumbaBackend:
         rh = np.empty((rows if split else 0, H), dtype)
         return Shares(_ALONE if shares == 1 else Sync.make(shares), spare, gz, rh)
 
-    def run_sequence(self, spec, w, acts, X, finals, Y, block) -> None:
-        """A whole call of one direction (weights ``w``, activations ``acts``) over
-        full-length sequences on this thread, in the compute dtype: ``X`` ``[T, N, I]``
-        C-ordered, in the order of the steps; ``finals``: ``Y_h`` (and ``Y_c``) ``[1,
-        N, H]``, the initial states, become the final ones; ``Y`` ``[T, 1, N, H]`` (a
-        view in the order of the steps) or None."""
+    def run_call(self, spec, directions, X, initial_states, output_sequence) -> tuple:
+        """A whole small call of full-length sequences on this thread, in the
+        layer's dtype (float32 or float64), as one compiled call
+        (:func:`.node.run_layer`): ``X`` in the caller's layout, the initial states
+        checked (None: zeros); returns ``(Y or None, Y_h[, Y_c])``."""
+        from . import node
+
         dt = X.dtype
-        plan = _plan(spec, w, acts, dt, 1)
-        shared = self.shares(spec, X.shape[1], dt, 1)
-        _sequence(
-            plan, _ALONE.sync, _ALONE.calls, X, finals[0], finals[-1], shared.gz, shared.rh,
-            _no_Y(dt, 4) if Y is None else Y, Y is not None, block, X.shape[1] < PROJECT_BELOW,
-        )  # fmt: skip
+        plans = [_address(spec, w, spec.activations[d], dt) for d, w in enumerate(directions)]
+        h0 = initial_states[0]
+        c0 = initial_states[1] if len(initial_states) > 1 else None
+        flags = (
+            (node.TWO_DIRECTIONS if len(plans) == 2 else 0)
+            | (node.REVERSE if spec.direction == "reverse" else 0)
+            | (node.LAYOUT if spec.layout else 0)
+            | (node.WRITE_Y if output_sequence else 0)
+            | (node.HAS_H0 if h0 is not None else 0)
+            | (node.HAS_C0 if c0 is not None else 0)
+            | (node.LSTM if spec.cell.n_peepholes else 0)
+        )
+        empty = _no_Y(dt, 3)
+        Y, Y_h, Y_c = node.run_layer(
+            plans[0], plans[-1], X, empty if h0 is None else h0, empty if c0 is None else c0, flags
+        )
+        if spec.cell.n_peepholes:
+            return (Y if output_sequence else None, Y_h, Y_c)
+        return (Y if output_sequence else None, Y_h)
 
     def run_block(self, spec, w, acts, xb, states, active, Yb, shared=None, step0=0) -> None:
         h = states[0]

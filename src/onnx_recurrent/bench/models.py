@@ -309,6 +309,38 @@ def _example(seed: int):
     return model, {"x": np.load(str(data / "example_input.npy"))}
 
 
+def _rnn_chain(nodes: int, H: int) -> Callable[[int], tuple[Any, dict[str, np.ndarray]]]:
+    """``nodes`` RNN nodes one after another (T=1, N=1, I=H), each a ``Squeeze`` from the
+    next: the cost of a recurrent node itself, as small models with several see it."""
+
+    def build(seed: int):
+        from onnx import TensorProto, helper, numpy_helper
+
+        rng = np.random.default_rng(seed)
+        graph_nodes, weights, previous = [], [], "x"
+        for i in range(nodes):
+            for name in (f"W{i}", f"R{i}"):
+                value = rng.standard_normal((1, H, H)).astype(np.float32) / np.sqrt(H)
+                weights.append(numpy_helper.from_array(value, name))
+            graph_nodes.append(
+                helper.make_node("RNN", [previous, f"W{i}", f"R{i}"], [f"y{i}"], hidden_size=H)
+            )
+            graph_nodes.append(helper.make_node("Squeeze", [f"y{i}", "axis"], [f"s{i}"]))
+            previous = f"s{i}"
+        weights.append(numpy_helper.from_array(np.array([1], np.int64), "axis"))
+        graph = helper.make_graph(
+            graph_nodes,
+            "rnn_chain",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, H])],
+            [helper.make_tensor_value_info(previous, TensorProto.FLOAT, [1, 1, H])],
+            weights,
+        )
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+        return model, {"x": rng.standard_normal((1, 1, H)).astype(np.float32)}
+
+    return build
+
+
 def _node(
     op: str, *, layout: int = 0, dtype: str = "float32", **extra: Any
 ) -> Callable[[int], tuple[Any, dict[str, np.ndarray]]]:
@@ -426,6 +458,11 @@ MODEL_CASES: tuple[ModelCase, ...] = (
         "the bundled example_gru.onnx (PyTorch 2-layer bidirectional batch-first GRU + "
         "linear head) on example_input.npy",
         _example,
+    ),
+    ModelCase(
+        "rnn-chain-10",
+        "10 RNN nodes in a chain (T=1, N=1, I=H=4): the cost of a node itself",
+        _rnn_chain(10, 4),
     ),
     ModelCase("gru-layout1", f"one GRU node, layout=1 ({_AT})", _node("GRU", layout=1)),
     ModelCase(

@@ -414,30 +414,34 @@ def np_dtype(elem_type: int) -> np.dtype:
 def prune(model: onnx.ModelProto) -> None:
     """Remove, in place, the nodes whose outputs nothing uses and the initializers no
     node uses (a bound layer's weights and the nodes that computed them), in every
-    graph. Nodes with subgraphs and random ones stay."""
+    graph. Nodes with subgraphs and random ones stay. One pass from the outputs back
+    (an ONNX graph lists its nodes in topological order)."""
+    _prune_graph(model.graph)
 
-    while True:
-        used = {o.name for g in all_graphs(model.graph) for o in g.output}
-        used |= {i for _, n in walk(model.graph) for i in n.input}
-        removed = False
-        for g in all_graphs(model.graph):
-            keep = [
-                n
-                for n in g.node
-                if any(o in used for o in n.output)
-                or n.op_type in _RANDOM
-                or not is_default_domain(n.domain)
-                or any(True for _ in subgraphs(n))
-            ]
-            if len(keep) < len(g.node):
-                removed = True
-                del g.node[:]
-                g.node.extend(keep)
-        if not removed:
-            break
-    for g in all_graphs(model.graph):
-        fed = {i.name for i in g.input}
-        keep_t = [t for t in g.initializer if t.name in used or t.name in fed]
-        if len(keep_t) < len(g.initializer):
-            del g.initializer[:]
-            g.initializer.extend(keep_t)
+
+def _prune_graph(graph: onnx.GraphProto) -> set[str]:
+    """:func:`prune` of one graph; the names it reads (outer-scope ones included)."""
+    used = {o.name for o in graph.output}
+    keep = []
+    for node in reversed(graph.node):
+        subs = list(subgraphs(node))
+        if (
+            subs
+            or node.op_type in _RANDOM
+            or not is_default_domain(node.domain)
+            or any(o in used for o in node.output)
+        ):
+            keep.append(node)
+            used.update(node.input)
+            for sub in subs:
+                used |= _prune_graph(sub)
+    if len(keep) < len(graph.node):
+        keep.reverse()
+        del graph.node[:]
+        graph.node.extend(keep)
+    fed = {i.name for i in graph.input}
+    kept = [t for t in graph.initializer if t.name in used or t.name in fed]
+    if len(kept) < len(graph.initializer):
+        del graph.initializer[:]
+        graph.initializer.extend(kept)
+    return used

@@ -297,6 +297,7 @@ class InferenceSession:
             for arg in self._inputs
         }
         self._outputs = [NodeArg.of(v) for v in graph.output]
+        self._output_names = [o.name for o in self._outputs]
         for i, v in enumerate(graph.output):
             if not v.name:
                 raise RecurrentError(f"graph output {i} has no name")
@@ -346,12 +347,12 @@ class InferenceSession:
         return ModelMetadata.of(self._model)
 
     def _check_feeds(self, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
-        if not isinstance(feeds, Mapping):
+        if type(feeds) is not dict and not isinstance(feeds, Mapping):
             raise TypeError(
                 f"feeds must be a dict of input name to array, got {type(feeds).__name__}"
             )
         known = self._feed_checks
-        if len(feeds) != len(known) or any(name not in known for name in feeds):
+        if feeds.keys() != known.keys():
             unknown = sorted(set(feeds) - set(known))
             if unknown:
                 raise RecurrentError(
@@ -364,7 +365,8 @@ class InferenceSession:
         checked = {}
         for name, value in feeds.items():
             arg, expected, fixed = known[name]
-            array = np.asarray(value)
+            array = value if type(value) is np.ndarray else np.asarray(value)
+            checked[name] = array
             if array.dtype != expected:
                 raise RecurrentTypeError(
                     f"input {name!r}: expected element type {arg.type} ({expected}), "
@@ -382,7 +384,6 @@ class InferenceSession:
                             f"input {name!r}: expected shape {arg.shape}, got {list(array.shape)} "
                             f"(axis {axis})"
                         )
-            checked[name] = array
         return checked
 
     def run(
@@ -423,7 +424,7 @@ class InferenceSession:
                 f"{output_names!r} (write [{output_names!r}])"
             )
         checked = self._check_feeds(input_feed)
-        names = [o.name for o in self._outputs]
+        names = self._output_names
         if output_names is None:
             output_names = names
         else:

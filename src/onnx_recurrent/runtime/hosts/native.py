@@ -287,14 +287,15 @@ class Kernel:
         layer = node.layer
         if layer is not None and element in (TensorProto.FLOAT, TensorProto.DOUBLE):
             from ...backends import numba_backend as nb
+            from ...backends.node import address_of
 
             spec, dt = layer.spec, layer.dtype
             self.plans = tuple(
                 nb._plan(spec, w, spec.activations[d], dt, 1)
                 for d, w in enumerate(layer.directions())
             )
-            block[nc.PLAN0] = nc.address_of(self.plans[0])
-            block[nc.PLAN1] = nc.address_of(self.plans[-1])
+            block[nc.PLAN0] = address_of(self.plans[0])
+            block[nc.PLAN1] = address_of(self.plans[-1])
             block[nc.D] = len(self.plans)
             block[nc.REVERSE] = spec.direction == "reverse"
             block[nc.LAYOUT] = spec.layout
@@ -523,10 +524,14 @@ def interrupt_watch_start() -> int:
     loops stop within a block) as well as calling Python's handler later. Returns the
     previous wake-up fd, for :func:`interrupt_watch_end`."""
     ABORT[0] = 0
-    return signal.set_wakeup_fd(_wakeup_fd(), warn_on_full_buffer=False)
+    fd = _watch[1] if _watch is not None and _watch[0] == os.getpid() else _wakeup_fd()
+    return _set_wakeup_fd(fd, warn_on_full_buffer=False)
 
 
 def interrupt_watch_end(previous: int) -> bool:
     """The previous wake-up fd back; whether a SIGINT stopped or would stop a node."""
-    signal.set_wakeup_fd(previous)
+    _set_wakeup_fd(previous)
     return bool(ABORT[0])
+
+
+_set_wakeup_fd = signal.set_wakeup_fd

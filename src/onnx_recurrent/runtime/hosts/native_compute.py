@@ -18,9 +18,8 @@ from llvmlite import ir
 from numba.core import cgutils, types
 from numba.core.extending import intrinsic
 
-from ...backends import numba_backend
 from ...backends.jit_cache import cfunc, jit
-from ...backends.node import prepare_node, run_node
+from ...backends.node import plan_at, prepare_node, run_node
 from ...backends.sync import c_call
 from ...threads import interrupts_held
 
@@ -68,38 +67,6 @@ def _address(typingctx, pointer):
         return builder.ptrtoint(args[0], ir.IntType(64))
 
     return types.int64(types.voidptr), codegen
-
-
-@intrinsic
-def _plan_at(typingctx, address, plan_type):
-    """The :class:`.numba_backend.Plan` whose meminfo is at ``address`` (a new
-    reference; the Python side keeps the record alive)."""
-    ty = plan_type.instance_type
-
-    def codegen(context, builder, signature, args):
-        plan = cgutils.create_struct_proxy(ty)(context, builder)
-        meminfo = builder.inttoptr(args[0], plan.meminfo.type)
-        plan.meminfo = meminfo
-        context.nrt.incref(builder, ty, plan._getvalue())
-        return plan._getvalue()
-
-    return ty(types.int64, plan_type), codegen
-
-
-@intrinsic
-def plan_address(typingctx, plan):
-    """The address of a plan's meminfo (for :func:`_plan_at`)."""
-
-    def codegen(context, builder, signature, args):
-        proxy = cgutils.create_struct_proxy(signature.args[0])(context, builder, value=args[0])
-        return builder.ptrtoint(proxy.meminfo, ir.IntType(64))
-
-    return types.int64(plan), codegen
-
-
-@_jit
-def address_of(plan):
-    return plan_address(plan)
 
 
 @_jit
@@ -150,7 +117,7 @@ def _state_ok(fn, value, out, d0, d1, d2, zero):
 
 
 @_jit
-def compute(kernel, context, plan_type, dtype):
+def compute(kernel, context, dtype):
     """The node on one call's inputs; an ``OrtStatus*`` (0: success)."""
     k = numba.carray(_pointer(kernel), WORDS, np.int64)
     if k[FAST] == 0:
@@ -240,8 +207,8 @@ def compute(kernel, context, plan_type, dtype):
             if p == 0 and out[1] != 0:
                 return out[1]
             finals[j] = numba.carray(_pointer(p), (s0, s1, H), dtype)
-    plan0 = _plan_at(k[PLAN0], plan_type)
-    plan1 = _plan_at(k[PLAN1], plan_type)
+    plan0 = plan_at(k[PLAN0], X)
+    plan1 = plan_at(k[PLAN1], X)
     sync = numba.carray(_pointer(k[SYNC]), 8, np.int64)
     calls = numba.carray(_pointer(k[CALLS]), 4, np.int64)
     abort = numba.carray(_pointer(k[ABORT]), 1, np.int64)
@@ -255,16 +222,14 @@ def compute(kernel, context, plan_type, dtype):
 
 
 _SIGNATURE = types.voidptr(types.voidptr, types.voidptr)
-_FLOAT_PLAN = numba_backend.plan_type(np.float32)
-_DOUBLE_PLAN = numba_backend.plan_type(np.float64)
 
 
 def _compute_float(kernel, context):
-    return _pointer(compute(_address(kernel), _address(context), _FLOAT_PLAN, np.float32))
+    return _pointer(compute(_address(kernel), _address(context), np.float32))
 
 
 def _compute_double(kernel, context):
-    return _pointer(compute(_address(kernel), _address(context), _DOUBLE_PLAN, np.float64))
+    return _pointer(compute(_address(kernel), _address(context), np.float64))
 
 
 _COMPUTES = {np.dtype(np.float32): _compute_float, np.dtype(np.float64): _compute_double}

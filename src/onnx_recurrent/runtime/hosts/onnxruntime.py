@@ -17,10 +17,13 @@ onnxruntime returns.
 from __future__ import annotations
 
 import itertools
+import math
 import signal as signal_module
 import threading
 import weakref
+from _thread import get_ident as _get_ident
 from collections.abc import Mapping, Sequence
+from time import perf_counter as _clock
 from typing import Any
 
 import numpy as np
@@ -34,6 +37,9 @@ from ..graph import INPUTS, WEIGHTS, element_types, prune, subgraphs
 from . import native
 from .native import DOMAIN, OP_TYPES
 
+#: calls expected shorter than this run without the SIGINT watch (3 µs a call): a
+#: Ctrl-C then waits at most for the call's end
+UNGUARDED_SECONDS = 0.02
 #: onnxruntime's session options under this host when the caller gives none, and why
 SESSION_CONFIG = {
     # idle pool threads spin 200 µs, not onnxruntime's default (longer), before they
@@ -263,11 +269,11 @@ def _session_options(sess_options):
     if sess_options is None:
         for entry, value in SESSION_CONFIG.items():
             options.add_session_config_entry(entry, value)
+        key: tuple = ()
     else:
-        _copy_options(sess_options, options)
+        key = _copy_options(sess_options, options)
     # a node's Python path runs on the thread that called run (errors are per thread)
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    key = _settings(options)
     with _setup_lock:
         known = _options.get(key)
         if known is None:
@@ -278,28 +284,14 @@ def _session_options(sess_options):
     return known
 
 
-#: the host's SessionOptions by their settings (:func:`_settings`), the library
-#: registered on each once
+#: the host's SessionOptions by the caller's settings copied (:func:`_copy_options`;
+#: ``()``: none given), the library registered on each once
 _options: dict[tuple, Any] = {}
 
 
-def _settings(options: Any) -> tuple:
-    """What can be read of a ``SessionOptions``: its attributes and the configuration
-    entries of :data:`SESSION_CONFIG_KEYS` that are set."""
-    values = []
-    for name, attribute in sorted(vars(type(options)).items()):
-        if isinstance(attribute, property) and attribute.fset is not None:
-            values.append((name, str(getattr(options, name))))
-    for key in SESSION_CONFIG_KEYS:
-        try:
-            values.append((key, options.get_session_config_entry(key)))
-        except Exception:  # not set: onnxruntime raises
-            continue
-    return tuple(values)
-
-
-def _copy_options(source: Any, target: Any) -> None:
-    """The caller's settings that onnxruntime lets one read, onto ``target``."""
+def _copy_options(source: Any, target: Any) -> tuple:
+    """The caller's settings that onnxruntime lets one read, onto ``target``; what was
+    copied, as ``(name, value)`` pairs."""
     has_providers = getattr(source, "has_providers", None)
     if has_providers is not None and has_providers():
         raise HostUnavailable(
@@ -307,15 +299,20 @@ def _copy_options(source: Any, target: Any) -> None:
             "set_provider_selection_policy...), which onnx-recurrent cannot copy onto "
             "its own SessionOptions: pass providers=[...] to the session instead"
         )
-    for name, attribute in vars(type(target)).items():
+    copied = []
+    for name, attribute in sorted(vars(type(target)).items()):
         if isinstance(attribute, property) and attribute.fset is not None:
-            setattr(target, name, getattr(source, name))
+            value = getattr(source, name)
+            setattr(target, name, value)
+            copied.append((name, str(value)))
     for key in SESSION_CONFIG_KEYS:
         try:
             value = source.get_session_config_entry(key)
         except Exception:  # not set: onnxruntime raises
             continue
         target.add_session_config_entry(key, value)
+        copied.append((key, value))
+    return tuple(copied)
 
 
 class OnnxruntimeHost:
@@ -340,6 +337,11 @@ class OnnxruntimeHost:
         providers: Sequence[Any] | None = None,
     ):
         keys: dict[str, BoundNode] = {}
+        #: seconds per byte of feeds of the last call (:meth:`run`): a call expected
+        #: shorter than :data:`UNGUARDED_SECONDS` runs without the SIGINT watch, unless
+        #: a node runs Python on every call (``_floor``: always watched)
+        self._rate = math.inf
+        self._floor = 0.0
         try:
             _setup()  # HostUnavailable where a package is missing
             edges = [*model.graph.input, *model.graph.output]
@@ -350,6 +352,10 @@ class OnnxruntimeHost:
                 n.op_type for g in _graphs(rewritten.graph) for n in g.node if n.domain == DOMAIN
             }
             native.prepare({e for e, name in OP_TYPES.items() if name in used})
+            if any(b.dynamic or b.layer is None for b in keys.values()) or any(
+                name not in {OP_TYPES[e] for e in native.COMPILED} for name in used
+            ):  # a node's Python path runs on every call: always watched
+                self._floor = math.inf
             import onnxruntime as ort
 
             options = _session_options(sess_options)
@@ -376,28 +382,42 @@ class OnnxruntimeHost:
         self, output_names: Sequence[str], feeds: dict[str, np.ndarray], run_options: Any
     ) -> list[np.ndarray]:
         state = _state
-        state.error, state.interrupted, state.guarded = None, False, False
-        guard = (
-            threading.current_thread() is threading.main_thread()
-            and _signal.getsignal(_SIGINT) is _signal.default_int_handler
-        )
-        aborted = False
-        if guard:
-            _signal.signal(_SIGINT, _on_sigint)
-            previous = native.interrupt_watch_start()
-        try:
+        state.error = None
+        state.interrupted = False
+        nbytes = 0
+        for value in feeds.values():
+            nbytes += value.nbytes
+        if (
+            self._rate * nbytes < UNGUARDED_SECONDS
+            or _get_ident() != threading.main_thread().ident
+            or _signal.getsignal(_SIGINT) is not _signal.default_int_handler
+        ):  # a short call (a Ctrl-C waits for its end), or SIGINT not ours to watch
+            start = _clock()
             try:
-                outputs = self._session.run(list(output_names), feeds, run_options)
+                outputs = self._session.run(output_names, feeds, run_options)
             except Exception:
-                if state.error is None and not (guard and native.ABORT[0]):
+                error, state.error = state.error, None
+                if error is None:
                     raise
-                outputs = None
+                raise error from None
+            self._rate = max(self._floor, (_clock() - start) / (nbytes or 1))
+            return outputs
+        _signal.signal(_SIGINT, _on_sigint)
+        previous = native.interrupt_watch_start()
+        start = _clock()
+        try:
+            outputs = self._session.run(output_names, feeds, run_options)
+            self._rate = max(self._floor, (_clock() - start) / (nbytes or 1))
+        except Exception:
+            if state.error is None and not native.ABORT[0]:
+                raise
+            outputs = None
         finally:
-            if guard:
-                aborted = native.interrupt_watch_end(previous)
-                _signal.signal(_SIGINT, _signal.default_int_handler)
+            aborted = native.interrupt_watch_end(previous)
+            _signal.signal(_SIGINT, _signal.default_int_handler)
             error, interrupted = state.error, state.interrupted or aborted
-            state.error, state.interrupted = None, False
+            state.error = None
+            state.interrupted = False
         if error is not None:
             raise error
         if interrupted:
