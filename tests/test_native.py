@@ -125,6 +125,22 @@ def test_a_bad_input_is_the_same_error_under_both_hosts():
     assert messages[0] == messages[1]
 
 
+def test_weights_of_another_type_than_X_are_the_same_error_under_both_hosts():
+    # float64 weights bound to a float32 node: the compiled float path read float64
+    # plans as float32 ones and crashed the process
+    feeds = random_inputs("RNN", T=2, N=1, I=4, H=4, D=1, full=False)
+    model, run_feeds = bound_model("RNN", feeds, {"hidden_size": 4})
+    for tensor in model.graph.initializer:
+        array = numpy_helper.to_array(tensor).astype(np.float64)
+        tensor.CopyFrom(numpy_helper.from_array(array, tensor.name))
+    messages = []
+    for host in ("onnxruntime", "reference"):
+        with pytest.raises(TypeError, match="X must have the layer's dtype float64") as e:
+            orc.InferenceSession(model, host=host).run(None, run_feeds)
+        messages.append(str(e.value))
+    assert messages[0] == messages[1]
+
+
 def test_the_plan_type_is_the_plans_own():
     import numba
 

@@ -320,7 +320,7 @@ def _rnn_chain(nodes: int, H: int) -> Callable[[int], tuple[Any, dict[str, np.nd
         graph_nodes, weights, previous = [], [], "x"
         for i in range(nodes):
             for name in (f"W{i}", f"R{i}"):
-                value = rng.standard_normal((1, H, H)).astype(np.float32) / np.sqrt(H)
+                value = (rng.standard_normal((1, H, H)) / np.sqrt(H)).astype(np.float32)
                 weights.append(numpy_helper.from_array(value, name))
             graph_nodes.append(
                 helper.make_node("RNN", [previous, f"W{i}", f"R{i}"], [f"y{i}"], hidden_size=H)

@@ -285,7 +285,8 @@ class Kernel:
         self.functions[:] = [table[API[name]] for name in nc.FUNCTION_NAMES]
         block[nc.FUNCTIONS] = self.functions.ctypes.data
         layer = node.layer
-        if layer is not None and element in (TensorProto.FLOAT, TensorProto.DOUBLE):
+        compiled = COMPILED.get(element)
+        if layer is not None and compiled is not None and layer.dtype == compiled:
             from ...backends import numba_backend as nb
             from ...backends.node import address_of
 
