@@ -93,6 +93,34 @@ def test_the_compiled_path_equals_the_layer_bit_for_bit(
         np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.parametrize(
+    ("op", "direction", "layout", "N"),
+    [("LSTM", "bidirectional", 0, 4), ("GRU", "forward", 1, 6), ("RNN", "reverse", 0, 3)],
+)
+def test_a_large_call_on_onnxruntimes_threads_equals_the_layer(
+    monkeypatch, op, direction, layout, N
+):
+    # large enough for threads: directions and slices of rows as ParallelFor tasks
+    monkeypatch.setenv("ONNX_RECURRENT_NUM_THREADS", "2")
+    D = 2 if direction == "bidirectional" else 1
+    feeds = random_inputs(op, T=300, N=N, I=64, H=64, D=D)
+    feeds["sequence_lens"] = np.linspace(300, 1, N).astype(np.int32)
+    if layout:
+        for name in ("X", "initial_h", "initial_c"):
+            if name in feeds:
+                feeds[name] = np.ascontiguousarray(feeds[name].swapaxes(0, 1))
+    attributes = {"hidden_size": 64, "direction": direction, "layout": layout}
+    model, run_feeds = bound_model(op, feeds, attributes)
+    spy = PythonPath(monkeypatch)
+    got = orc.InferenceSession(model, host="onnxruntime").run(None, run_feeds)
+    assert spy.calls == 0
+    layer = orc.Layer(op, feeds["W"], feeds["R"], feeds.get("B"), attributes, feeds.get("P"))
+    states = [feeds.get("initial_h")] + ([feeds.get("initial_c")] if op == "LSTM" else [])
+    want = layer(feeds["X"], feeds["sequence_lens"], *states)
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_what_the_compiled_path_does_not_take_goes_to_python(monkeypatch):
     spy = PythonPath(monkeypatch)
     feeds = random_inputs("GRU", T=3, N=2, I=4, H=5, D=1)

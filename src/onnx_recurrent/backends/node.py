@@ -215,13 +215,19 @@ def run_layer(address0, address1, X, h0, c0, flags):
     return Y, Yh, Yc
 
 
+_prepared_layers: set[np.dtype] = set()
+
+
 def prepare_layer(dt: np.dtype) -> None:
     """Compile (or load) :func:`run_layer` for ``dt``: X and the states C-ordered (a
     signature the dispatcher matches without Python) and read-only ``'A'`` (any array
     converts to it); and what it calls (:func:`prepare_node`)."""
+    if dt in _prepared_layers:
+        return
     prepare_node(dt)
     e = numba.from_dtype(np.dtype(dt))
     given = types.Array(e, 3, "A", readonly=True)
     usual = types.Array(e, 3, "C")  # matched without Python; anything else converts
     for array in (usual, given):
         prepare(run_layer, (types.int64, types.int64, array, array, array, types.int64))
+    _prepared_layers.add(dt)

@@ -635,10 +635,6 @@ class NumbaBackend:
         ``dtype`` on ``shares`` shares will run, made and compiled now, on this thread
         (never in a pool thread, nor on a later call's path)."""
         _plan(spec, w, acts, np.dtype(dtype), shares)
-        if shares == 1:
-            from .node import prepare_layer
-
-            prepare_layer(np.dtype(dtype))
 
     def shares(self, spec, rows, dtype, shares) -> Shares:
         """Buffers for ``shares`` shares of the hidden units of ``rows`` rows
@@ -661,6 +657,7 @@ class NumbaBackend:
         from . import node
 
         dt = X.dtype
+        node.prepare_layer(dt)  # once per dtype, on this thread (no pool thread waits)
         plans = [_address(spec, w, spec.activations[d], dt) for d, w in enumerate(directions)]
         h0 = initial_states[0]
         c0 = initial_states[1] if len(initial_states) > 1 else None

@@ -304,8 +304,11 @@ class Kernel:
             sync = nb._ALONE
             block[nc.SYNC], block[nc.CALLS] = sync.sync.ctypes.data, sync.calls.ctypes.data
             block[nc.GATES] = spec.cell.n_gates * spec.hidden_size
-            # a call large enough for threads runs on the pool (:mod:`onnx_recurrent.scan`)
+            # a call large enough for threads: its directions and slices of rows on
+            # onnxruntime's threads; one row: on the pool (:mod:`onnx_recurrent.scan`)
             block[nc.PARALLEL] = PARALLEL_MACS if threads.num_threads() > 1 else 0
+            block[nc.SLICES] = threads.num_threads()
+            block[nc.TASK] = nc.task_address(dt)
             block[nc.FAST] = 1
         self.block = block
         self.address = int(block.ctypes.data)

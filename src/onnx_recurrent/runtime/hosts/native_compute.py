@@ -26,13 +26,19 @@ from ...threads import interrupts_held
 # the kernel block's words
 API, PLAN0, PLAN1, D, REVERSE, LAYOUT, HIDDEN, INPUT, FAST, SLOW = range(10)
 ABORT, SYNC, CALLS, OUTPUTS, ZERO_STATES, INTERRUPTED, STATES, FUNCTIONS = range(10, 18)
-# PARALLEL: multiply-adds of a call from which the Python path runs it on the pool
-# (0: never); GATES: gates * hidden_size
-PARALLEL, GATES = 18, 19
-WORDS = 20
+# PARALLEL: multiply-adds of a call from which it runs on threads (0: never); GATES:
+# gates * hidden_size; SLICES: slices of the batch a large call is cut into; TASK: the
+# address of the ParallelFor callback (:func:`task_address`)
+PARALLEL, GATES, SLICES, TASK = 18, 19, 20, 21
+WORDS = 22
+# a large call's words (``usr_data`` of KernelContext_ParallelFor)
+(T_KERNEL, T_X, T_D0, T_D1, T_LENS, T_H0, T_C0, T_Y, T_YH, T_YC, T_FLAGS, T_N, T_T,
+ T_SLICES, T_RESULTS) = range(15)  # fmt: skip
+T_FLAG_LENS, T_FLAG_H0, T_FLAG_C0, T_FLAG_Y = 1, 2, 4, 8
 # FUNCTIONS: the address of the OrtApi functions used, in this order
 (CREATE_STATUS, GET_INPUT_COUNT, GET_INPUT, GET_OUTPUT, GET_DATA, GET_TYPE_AND_SHAPE,
- GET_DIMENSIONS_COUNT, GET_DIMENSIONS, RELEASE_TYPE_AND_SHAPE) = range(9)  # fmt: skip
+ GET_DIMENSIONS_COUNT, GET_DIMENSIONS, RELEASE_TYPE_AND_SHAPE,
+ PARALLEL_FOR) = range(10)  # fmt: skip
 FUNCTION_NAMES = (
     "CreateStatus",
     "KernelContext_GetInputCount",
@@ -43,6 +49,7 @@ FUNCTION_NAMES = (
     "GetDimensionsCount",
     "GetDimensions",
     "ReleaseTensorTypeAndShapeInfo",
+    "KernelContext_ParallelFor",
 )
 ORT_FAIL = 1
 
@@ -122,7 +129,7 @@ def compute(kernel, context, dtype):
     k = numba.carray(_pointer(kernel), WORDS, np.int64)
     if k[FAST] == 0:
         return c_call(k[SLOW], kernel, context, 0, 0, 0, 0)
-    fn = numba.carray(_pointer(k[FUNCTIONS]), 9, np.int64)
+    fn = numba.carray(_pointer(k[FUNCTIONS]), len(FUNCTION_NAMES), np.int64)
     out = np.zeros(16, np.int64)
     at = out.ctypes.data
     s = c_call(fn[GET_INPUT_COUNT], context, at, 0, 0, 0, 0)
@@ -144,8 +151,10 @@ def compute(kernel, context, dtype):
         return c_call(k[SLOW], kernel, context, 0, 0, 0, 0)
     d0, d1 = out[8], out[9]
     N, T = (d0, d1) if layout else (d1, d0)
-    if k[PARALLEL] != 0 and T * N * Dn * k[GATES] * (H + I) >= k[PARALLEL]:
-        return c_call(k[SLOW], kernel, context, 0, 0, 0, 0)  # threads: scan's pool
+    large = k[PARALLEL] != 0 and T * N * Dn * k[GATES] * (H + I) >= k[PARALLEL]
+    slices = min(N, k[SLICES]) if large else 1
+    if large and Dn * slices < 2:  # one row: threads share its hidden units (scan's pool)
+        return c_call(k[SLOW], kernel, context, 0, 0, 0, 0)
     xp = _data(fn, values[0], out)
     if xp == 0 and out[1] != 0:
         return out[1]
@@ -207,6 +216,27 @@ def compute(kernel, context, dtype):
             if p == 0 and out[1] != 0:
                 return out[1]
             finals[j] = numba.carray(_pointer(p), (s0, s1, H), dtype)
+    if Dn * slices > 1:  # directions and slices of rows on onnxruntime's threads
+        task = np.zeros(T_RESULTS + Dn * slices, np.int64)
+        task[T_KERNEL], task[T_X], task[T_D0], task[T_D1] = kernel, xp, d0, d1
+        task[T_N], task[T_T], task[T_SLICES] = N, T, slices
+        task[T_LENS] = lens.ctypes.data
+        task[T_H0], task[T_C0] = states[0].ctypes.data, states[1].ctypes.data
+        task[T_Y], task[T_YH], task[T_YC] = Y.ctypes.data, finals[0].ctypes.data, 0
+        if k[STATES] == 2:
+            task[T_YC] = finals[1].ctypes.data
+        task[T_FLAGS] = (
+            (T_FLAG_LENS if has_lens else 0) | (T_FLAG_H0 if given[0] else 0)
+            | (T_FLAG_C0 if given[1] else 0) | (T_FLAG_Y if wired & 1 else 0)
+        )  # fmt: skip
+        total = Dn * slices
+        s = c_call(fn[PARALLEL_FOR], context, k[TASK], total, total, task.ctypes.data, 0)
+        if s != 0:
+            return s
+        for i in range(total):
+            if task[T_RESULTS + i] != 0:
+                return c_call(fn[CREATE_STATUS], ORT_FAIL, k[INTERRUPTED], 0, 0, 0, 0)
+        return 0
     plan0 = plan_at(k[PLAN0], X)
     plan1 = plan_at(k[PLAN1], X)
     sync = numba.carray(_pointer(k[SYNC]), 8, np.int64)
@@ -221,7 +251,61 @@ def compute(kernel, context, dtype):
     return 0
 
 
+@_jit
+def task(usr, i, dtype):
+    """ParallelFor's task ``i`` of a large call (words ``T_*`` at ``usr``): direction
+    ``i % D`` of the ``i // D``-th slice of the batch's rows, on views of
+    onnxruntime's buffers; its result (1: aborted) in ``T_RESULTS + i``."""
+    t = numba.carray(_pointer(usr), T_RESULTS, np.int64)
+    k = numba.carray(_pointer(t[T_KERNEL]), WORDS, np.int64)
+    Dn, layout, H, I = k[D], k[LAYOUT] != 0, k[HIDDEN], k[INPUT]
+    N, T, S, flags = t[T_N], t[T_T], t[T_SLICES], t[T_FLAGS]
+    d, s = i % Dn, i // Dn
+    lo, hi = s * N // S, (s + 1) * N // S
+    X = numba.carray(_pointer(t[T_X]), (t[T_D0], t[T_D1], I), dtype)
+    state = (N, Dn, H) if layout else (Dn, N, H)
+    lstm = k[STATES] == 2
+    lens = numba.carray(_pointer(t[T_LENS]), N if flags & T_FLAG_LENS else 0, np.int32)
+    h0 = numba.carray(_pointer(t[T_H0]), state if flags & T_FLAG_H0 else (0, 0, 0), dtype)
+    c0 = numba.carray(_pointer(t[T_C0]), state if flags & T_FLAG_C0 else (0, 0, 0), dtype)
+    Yh = numba.carray(_pointer(t[T_YH]), state, dtype)
+    Yc = numba.carray(_pointer(t[T_YC] if lstm else t[T_YH]), state, dtype)
+    write_Y = (flags & T_FLAG_Y) != 0
+    shape = ((N, T, Dn, H) if layout else (T, Dn, N, H)) if write_Y else (0, 0, 0, 0)
+    Y = numba.carray(_pointer(t[T_Y]), shape, dtype)
+    if layout:
+        Xs, Ys = X[lo:hi], Y[lo:hi, :, d : d + 1]
+        h0s, c0s = h0[lo:hi, d : d + 1], c0[lo:hi, d : d + 1]
+        Yhs, Ycs = Yh[lo:hi, d : d + 1], Yc[lo:hi, d : d + 1]
+    else:
+        Xs, Ys = X[:, lo:hi], Y[:, d : d + 1, lo:hi]
+        h0s, c0s = h0[d : d + 1, lo:hi], c0[d : d + 1, lo:hi]
+        Yhs, Ycs = Yh[d : d + 1, lo:hi], Yc[d : d + 1, lo:hi]
+    plan = plan_at(k[PLAN0 + d], Xs)
+    sync = numba.carray(_pointer(k[SYNC]), 8, np.int64)
+    calls = numba.carray(_pointer(k[CALLS]), 4, np.int64)
+    abort = numba.carray(_pointer(k[ABORT]), 1, np.int64)
+    results = numba.carray(_pointer(usr), T_RESULTS + Dn * S, np.int64)
+    results[T_RESULTS + i] = run_node(
+        plan, plan, 1, k[REVERSE] != 0 or d == 1, layout, Xs, lens[lo:hi] if flags & T_FLAG_LENS
+        else lens, (flags & T_FLAG_LENS) != 0, h0s, (flags & T_FLAG_H0) != 0, c0s,
+        (flags & T_FLAG_C0) != 0, Ys, write_Y, Yhs, Ycs, sync, calls, abort,
+    )  # fmt: skip
+
+
 _SIGNATURE = types.voidptr(types.voidptr, types.voidptr)
+_TASK_SIGNATURE = types.void(types.voidptr, types.uintp)
+
+
+def _task_float(usr, i):
+    task(_address(usr), i, np.float32)
+
+
+def _task_double(usr, i):
+    task(_address(usr), i, np.float64)
+
+
+_TASKS = {np.dtype(np.float32): _task_float, np.dtype(np.float64): _task_double}
 
 
 def _compute_float(kernel, context):
@@ -234,6 +318,7 @@ def _compute_double(kernel, context):
 
 _COMPUTES = {np.dtype(np.float32): _compute_float, np.dtype(np.float64): _compute_double}
 _compiled: dict[np.dtype, object] = {}  # the cfuncs: their code lives as long as they
+_tasks: dict[np.dtype, object] = {}
 _lock = threading.Lock()
 
 
@@ -247,4 +332,12 @@ def compute_address(dt: np.dtype) -> int:
             with interrupts_held():
                 prepare_node(dt)
                 _compiled[dt] = cfunc(_SIGNATURE, _COMPUTES[dt], nogil=True)
+                _tasks[dt] = cfunc(_TASK_SIGNATURE, _TASKS[dt], nogil=True)
         return _compiled[dt].address
+
+
+def task_address(dt: np.dtype) -> int:
+    """The address of the ParallelFor callback of nodes computing in ``dt``
+    (compiled with :func:`compute_address`)."""
+    compute_address(dt)
+    return _tasks[np.dtype(dt)].address
