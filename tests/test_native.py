@@ -136,6 +136,31 @@ def test_what_the_compiled_path_does_not_take_goes_to_python(monkeypatch):
         np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # expected:
+def test_an_interrupt_escaping_the_python_path_is_not_a_silent_result(monkeypatch):
+    # a Ctrl-C at the first line of a node's Python path (a call short enough to run
+    # without the SIGINT watch) escapes the ctypes callback (which reports it as
+    # unraisable), whose result is then undefined (the process aborted): the kernel
+    # sees the path's end was not reached and the call is interrupted
+    feeds = random_inputs("GRU", T=3, N=2, I=4, H=5, D=1)
+    feeds["sequence_lens"] = np.array([3, 9], np.int32)  # fails a check: Python path
+    model, run_feeds = bound_model("GRU", feeds, {"hidden_size": 5})
+    session = orc.InferenceSession(model, host="onnxruntime")
+    good = dict(run_feeds, sequence_lens=np.array([3, 2], np.int32))
+    session.run(None, good)  # a short call: the next one runs without the watch
+
+    def interrupted(kernel, context):
+        raise KeyboardInterrupt  # as SIGINT's handler does at a function's first line
+
+    monkeypatch.setattr(native.Kernel, "compute", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        session.run(None, run_feeds)
+    monkeypatch.undo()
+    with pytest.raises(ValueError, match="sequence_lens must lie"):
+        session.run(None, run_feeds)
+    session.run(None, good)
+
+
 def test_a_bad_input_is_the_same_error_under_both_hosts():
     feeds = random_inputs("LSTM", T=4, N=3, I=4, H=5, D=1)
     feeds["sequence_lens"] = np.array([4, 9, 1], np.int32)

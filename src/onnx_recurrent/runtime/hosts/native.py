@@ -252,7 +252,9 @@ _KERNELS: dict[int, Kernel] = {}
 state = threading.local()
 #: the word the compiled loop reads between blocks (SIGINT during ``run``)
 ABORT = np.zeros(1, np.int64)
-_INTERRUPTED = ctypes.create_string_buffer(b"onnx-recurrent: interrupted (SIGINT)")
+#: the message of a node stopped by SIGINT (the host raises KeyboardInterrupt)
+INTERRUPTED = "onnx-recurrent: interrupted (SIGINT)"
+_INTERRUPTED = ctypes.create_string_buffer(INTERRUPTED.encode())
 
 
 def record(error: BaseException) -> None:
@@ -273,7 +275,7 @@ class Kernel:
         self.plans: tuple = ()
         block = np.zeros(nc.WORDS, np.int64)
         block[nc.API] = api
-        block[nc.SLOW] = ctypes.cast(_SLOW, ctypes.c_void_p).value
+        block[nc.SLOW] = ctypes.cast(_SLOW_MARKED, ctypes.c_void_p).value
         block[nc.ABORT] = ABORT.ctypes.data
         block[nc.INTERRUPTED] = ctypes.addressof(_INTERRUPTED)
         block[nc.ZERO_STATES] = node.zero_size_states
@@ -370,7 +372,15 @@ def _destroy_kernel(kernel: int) -> None:
     _KERNELS.pop(kernel, None)
 
 
+def _slow_marked(kernel: int, context: int, done: int) -> int:
+    status = _slow(kernel, context)
+    ctypes.c_int64.from_address(done).value = 1
+    return status
+
+
 _SLOW = _COMPUTE(_slow)
+#: the Python path as the compiled kernel calls it (:func:`.native_compute._python`)
+_SLOW_MARKED = ctypes.CFUNCTYPE(_p, _p, _p, _p)(_slow_marked)
 
 
 # -- the operators --------------------------------------------------------------------

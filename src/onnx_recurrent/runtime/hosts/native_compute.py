@@ -128,12 +128,24 @@ def _state_ok(fn, value, out, d0, d1, d2, zero):
 
 
 @_jit
+def _python(k, fn, kernel, context):
+    """The node's Python path (``SLOW``); it marks a word when it ends: an exception
+    that escaped it (a Ctrl-C at its first line) leaves the word unmarked and the
+    callback's result undefined, so the call fails as interrupted."""
+    done = np.zeros(1, np.int64)
+    status = c_call(k[SLOW], kernel, context, done.ctypes.data, 0, 0, 0)
+    if done[0] == 0:
+        return c_call(fn[CREATE_STATUS], ORT_FAIL, k[INTERRUPTED], 0, 0, 0, 0)
+    return status
+
+
+@_jit
 def compute(kernel, context, dtype):
     """The node on one call's inputs; an ``OrtStatus*`` (0: success)."""
     k = numba.carray(_pointer(kernel), WORDS, np.int64)
-    if k[FAST] == 0:
-        return c_call(k[SLOW], kernel, context, 0, 0, 0, 0)
     fn = numba.carray(_pointer(k[FUNCTIONS]), len(FUNCTION_NAMES), np.int64)
+    if k[FAST] == 0:
+        return _python(k, fn, kernel, context)
     out = np.zeros(16, np.int64)
     at = out.ctypes.data
     s = c_call(fn[GET_INPUT_COUNT], context, at, 0, 0, 0, 0)
@@ -146,19 +158,19 @@ def compute(kernel, context, dtype):
             return s
         values[i] = out[0]
     if values[0] == 0 or values[1] != 0:  # no X, or weights given per call
-        return c_call(k[SLOW], kernel, context, 0, 0, 0, 0)
+        return _python(k, fn, kernel, context)
     n = _dims(fn, values[0], out)
     if n < 0:
         return out[1]
     layout, H, I, Dn = k[LAYOUT], k[HIDDEN], k[INPUT], k[D]
     if n != 3 or out[10] != I or out[8] < 0 or out[9] < 0:
-        return c_call(k[SLOW], kernel, context, 0, 0, 0, 0)
+        return _python(k, fn, kernel, context)
     d0, d1 = out[8], out[9]
     N, T = (d0, d1) if layout else (d1, d0)
     large = k[PARALLEL] != 0 and T * N * Dn * k[GATES] * (H + I) >= k[PARALLEL]
     slices = min(N, k[SLICES]) if large else 1
     if large and Dn * slices < 2 and H >= SHARE_HIDDEN:  # one row: threads share its
-        return c_call(k[SLOW], kernel, context, 0, 0, 0, 0)  # hidden units (scan's pool)
+        return _python(k, fn, kernel, context)  # hidden units (scan's pool)
     xp = _data(fn, values[0], out)
     if xp == 0 and out[1] != 0:
         return out[1]
@@ -170,14 +182,14 @@ def compute(kernel, context, dtype):
         if n < 0:
             return out[1]
         if n != 1 or out[8] != N:
-            return c_call(k[SLOW], kernel, context, 0, 0, 0, 0)
+            return _python(k, fn, kernel, context)
         lp = _data(fn, values[4], out)
         if lp == 0 and out[1] != 0:
             return out[1]
         lens = numba.carray(_pointer(lp), N, np.int32)
         for b in range(N):
             if lens[b] < 0 or lens[b] > T:
-                return c_call(k[SLOW], kernel, context, 0, 0, 0, 0)
+                return _python(k, fn, kernel, context)
     s0, s1 = (N, Dn) if layout else (Dn, N)
     empty = np.zeros((0, 0, 0), dtype)
     states = [empty, empty]
@@ -187,7 +199,7 @@ def compute(kernel, context, dtype):
         if ok == -2:
             return out[1]
         if ok == -1:
-            return c_call(k[SLOW], kernel, context, 0, 0, 0, 0)
+            return _python(k, fn, kernel, context)
         if ok == 1:
             p = _data(fn, values[5 + j], out)
             if p == 0 and out[1] != 0:

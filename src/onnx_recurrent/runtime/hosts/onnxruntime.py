@@ -395,8 +395,10 @@ class OnnxruntimeHost:
             start = _clock()
             try:
                 outputs = self._session.run(output_names, feeds, run_options)
-            except Exception:
+            except Exception as e:
                 error, state.error = state.error, None
+                if error is None and native.INTERRUPTED in str(e):
+                    raise KeyboardInterrupt from None
                 if error is None:
                     raise
                 raise error from None
@@ -408,9 +410,11 @@ class OnnxruntimeHost:
         try:
             outputs = self._session.run(output_names, feeds, run_options)
             self._rate = max(self._floor, (_clock() - start) / (nbytes or 1))
-        except Exception:
+        except Exception as e:
             if state.error is None and not native.ABORT[0]:
-                raise
+                if native.INTERRUPTED not in str(e):
+                    raise
+                state.interrupted = True
             outputs = None
         finally:
             aborted = native.interrupt_watch_end(previous)
