@@ -229,13 +229,13 @@ def note_first_use() -> None:
         return
     if where is None:
         print(
-            "onnx-recurrent: compiling the kernels (about 10-15 s; numba cannot cache them "
+            "onnx-recurrent: compiling the kernels (30-60 s on 2 cores; numba cannot cache them "
             "here, so every run compiles them again)",
             file=sys.stderr,
         )
     else:
         print(
-            f"onnx-recurrent: compiling the kernels on first use (about 10-15 s, once; "
+            f"onnx-recurrent: compiling the kernels on first use (30-60 s on 2 cores, once; "
             f"cached in {where})",
             file=sys.stderr,
         )

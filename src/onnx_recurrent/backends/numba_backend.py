@@ -635,6 +635,10 @@ class NumbaBackend:
         ``dtype`` on ``shares`` shares will run, made and compiled now, on this thread
         (never in a pool thread, nor on a later call's path)."""
         _plan(spec, w, acts, np.dtype(dtype), shares)
+        if shares == 1:  # a small call's one compiled entry (:meth:`run_call`)
+            from .node import prepare_layer
+
+            prepare_layer(np.dtype(dtype))
 
     def shares(self, spec, rows, dtype, shares) -> Shares:
         """Buffers for ``shares`` shares of the hidden units of ``rows`` rows
@@ -657,7 +661,7 @@ class NumbaBackend:
         from . import node
 
         dt = X.dtype
-        node.prepare_layer(dt)  # once per dtype, on this thread (no pool thread waits)
+        node.prepare_layer(dt)  # made with the layer (NumbaBackend.prepare): a set lookup
         plans = [_address(spec, w, spec.activations[d], dt) for d, w in enumerate(directions)]
         h0 = initial_states[0]
         c0 = initial_states[1] if len(initial_states) > 1 else None
