@@ -161,6 +161,34 @@ def test_an_interrupt_escaping_the_python_path_is_not_a_silent_result(monkeypatc
     session.run(None, good)
 
 
+def test_the_sigint_watch_is_kept_for_calls_expected_long(monkeypatch):
+    # the watch (3 us) is skipped only where the previous call's time per byte of feeds
+    # predicts a short call; a model without feeds is predicted by the call's own time
+    feeds = random_inputs("GRU", T=3, N=2, I=4, H=5, D=1, full=False)
+    model, run_feeds = bound_model("GRU", feeds, {"hidden_size": 5})
+    session = orc.InferenceSession(model, host="onnxruntime")
+    host = session._host
+    watched = []
+    start = native.interrupt_watch_start
+    monkeypatch.setattr(native, "interrupt_watch_start", lambda: watched.append(1) or start())
+    session.run(None, run_feeds)  # the first call: nothing known, watched
+    session.run(None, run_feeds)  # short: not watched
+    assert watched == [1]
+    host._rate = 1.0  # a second a byte: long
+    session.run(None, run_feeds)
+    assert watched == [1, 1]
+    # a model without feeds (X an initializer): its previous call's time decides
+    x = model.graph.input[0]
+    model.graph.input.remove(x)
+    model.graph.initializer.append(numpy_helper.from_array(run_feeds["X"], x.name))
+    session = orc.InferenceSession(model, host="onnxruntime")
+    session.run(None, {})
+    session._host._rate = 1.0  # the last call took a second
+    watched.clear()
+    session.run(None, {})
+    assert watched == [1]
+
+
 def test_a_bad_input_is_the_same_error_under_both_hosts():
     feeds = random_inputs("LSTM", T=4, N=3, I=4, H=5, D=1)
     feeds["sequence_lens"] = np.array([4, 9, 1], np.int32)

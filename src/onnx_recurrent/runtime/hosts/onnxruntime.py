@@ -388,7 +388,7 @@ class OnnxruntimeHost:
         for value in feeds.values():
             nbytes += value.nbytes
         if (
-            self._rate * nbytes < UNGUARDED_SECONDS
+            self._rate * (nbytes or 1) < UNGUARDED_SECONDS
             or _get_ident() != threading.main_thread().ident
             or _signal.getsignal(_SIGINT) is not _signal.default_int_handler
         ):  # a short call (a Ctrl-C waits for its end), or SIGINT not ours to watch
