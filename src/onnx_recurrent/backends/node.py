@@ -20,15 +20,11 @@ from llvmlite import ir
 from numba.core import cgutils, types
 from numba.core.extending import intrinsic
 
+from ..scan import BLOCK_BYTES, BLOCK_MACS, MIN_BLOCK  # the skeleton's block, in compiled code
 from .jit_cache import jit, prepare
 from .numba_backend import PROJECT_BELOW, _part_block, plan_type
 
 _jit = jit(fastmath={"contract", "nsz"}, nogil=True, error_model="numpy")
-#: bytes of gate inputs of one block and multiply-adds of one block at most, as in
-#: :func:`onnx_recurrent.scan.block_steps`
-BLOCK_BYTES = 8 << 20
-BLOCK_MACS = 1 << 29
-MIN_BLOCK = 16
 
 
 @intrinsic
