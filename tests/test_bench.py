@@ -809,6 +809,15 @@ def test_models_list_and_filter(capsys):
     ]
 
 
+@pytest.mark.parametrize("models", [False, True])
+def test_selection_matching_nothing_is_an_error(capsys, models):
+    args = _parse(*(["--models"] if models else []), "-k", "silero-1,dtln")
+    assert args.handler(args) == 2
+    err = capsys.readouterr().err
+    assert "-k 'silero-1,dtln' matches no case" in err
+    assert "Traceback" not in err and "TypeError" not in err
+
+
 def test_models_reject_operator_options_and_no_ours(capsys):
     args = _parse("--models", "--shapes", "M", "--list")
     assert args.handler(args) == 2

@@ -37,6 +37,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
             parse_list(args.skip_reference, SHAPES, "shape") if args.skip_reference else []
         )
         _check_files(args)
+        if args.k and not any(
+            args.k.lower() in f"{c.shape.name} {c.label}".lower() for c in make_cases(ops, shapes)
+        ):
+            raise ValueError(f"-k {args.k!r} matches no case (--list shows them)")
         if args.plot:
             writable(args.plot, "--plot")
             check_plot_support()
@@ -117,6 +121,8 @@ def cmd_bench_models(args: argparse.Namespace) -> int:
         )
         make_model_runtimes(runtimes)  # at least one of ours
         _check_files(args)
+        if not make_model_cases(args.k):
+            raise ValueError(f"-k {args.k!r} matches no case (--models --list shows them)")
     except ValueError as e:
         print(f"onnx-recurrent bench: error: {e}", file=sys.stderr)
         return 2
