@@ -23,6 +23,7 @@ from numba.core.extending import intrinsic
 from ..scan import BLOCK_BYTES, BLOCK_MACS, MIN_BLOCK  # the skeleton's block, in compiled code
 from .jit_cache import jit, prepare
 from .numba_backend import PROJECT_BELOW, _part_block, plan_type
+from .views import keep, part, unowned
 
 _jit = jit(fastmath={"contract", "nsz"}, nogil=True, error_model="numpy")
 
@@ -78,6 +79,15 @@ def run_node(plan0, plan1, D, reverse, layout, X, lens, has_lens, h0, has_h0, c0
     direction runs backwards. ``sync``, ``calls``: a one-share meeting
     (:data:`.numba_backend._ALONE`).
     """
+    # the arrays as views without a reference count (:mod:`.views`)
+    X, lens, h0, c0, Y = unowned(X), unowned(lens), unowned(h0), unowned(c0), unowned(Y)
+    Yh, Yc, sync, calls, abort = (
+        unowned(Yh),
+        unowned(Yc),
+        unowned(sync),
+        unowned(calls),
+        unowned(abort),
+    )
     if layout:
         N, T, I = X.shape
         H = Yh.shape[2]
@@ -87,26 +97,50 @@ def run_node(plan0, plan1, D, reverse, layout, X, lens, has_lens, h0, has_h0, c0
     dt = Yh.dtype
     lstm = plan0.kind == 2
     gates = 1 if plan0.kind == 0 else 3 if plan0.kind == 1 else 4
-    L = np.empty(N, np.int64)
+    split = plan0.split  # GRU's reset gate before the product: both directions alike
+    block = block_steps(gates, N, I, H, Yh.itemsize)
+    # one allocation each for the integers and the floats of the call (views below)
+    own_ints = np.empty(2 * N + max(T, 1), np.int64)
+    ints = unowned(own_ints)
+    L, order, active = ints[:N], ints[N : 2 * N], ints[2 * N :]
     ragged = False
     for b in range(N):
         L[b] = lens[b] if has_lens else T
+        order[b] = b
         ragged = ragged or L[b] < T
-    order = np.argsort(-L, kind="mergesort") if ragged else np.arange(N)
+    if ragged:
+        order[:] = np.argsort(-L, kind="mergesort")
     steps = L[order[0]] if N > 0 else 0
-    active = np.zeros(max(steps, 1), np.int64)
+    active[:] = 0
     for i in range(N):
         for k in range(L[order[i]]):
             active[k] += 1
     if write_Y and ragged:
         Y[...] = 0
-    block = block_steps(gates, N, I, H, Yh.itemsize)
+    nc = N if lstm else 0
+    ns = N if split else 0
+    ny = N if write_Y else 0
+    sizes = (N * H, nc * H, ns * 3 * H, ns * H, block * N * I, block * ny * H)
+    own_floats = np.empty(sizes[0] + sizes[1] + sizes[2] + sizes[3] + sizes[4] + sizes[5], dt)
+    floats = unowned(own_floats)
+    o = 0
+    h = part(floats, o, (N, H))
+    o += sizes[0]
+    c = part(floats, o, (nc, H))
+    o += sizes[1]
+    gz = part(floats, o, (1, ns, 3 * H))
+    o += sizes[2]
+    rh = part(floats, o, (ns, H))
+    o += sizes[3]
+    xs = o
+    o += sizes[4]
+    ys = o
     project = N < PROJECT_BELOW
     for d in range(D):
         plan = plan0 if d == 0 else plan1
         back = reverse or d == 1
-        h = np.zeros((N, H), dt)
-        c = np.zeros((N if lstm else 0, H), dt)
+        h[...] = 0
+        c[...] = 0
         for i in range(N):
             b = order[i]
             if has_h0:
@@ -117,15 +151,12 @@ def run_node(plan0, plan1, D, reverse, layout, X, lens, has_lens, h0, has_h0, c0
                 src = c0[b, d] if layout else c0[d, b]
                 for j in range(H):
                     c[i, j] = src[j]
-        split = plan.split
-        gz = np.empty((1, N if split else 0, 3 * H), dt)
-        rh = np.empty((N if split else 0, H), dt)
         for k0 in range(0, steps, block):
             if abort[0] != 0:
                 return 1
             k1 = min(steps, k0 + block)
             n0 = active[k0]
-            xb = np.empty((k1 - k0, n0, I), dt)
+            xb = part(floats, xs, (k1 - k0, n0, I))
             for k in range(k0, k1):
                 for i in range(active[k]):
                     b = order[i]
@@ -134,7 +165,7 @@ def run_node(plan0, plan1, D, reverse, layout, X, lens, has_lens, h0, has_h0, c0
                     dst = xb[k - k0, i]
                     for j in range(I):
                         dst[j] = src[j]
-            Yb = np.empty((k1 - k0, n0 if write_Y else 0, H), dt)
+            Yb = part(floats, ys, (k1 - k0, n0 if write_Y else 0, H))
             _part_block(plan, sync, calls, xb, h, h, c if lstm else h, gz, rh, active[k0:k1], Yb,
                         write_Y, k0, project)  # fmt: skip
             if write_Y:
@@ -156,6 +187,8 @@ def run_node(plan0, plan1, D, reverse, layout, X, lens, has_lens, h0, has_h0, c0
                 cd = Yc[b, d] if layout else Yc[d, b]
                 for j in range(H):
                     cd[j] = c[i, j] if ran else 0
+    keep(own_ints)
+    keep(own_floats)
     return 0
 
 

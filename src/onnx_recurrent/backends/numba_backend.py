@@ -26,6 +26,7 @@ from ..threads import interrupts_held
 from . import packed
 from .jit_cache import jit, prepare
 from .sync import Sync, claim, cycles, finish, wait
+from .views import keep, part, unowned
 
 #: activation name (lower case) -> its :class:`.ActivationCode`, as :func:`_apply` reads it
 CODES = {name: int(kind.code) for name, kind in TABLE.items()}
@@ -307,15 +308,30 @@ def _part_block(plan, sync, calls, xb, h, spare, c, gz, rh, active, Y, write_Y, 
     step's parity (the caller settles which holds the end); with one, ``h`` is
     updated in place. ``gz``: each share's row scratch (kept between GRU's two
     phases), ``rh``: ``r . Ht-1``."""
+    sync, calls, xb, h, spare = (
+        unowned(sync),
+        unowned(calls),
+        unowned(xb),
+        unowned(h),
+        unowned(spare),
+    )
+    c, gz, rh, active, Y = unowned(c), unowned(gz), unowned(rh), unowned(active), unowned(Y)
     steps, rows, I = xb.shape
     S = plan.bounds.shape[0] - 1
     phases = 2 if plan.split else 1
     dt = h.dtype
     ahead = steps if project else 1  # steps of gate inputs kept
-    pre_b = np.empty((ahead, rows, plan.width), dt)
-    pre_hb = np.empty((ahead, rows if plan.kind == 1 else 0, plan.width_h), dt)
-    hh = np.empty((rows if plan.kind == 1 and not plan.split else 0, plan.width_r), dt)
-    g = np.empty(plan.width + plan.width_h, dt)  # one row's scratch (in L1)
+    rows_h = rows if plan.kind == 1 else 0
+    rows_r = rows if plan.kind == 1 and not plan.split else 0
+    sizes = (ahead * rows * plan.width, ahead * rows_h * plan.width_h, rows_r * plan.width_r)
+    own = np.empty(sizes[0] + sizes[1] + sizes[2] + plan.width + plan.width_h, dt)
+    scratch = unowned(own)
+    pre_b = part(scratch, 0, (ahead, rows, plan.width))
+    o = sizes[0]
+    pre_hb = part(scratch, o, (ahead, rows_h, plan.width_h))
+    o += sizes[1]
+    hh = part(scratch, o, (rows_r, plan.width_r))
+    g = scratch[o + sizes[2] :]  # one row's scratch (in L1)
     _check(plan, xb, h, pre_b[0], pre_hb[0], hh, project)
     if project:
         _project(xb, plan.F, I, plan.bF.ctypes.data, pre_b, active)
@@ -338,6 +354,7 @@ def _part_block(plan, sync, calls, xb, h, spare, c, gz, rh, active, Y, write_Y, 
                 s = claim(sync, phase, S)
             if S > 1 and not wait(sync, phase, S, calls):
                 return  # aborted
+    keep(own)
 
 
 @_inline
@@ -455,9 +472,12 @@ def plan_type(dt: np.dtype) -> types.Type:
 def _new_plan(kind, split, input_forget, fast, clip, codes, alphas, betas, bounds, F, pF, bF,
               Fh, pFh, bFh, Fr, pFr, bFr, P, width, width_h, width_r):  # fmt: skip
     """A :class:`Plan`, made by compiled code kept in the cache (``Plan(...)`` from
-    Python compiles its constructor again in every process: about a second)."""
-    return Plan(kind, split, input_forget, fast, clip, codes, alphas, betas, bounds, F, pF, bF,
-                Fh, pFh, bFh, Fr, pFr, bFr, P, width, width_h, width_r)  # fmt: skip
+    Python compiles its constructor again in every process: about a second). Its
+    arrays are views without an owner (:mod:`.views`): the caller keeps them."""
+    u = unowned
+    return Plan(kind, split, input_forget, fast, clip, u(codes), u(alphas), u(betas), u(bounds),
+                u(F), u(pF), u(bF), u(Fh), u(pFh), u(bFh), u(Fr), u(pFr), u(bFr), u(P), width,
+                width_h, width_r)  # fmt: skip
 
 
 def _share_panels(w, kind: int, split: bool, n_gates: int) -> tuple:
@@ -551,10 +571,12 @@ def _make_plan(spec, w, acts: tuple, dt: np.dtype, shares: int) -> Plan:
         P = np.stack([w.extra["Pi"], w.extra["Po"], w.extra["Pf"]]).astype(dt, copy=False)
     codes, alphas, betas = _table(acts, dt)
     clip = dt.type(np.inf if spec.clip is None else spec.clip)
+    P = np.ascontiguousarray(P)
     plan = _new_plan(
         kind, split, bool(spec.input_forget), dt == np.float32, clip, codes, alphas, betas,
         bounds, *fields, P, *widths,
     )  # fmt: skip
+    plan.owners = (codes, alphas, betas, bounds, *fields, P)  # what the record views
     w.derived_bytes[key] = sum(a.nbytes for a in (*fields, P, bounds))
     return plan
 
