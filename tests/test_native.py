@@ -84,6 +84,8 @@ def test_the_compiled_path_equals_the_layer_bit_for_bit(
     session = orc.InferenceSession(model, host="onnxruntime")
     got = session.run(None, run_feeds)
     assert spy.calls == 0  # compiled, no Python
+    if native._runtime_version() >= (1, 24):  # shapes read without allocating
+        assert all(k.functions[-1] != 0 for k in native._KERNELS.values())
     W, R, B = feeds["W"], feeds["R"], feeds.get("B")
     layer = orc.Layer(op, W, R, B, attributes, feeds.get("P"))
     states = [feeds.get("initial_h")] + ([feeds.get("initial_c")] if op == "LSTM" else [])
@@ -91,6 +93,28 @@ def test_the_compiled_path_equals_the_layer_bit_for_bit(
     assert len(got) == len(want)
     for a, b in zip(got, want, strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("outputs", [None, ("", "Y_h"), ("Y",)])
+def test_shapes_read_as_onnxruntime_before_1_24_gives_the_same_results(monkeypatch, outputs):
+    # onnxruntime < 1.24 has no GetTensorElementTypeAndShapeDataReference: the kernel
+    # reads shapes through the allocating calls; unwired final states go to scratch
+    monkeypatch.setitem(native.SINCE, "GetTensorElementTypeAndShapeDataReference", (99,))
+    feeds = random_inputs("LSTM", T=5, N=3, I=4, H=6, D=2)
+    feeds["sequence_lens"] = np.array([5, 1, 3], np.int32)
+    attributes = {"hidden_size": 6, "direction": "bidirectional"}
+    model, run_feeds = bound_model("LSTM", feeds, attributes, outputs=outputs)
+    spy = PythonPath(monkeypatch)
+    session = orc.InferenceSession(model, host="onnxruntime")
+    got = session.run(None, run_feeds)
+    assert spy.calls == 0
+    kernels = list(native._KERNELS.values())
+    assert kernels and all(k.functions[-1] == 0 for k in kernels)
+    layer = orc.Layer("LSTM", feeds["W"], feeds["R"], feeds["B"], attributes, feeds["P"])
+    want = layer(feeds["X"], feeds["sequence_lens"], feeds["initial_h"], feeds["initial_c"])
+    names = ["Y", "Y_h", "Y_c"] if outputs is None else [n for n in outputs if n]
+    for name, a in zip(names, got, strict=True):
+        np.testing.assert_array_equal(a, want[["Y", "Y_h", "Y_c"].index(name)])
 
 
 @pytest.mark.parametrize(

@@ -34,8 +34,10 @@ structures live as long as the process.
 from __future__ import annotations
 
 import ctypes
+import functools
 import importlib.util
 import os
+import re
 import signal
 import threading
 from collections.abc import Callable
@@ -79,7 +81,11 @@ API = {
     "KernelContext_GetInput": 90,
     "KernelContext_GetOutput": 91,
     "KernelContext_ParallelFor": 274,
+    "GetTensorElementTypeAndShapeDataReference": 414,
 }
+#: functions of a later onnxruntime than the least supported (1.17): the version that
+#: has each (where older, its address is 0 and the kernel does without)
+SINCE = {"GetTensorElementTypeAndShapeDataReference": (1, 24)}
 ORT_FAIL = 1
 ORT_INVALID_ARGUMENT = 2
 INPUT_OPTIONAL = 1
@@ -283,8 +289,9 @@ class Kernel:
         names = node.node.node.output
         block[nc.OUTPUTS] = sum(1 << i for i, name in enumerate(names) if name)
         self.functions = np.zeros(len(nc.FUNCTION_NAMES), np.int64)
-        table = (ctypes.c_void_p * (max(API.values()) + 1)).from_address(api)
-        self.functions[:] = [table[API[name]] for name in nc.FUNCTION_NAMES]
+        names = [n for n in nc.FUNCTION_NAMES if _runtime_version() >= SINCE.get(n, (0,))]
+        table = (ctypes.c_void_p * (max(API[n] for n in names) + 1)).from_address(api)
+        self.functions[:] = [table[API[n]] if n in names else 0 for n in nc.FUNCTION_NAMES]
         block[nc.FUNCTIONS] = self.functions.ctypes.data
         layer = node.layer
         compiled = COMPILED.get(element)
@@ -345,6 +352,14 @@ class Kernel:
             state.guarded = False
             record(e)
             return api.status(ORT_FAIL, f"onnx-recurrent: {node.label}: {type(e).__name__}")
+
+
+@functools.cache
+def _runtime_version() -> tuple[int, ...]:
+    """onnxruntime's version, as numbers (``(1, 32, 0)``)."""
+    import onnxruntime
+
+    return tuple(int(p) for p in re.findall(r"\d+", onnxruntime.__version__)[:3])
 
 
 def _slow(kernel: int, context: int) -> int:

@@ -14,13 +14,12 @@ import threading
 
 import numba
 import numpy as np
-from llvmlite import ir
-from numba.core import cgutils, types
-from numba.core.extending import intrinsic
+from numba.core import types
 
 from ...backends.jit_cache import cfunc, jit
 from ...backends.node import plan_at, prepare_node, run_node
 from ...backends.sync import c_call
+from ...backends.views import address, keep, part, pointer
 from ...threads import interrupts_held
 
 # the kernel block's words
@@ -37,8 +36,8 @@ WORDS = 22
 T_FLAG_LENS, T_FLAG_H0, T_FLAG_C0, T_FLAG_Y = 1, 2, 4, 8
 # FUNCTIONS: the address of the OrtApi functions used, in this order
 (CREATE_STATUS, GET_INPUT_COUNT, GET_INPUT, GET_OUTPUT, GET_DATA, GET_TYPE_AND_SHAPE,
- GET_DIMENSIONS_COUNT, GET_DIMENSIONS, RELEASE_TYPE_AND_SHAPE,
- PARALLEL_FOR) = range(10)  # fmt: skip
+ GET_DIMENSIONS_COUNT, GET_DIMENSIONS, RELEASE_TYPE_AND_SHAPE, PARALLEL_FOR,
+ SHAPE_REFERENCE) = range(11)  # fmt: skip
 FUNCTION_NAMES = (
     "CreateStatus",
     "KernelContext_GetInputCount",
@@ -50,6 +49,7 @@ FUNCTION_NAMES = (
     "GetDimensions",
     "ReleaseTensorTypeAndShapeInfo",
     "KernelContext_ParallelFor",
+    "GetTensorElementTypeAndShapeDataReference",  # 0 before onnxruntime 1.24
 )
 ORT_FAIL = 1
 #: hidden units from which a large one-row call runs on the pool, its threads sharing
@@ -60,31 +60,22 @@ SHARE_HIDDEN = 256
 _jit = jit(nogil=True, error_model="numpy")
 
 
-@intrinsic
-def _pointer(typingctx, address):
-    """An int64 address as a ``void*``."""
-
-    def codegen(context, builder, signature, args):
-        return builder.inttoptr(args[0], cgutils.voidptr_t)
-
-    return types.voidptr(types.int64), codegen
-
-
-@intrinsic
-def _address(typingctx, pointer):
-    """A ``void*`` as an int64."""
-
-    def codegen(context, builder, signature, args):
-        return builder.ptrtoint(args[0], ir.IntType(64))
-
-    return types.int64(types.voidptr), codegen
-
-
 @_jit
 def _dims(fn, value, out):
     """``value``'s dimension count (-1 on failure, status in ``out[1]``), its dims in
     ``out[8:16]`` (up to 8)."""
     at = out.ctypes.data
+    if fn[SHAPE_REFERENCE] != 0:  # the shape onnxruntime keeps: nothing allocated
+        s = c_call(fn[SHAPE_REFERENCE], value, at, at + 16, at + 24, 0, 0)
+        if s != 0:
+            out[1] = s
+            return -1
+        n = out[3]
+        if n <= 8:
+            dims = numba.carray(pointer(out[2]), n, np.int64)
+            for i in range(n):
+                out[8 + i] = dims[i]
+        return n
     s = c_call(fn[GET_TYPE_AND_SHAPE], value, at, 0, 0, 0, 0)
     if s != 0:
         out[1] = s
@@ -142,16 +133,16 @@ def _python(k, fn, kernel, context):
 @_jit
 def compute(kernel, context, dtype):
     """The node on one call's inputs; an ``OrtStatus*`` (0: success)."""
-    k = numba.carray(_pointer(kernel), WORDS, np.int64)
-    fn = numba.carray(_pointer(k[FUNCTIONS]), len(FUNCTION_NAMES), np.int64)
+    k = numba.carray(pointer(kernel), WORDS, np.int64)
+    fn = numba.carray(pointer(k[FUNCTIONS]), len(FUNCTION_NAMES), np.int64)
     if k[FAST] == 0:
         return _python(k, fn, kernel, context)
-    out = np.zeros(16, np.int64)
+    own = np.zeros(32, np.int64)  # OrtApi's results, the inputs, a shape
+    out, values, shape = part(own, 0, 16), part(own, 16, 8), part(own, 24, 4)
     at = out.ctypes.data
     s = c_call(fn[GET_INPUT_COUNT], context, at, 0, 0, 0, 0)
     if s != 0:
         return s
-    values = np.zeros(8, np.int64)
     for i in range(min(out[0], 8)):
         s = c_call(fn[GET_INPUT], context, i, at, 0, 0, 0)
         if s != 0:
@@ -174,8 +165,8 @@ def compute(kernel, context, dtype):
     xp = _data(fn, values[0], out)
     if xp == 0 and out[1] != 0:
         return out[1]
-    X = numba.carray(_pointer(xp), (d0, d1, I), dtype)
-    lens = np.zeros(0, np.int32)
+    X = numba.carray(pointer(xp), (d0, d1, I), dtype)
+    lens = numba.carray(pointer(0), 0, np.int32)
     has_lens = values[4] != 0
     if has_lens:
         n = _dims(fn, values[4], out)
@@ -186,14 +177,14 @@ def compute(kernel, context, dtype):
         lp = _data(fn, values[4], out)
         if lp == 0 and out[1] != 0:
             return out[1]
-        lens = numba.carray(_pointer(lp), N, np.int32)
+        lens = numba.carray(pointer(lp), N, np.int32)
         for b in range(N):
             if lens[b] < 0 or lens[b] > T:
                 return _python(k, fn, kernel, context)
     s0, s1 = (N, Dn) if layout else (Dn, N)
-    empty = np.zeros((0, 0, 0), dtype)
-    states = [empty, empty]
-    given = [False, False]
+    lstm = k[STATES] == 2
+    # the states given (h, then c: LSTM), as addresses (0: not given)
+    given = part(own, 28, 2)
     for j in range(k[STATES]):
         ok = _state_ok(fn, values[5 + j], out, s0, s1, H, k[ZERO_STATES] != 0)
         if ok == -2:
@@ -204,15 +195,15 @@ def compute(kernel, context, dtype):
             p = _data(fn, values[5 + j], out)
             if p == 0 and out[1] != 0:
                 return out[1]
-            states[j] = numba.carray(_pointer(p), (s0, s1, H), dtype)
-            given[j] = True
-    shape = np.zeros(4, np.int64)
+            given[j] = p
+    h0 = numba.carray(pointer(given[0]), (s0, s1, H) if given[0] else (0, 0, 0), dtype)
+    c0 = numba.carray(pointer(given[1]), (s0, s1, H) if given[1] else (0, 0, 0), dtype)
     wired = k[OUTPUTS]
     if layout:
         shape[0], shape[1], shape[2], shape[3] = N, T, Dn, H
     else:
         shape[0], shape[1], shape[2], shape[3] = T, Dn, N, H
-    Y = np.zeros((0, 0, 0, 0), dtype)
+    Y = numba.carray(pointer(0), (0, 0, 0, 0), dtype)
     if wired & 1:
         s = c_call(fn[GET_OUTPUT], context, 0, shape.ctypes.data, 4, at, 0)
         if s != 0:
@@ -220,9 +211,13 @@ def compute(kernel, context, dtype):
         p = _data(fn, out[0], out)
         if p == 0 and out[1] != 0:
             return out[1]
-        Y = numba.carray(_pointer(p), (shape[0], shape[1], shape[2], shape[3]), dtype)
+        Y = numba.carray(pointer(p), (shape[0], shape[1], shape[2], shape[3]), dtype)
     shape[0], shape[1], shape[2] = s0, s1, H
-    finals = [np.empty((s0, s1, H), dtype), np.empty((s0, s1 if k[STATES] == 2 else 0, H), dtype)]
+    # the final states: onnxruntime's outputs, or scratch where an output is not wired
+    spare = np.empty((2 if lstm else 1) * s0 * s1 * H, dtype)
+    finals = part(own, 30, 2)
+    finals[0] = spare.ctypes.data
+    finals[1] = finals[0] + (s0 * s1 * H * spare.itemsize if lstm else 0)
     for j in range(k[STATES]):
         if wired & (2 << j):
             s = c_call(fn[GET_OUTPUT], context, 1 + j, shape.ctypes.data, 3, at, 0)
@@ -231,22 +226,23 @@ def compute(kernel, context, dtype):
             p = _data(fn, out[0], out)
             if p == 0 and out[1] != 0:
                 return out[1]
-            finals[j] = numba.carray(_pointer(p), (s0, s1, H), dtype)
+            finals[j] = p
+    Yh = numba.carray(pointer(finals[0]), (s0, s1, H), dtype)
+    Yc = numba.carray(pointer(finals[1 if lstm else 0]), (s0, s1, H), dtype)
     if Dn * slices > 1:  # directions and slices of rows on onnxruntime's threads
         task = np.zeros(T_RESULTS + Dn * slices, np.int64)
         task[T_KERNEL], task[T_X], task[T_D0], task[T_D1] = kernel, xp, d0, d1
         task[T_N], task[T_T], task[T_SLICES] = N, T, slices
         task[T_LENS] = lens.ctypes.data
-        task[T_H0], task[T_C0] = states[0].ctypes.data, states[1].ctypes.data
-        task[T_Y], task[T_YH], task[T_YC] = Y.ctypes.data, finals[0].ctypes.data, 0
-        if k[STATES] == 2:
-            task[T_YC] = finals[1].ctypes.data
+        task[T_H0], task[T_C0] = given[0], given[1]
+        task[T_Y], task[T_YH], task[T_YC] = Y.ctypes.data, finals[0], finals[1] if lstm else 0
         task[T_FLAGS] = (
             (T_FLAG_LENS if has_lens else 0) | (T_FLAG_H0 if given[0] else 0)
             | (T_FLAG_C0 if given[1] else 0) | (T_FLAG_Y if wired & 1 else 0)
         )  # fmt: skip
         total = Dn * slices
         s = c_call(fn[PARALLEL_FOR], context, k[TASK], total, total, task.ctypes.data, 0)
+        keep(spare)  # the tasks wrote into it
         if s != 0:
             return s
         for i in range(total):
@@ -255,13 +251,14 @@ def compute(kernel, context, dtype):
         return 0
     plan0 = plan_at(k[PLAN0], X)
     plan1 = plan_at(k[PLAN1], X)
-    sync = numba.carray(_pointer(k[SYNC]), 8, np.int64)
-    calls = numba.carray(_pointer(k[CALLS]), 4, np.int64)
-    abort = numba.carray(_pointer(k[ABORT]), 1, np.int64)
-    Yc = finals[1] if k[STATES] == 2 else finals[0]
-    stopped = run_node(plan0, plan1, Dn, k[REVERSE] != 0, layout != 0, X, lens, has_lens,
-                       states[0], given[0], states[1], given[1], Y, (wired & 1) != 0,
-                       finals[0], Yc, sync, calls, abort)  # fmt: skip
+    sync = numba.carray(pointer(k[SYNC]), 8, np.int64)
+    calls = numba.carray(pointer(k[CALLS]), 4, np.int64)
+    abort = numba.carray(pointer(k[ABORT]), 1, np.int64)
+    stopped = run_node(plan0, plan1, Dn, k[REVERSE] != 0, layout != 0, X, lens, has_lens, h0,
+                       given[0] != 0, c0, given[1] != 0, Y, (wired & 1) != 0, Yh, Yc, sync, calls,
+                       abort)  # fmt: skip
+    keep(own)
+    keep(spare)
     if stopped:
         return c_call(fn[CREATE_STATUS], ORT_FAIL, k[INTERRUPTED], 0, 0, 0, 0)
     return 0
@@ -272,23 +269,23 @@ def task(usr, i, dtype):
     """ParallelFor's task ``i`` of a large call (words ``T_*`` at ``usr``): direction
     ``i % D`` of the ``i // D``-th slice of the batch's rows, on views of
     onnxruntime's buffers; its result (1: aborted) in ``T_RESULTS + i``."""
-    t = numba.carray(_pointer(usr), T_RESULTS, np.int64)
-    k = numba.carray(_pointer(t[T_KERNEL]), WORDS, np.int64)
+    t = numba.carray(pointer(usr), T_RESULTS, np.int64)
+    k = numba.carray(pointer(t[T_KERNEL]), WORDS, np.int64)
     Dn, layout, H, I = k[D], k[LAYOUT] != 0, k[HIDDEN], k[INPUT]
     N, T, S, flags = t[T_N], t[T_T], t[T_SLICES], t[T_FLAGS]
     d, s = i % Dn, i // Dn
     lo, hi = s * N // S, (s + 1) * N // S
-    X = numba.carray(_pointer(t[T_X]), (t[T_D0], t[T_D1], I), dtype)
+    X = numba.carray(pointer(t[T_X]), (t[T_D0], t[T_D1], I), dtype)
     state = (N, Dn, H) if layout else (Dn, N, H)
     lstm = k[STATES] == 2
-    lens = numba.carray(_pointer(t[T_LENS]), N if flags & T_FLAG_LENS else 0, np.int32)
-    h0 = numba.carray(_pointer(t[T_H0]), state if flags & T_FLAG_H0 else (0, 0, 0), dtype)
-    c0 = numba.carray(_pointer(t[T_C0]), state if flags & T_FLAG_C0 else (0, 0, 0), dtype)
-    Yh = numba.carray(_pointer(t[T_YH]), state, dtype)
-    Yc = numba.carray(_pointer(t[T_YC] if lstm else t[T_YH]), state, dtype)
+    lens = numba.carray(pointer(t[T_LENS]), N if flags & T_FLAG_LENS else 0, np.int32)
+    h0 = numba.carray(pointer(t[T_H0]), state if flags & T_FLAG_H0 else (0, 0, 0), dtype)
+    c0 = numba.carray(pointer(t[T_C0]), state if flags & T_FLAG_C0 else (0, 0, 0), dtype)
+    Yh = numba.carray(pointer(t[T_YH]), state, dtype)
+    Yc = numba.carray(pointer(t[T_YC] if lstm else t[T_YH]), state, dtype)
     write_Y = (flags & T_FLAG_Y) != 0
     shape = ((N, T, Dn, H) if layout else (T, Dn, N, H)) if write_Y else (0, 0, 0, 0)
-    Y = numba.carray(_pointer(t[T_Y]), shape, dtype)
+    Y = numba.carray(pointer(t[T_Y]), shape, dtype)
     if layout:
         Xs, Ys = X[lo:hi], Y[lo:hi, :, d : d + 1]
         h0s, c0s = h0[lo:hi, d : d + 1], c0[lo:hi, d : d + 1]
@@ -298,10 +295,10 @@ def task(usr, i, dtype):
         h0s, c0s = h0[d : d + 1, lo:hi], c0[d : d + 1, lo:hi]
         Yhs, Ycs = Yh[d : d + 1, lo:hi], Yc[d : d + 1, lo:hi]
     plan = plan_at(k[PLAN0 + d], Xs)
-    sync = numba.carray(_pointer(k[SYNC]), 8, np.int64)
-    calls = numba.carray(_pointer(k[CALLS]), 4, np.int64)
-    abort = numba.carray(_pointer(k[ABORT]), 1, np.int64)
-    results = numba.carray(_pointer(usr), T_RESULTS + Dn * S, np.int64)
+    sync = numba.carray(pointer(k[SYNC]), 8, np.int64)
+    calls = numba.carray(pointer(k[CALLS]), 4, np.int64)
+    abort = numba.carray(pointer(k[ABORT]), 1, np.int64)
+    results = numba.carray(pointer(usr), T_RESULTS + Dn * S, np.int64)
     results[T_RESULTS + i] = run_node(
         plan, plan, 1, k[REVERSE] != 0 or d == 1, layout, Xs, lens[lo:hi] if flags & T_FLAG_LENS
         else lens, (flags & T_FLAG_LENS) != 0, h0s, (flags & T_FLAG_H0) != 0, c0s,
@@ -314,22 +311,22 @@ _TASK_SIGNATURE = types.void(types.voidptr, types.uintp)
 
 
 def _task_float(usr, i):
-    task(_address(usr), i, np.float32)
+    task(address(usr), i, np.float32)
 
 
 def _task_double(usr, i):
-    task(_address(usr), i, np.float64)
+    task(address(usr), i, np.float64)
 
 
 _TASKS = {np.dtype(np.float32): _task_float, np.dtype(np.float64): _task_double}
 
 
 def _compute_float(kernel, context):
-    return _pointer(compute(_address(kernel), _address(context), np.float32))
+    return pointer(compute(address(kernel), address(context), np.float32))
 
 
 def _compute_double(kernel, context):
-    return _pointer(compute(_address(kernel), _address(context), np.float64))
+    return pointer(compute(address(kernel), address(context), np.float64))
 
 
 _COMPUTES = {np.dtype(np.float32): _compute_float, np.dtype(np.float64): _compute_double}
