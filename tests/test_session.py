@@ -72,6 +72,7 @@ def test_concurrent_runs_equal_serial_runs(host, model_and_feeds):
     [
         (lambda f: f.pop("X"), ValueError, r"missing input\(s\) \['X'\]"),
         (lambda f: f.update(x=f["X"]), ValueError, r"unknown input name\(s\) \['x'\]"),
+        (lambda f: f.update(x=f.pop("X")), ValueError, r"unknown input name\(s\) \['x'\]"),
         (
             lambda f: f.update(X=f["X"].astype(np.float64)),
             TypeError,
@@ -92,6 +93,25 @@ def test_bad_feeds(host, model_and_feeds, change, error, match):
     change(feeds)
     with pytest.raises(error, match=match):
         orc.InferenceSession(model, host=host).run(None, feeds)
+
+
+def test_onnxruntime_checks_array_feeds_and_ours_word_its_refusal(model_and_feeds):
+    # under the onnxruntime host, arrays fed under the model's input names go straight
+    # to onnxruntime (it checks them); the session's checks run where it refuses them
+    pytest.importorskip("onnxruntime")
+    model, feeds = model_and_feeds
+    session = orc.InferenceSession(model, host="onnxruntime")
+    calls = []
+    original = session._check_feeds
+    session._check_feeds = lambda f: calls.append(1) or original(f)
+    session.run(None, feeds)
+    assert calls == []
+    with pytest.raises(TypeError, match=r"'X': expected element type tensor\(float\)"):
+        session.run(None, {**feeds, "X": feeds["X"].astype(np.float64)})
+    assert calls == [1]
+    with pytest.raises(TypeError, match=r"'X': expected element type"):
+        session.run(None, {**feeds, "X": feeds["X"].tolist()})  # not an array: ours first
+    assert calls == [1, 1]
 
 
 def test_unknown_output_and_bad_model(host):

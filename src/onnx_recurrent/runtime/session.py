@@ -418,12 +418,25 @@ class InferenceSession:
         KeyboardInterrupt
             Ctrl-C during the call; the session stays usable.
         """
-        if isinstance(output_names, str | bytes):
+        if output_names is not None and isinstance(output_names, (str, bytes)):
             raise TypeError(
                 f"output_names must be a list of names or None, got the string "
                 f"{output_names!r} (write [{output_names!r}])"
             )
-        checked = self._check_feeds(input_feed)
+        host = self._host
+        refused = None
+        if (
+            type(input_feed) is dict
+            and host.checks_feeds
+            and len(input_feed) == len(self._feed_checks)  # no initializer fed
+        ):  # the host checks arrays: ours word its refusal (the same errors, less code
+            # on a call's path: 1 µs, 40 µs when a call finds the caches cold)
+            refused = self._check_feeds
+            for value in input_feed.values():
+                if type(value) is not np.ndarray:
+                    refused = None
+                    break
+        checked = input_feed if refused is not None else self._check_feeds(input_feed)
         names = self._output_names
         if output_names is None:
             output_names = names
@@ -434,4 +447,6 @@ class InferenceSession:
                 raise RecurrentError(
                     f"unknown output name(s) {unknown}; the model's outputs are {names}"
                 )
-        return self._host.run(output_names, checked, run_options)
+        if refused is None:
+            return host.run(output_names, checked, run_options)
+        return host.run(output_names, checked, run_options, refused)

@@ -22,7 +22,7 @@ import signal as signal_module
 import threading
 import weakref
 from _thread import get_ident as _get_ident
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from time import perf_counter as _clock
 from typing import Any
 
@@ -378,12 +378,22 @@ class OnnxruntimeHost:
     def providers(self) -> list[str]:
         return self._session.get_providers()
 
+    #: onnxruntime checks the feeds' names, element types, ranks and fixed dims itself:
+    #: the session's own checks run only to word an error where onnxruntime refuses them
+    checks_feeds = True
+
     def run(
-        self, output_names: Sequence[str], feeds: dict[str, np.ndarray], run_options: Any
+        self,
+        output_names: Sequence[str],
+        feeds: dict[str, np.ndarray],
+        run_options: Any,
+        refused: Callable[[dict], Any] | None = None,
     ) -> list[np.ndarray]:
-        state = _state
-        state.error = None
-        state.interrupted = False
+        """``refused(feeds)``, where given, is called when onnxruntime fails the call
+        by itself (no node's error, no interrupt): it raises the session's error for
+        feeds it would have refused, before onnxruntime's own is raised."""
+        # a node's error or an interrupt is recorded in ``_state`` during a call and
+        # taken from it by the end of that call: it is clear when a call starts
         nbytes = 0
         for value in feeds.values():
             nbytes += value.nbytes
@@ -396,14 +406,20 @@ class OnnxruntimeHost:
             try:
                 outputs = self._session.run(output_names, feeds, run_options)
             except Exception as e:
-                error, state.error = state.error, None
+                state = _state
+                error, state.error = getattr(state, "error", None), None
                 if error is None and native.INTERRUPTED in str(e):
                     raise KeyboardInterrupt from None
                 if error is None:
+                    if refused is not None:
+                        refused(feeds)
                     raise
                 raise error from None
             self._rate = max(self._floor, (_clock() - start) / (nbytes or 1))
             return outputs
+        state = _state
+        state.error = None
+        state.interrupted = False
         _signal.signal(_SIGINT, _on_sigint)
         previous = native.interrupt_watch_start()
         start = _clock()
@@ -413,6 +429,8 @@ class OnnxruntimeHost:
         except Exception as e:
             if state.error is None and not native.ABORT[0]:
                 if native.INTERRUPTED not in str(e):
+                    if refused is not None:
+                        refused(feeds)
                     raise
                 state.interrupted = True
             outputs = None

@@ -56,6 +56,7 @@ class ReferenceHost:
     """onnx.reference's evaluator with the session's bound recurrent nodes."""
 
     name = "reference"
+    checks_feeds = False  # the session checks them first
 
     def __init__(self, model: onnx.ModelProto, bound: Mapping[tuple[str, ...], BoundNode]):
         _read_tensors(model)
