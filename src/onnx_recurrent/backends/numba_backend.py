@@ -72,7 +72,7 @@ _EXP_Q = (3.00198505138664455042e-6, 2.52448340349684104192e-3, 2.27265548208155
 _POW2 = np.ldexp(1.0, np.arange(65))
 
 
-@_jit
+@_inline
 def _exp_small(x):
     """exp(x) for 0 <= x <= 44, within about 1 ulp."""
     n = math.floor(x * 1.4426950408889634 + 0.5)
@@ -83,9 +83,10 @@ def _exp_small(x):
     return (1.0 + 2.0 * p / (q - p)) * _POW2[int(n)]
 
 
-@_jit
+@_inline
 def _tanh64(x):
-    """float64 tanh within a few ulps, vectorizable (see above); NaN gives NaN."""
+    """float64 tanh within a few ulps, vectorizable (see above); NaN gives NaN. Inlined:
+    as a call, the loops over it stayed scalar (7.4 ns an element; 1.6 inlined)."""
     a = abs(x)
     a = a if a < 22.0 else 22.0  # NaN too: 2^n is read from the table within bounds
     if a < 0.625:
