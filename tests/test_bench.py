@@ -694,6 +694,22 @@ def test_plot_without_matplotlib_names_the_extra(monkeypatch, capsys):
     assert "pip install onnx-recurrent[plot]" in capsys.readouterr().err
 
 
+def test_float64_is_reported_over_our_float32_on_the_same_case():
+    # issue 21: no peer computes real double; the yardstick is our own float32
+    cases = {c.label: c for c in bench.make_cases(["gru"], ["tiny"])}
+    single, double = cases["GRU lbr=0 fwd"], cases["GRU lbr=0 fwd float64"]
+    results = [
+        bench.CaseResult(single, samples={"ours": [1.0, 1.0, 1.0], "layer": [2.0] * 3}),
+        bench.CaseResult(double, samples={"ours": [1.9, 2.0, 2.1], "layer": [4.6] * 3}),
+        bench.CaseResult(cases["GRU lbr=1 fwd float64"], samples={"ours": [5.0] * 3}),
+    ]
+    text = bench.format_double(results)
+    assert "tiny GRU lbr=0 fwd float64 2.00 [1.95-2.05] PASS" in text
+    assert "tiny GRU lbr=0 fwd float64 (Layer) 2.30 [2.30-2.30] MISS" in text
+    assert "lbr=1" not in text  # its float32 twin did not run
+    assert bench.format_double(results[1:]) == ""
+
+
 def test_plot_writes_a_png(tmp_path):
     pytest.importorskip("matplotlib")
     results = []

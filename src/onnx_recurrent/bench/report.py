@@ -289,6 +289,47 @@ def format_peak(results: Sequence[CaseResult], info: dict[str, Any]) -> str:
     )
 
 
+#: ours in float64 over ours in float32 on the same case, at most (issue 21): no peer
+#: computes real double (OpenVINO rounds it to float32), so the yardstick is our own
+#: float32 and the vector-width factor
+DOUBLE_BOUND = 2.1
+
+
+def format_double(results: Sequence[CaseResult]) -> str:
+    """Each float64 case's time over its float32 twin's (same operator, shape and
+    attributes), for the functions and the Layer, with the spread from the float64
+    quartiles and the target :data:`DOUBLE_BOUND`; '' where no pair ran."""
+
+    def key(case, dtype: str) -> tuple:
+        return (case.op, case.shape.name, case.direction, case.linear_before_reset,
+                case.ragged, case.layout, dtype)  # fmt: skip
+
+    ran = {key(r.case, r.case.dtype): r for r in results if not r.error}
+    parts = []
+    for res in results:
+        single = ran.get(key(res.case, "float32")) if res.case.dtype == "float64" else None
+        if single is None or res.error:
+            continue
+        for name in ("ours", "layer"):
+            double, q, base = res.median(name), res.quartiles(name), single.median(name)
+            if not double or not base or q is None:
+                continue
+            ratio = double / base
+            word = "PASS" if ratio <= DOUBLE_BOUND else "MISS"
+            face = " (Layer)" if name == "layer" else ""
+            parts.append(
+                f"{res.case.shape.name} {res.case.label}{face} {fmt_ratio(ratio)} "
+                f"[{fmt_ratio(q[0] / base)}-{fmt_ratio(q[1] / base)}] {word}"
+            )
+    if not parts:
+        return ""
+    return (
+        f"float64 over our float32 on the same case (target ≤ {DOUBLE_BOUND:g}: no peer "
+        "computes real double, so the yardstick is our own float32), our float64 median "
+        "over our float32 median [float64 quartiles over it]: " + "; ".join(parts)
+    )
+
+
 def format_header(info: dict[str, Any], shapes: Sequence[str], cases: str = "") -> str:
     """The machine, the runtimes, the shapes (or ``cases``: a line on them), the run."""
     lines = [
@@ -370,6 +411,7 @@ def format_report(
         LEGEND,
         format_notes(results, runtimes),
         format_peak(results, info),
+        format_double(results),
         format_contention(results, runtimes),
     ]
     return "\n\n".join(p for p in parts if p)
