@@ -18,7 +18,7 @@ import numpy as np
 from . import backends
 from .cells import CELLS, COMMON_ATTRIBUTES, Weights
 from .errors import RecurrentError
-from .scan import PARALLEL_MACS, scan, sequence
+from .scan import PARALLEL_MACS, scan, small_call
 from .spec import (
     COMPUTE_DTYPE,
     Inputs,
@@ -127,8 +127,9 @@ class Layer:
         )
         self._directions: tuple[Weights, ...] | None = None
         self._settled = False  # prepared.settle: its memory counted after a first call
-        # small calls of full-length sequences: scan.sequence, one compiled call
-        self._short = self.dtype in (np.float32, np.float64)
+        # small calls of full-length sequences: one compiled call, prepared with the
+        # layer (scan.small_call), with the backend it belongs to
+        self._small: tuple[Any, Any] | None = None
         self._step_macs = spec.cell.n_gates * spec.hidden_size * (spec.hidden_size + W.shape[2])
         self.prepare()
 
@@ -212,6 +213,8 @@ class Layer:
         prepare = getattr(backend, "prepare", None)
         for d, w in enumerate(directions if prepare is not None else ()):
             prepare(spec, w, spec.activations[d], ct, 1)
+        if self.dtype in (np.float32, np.float64):  # computed in its own dtype
+            self._small = small_call(spec, directions, self.dtype)
 
     def __call__(
         self,
@@ -250,19 +253,21 @@ class Layer:
         TypeError
             X or a state of another dtype than the layer's, non-integer lengths.
         """
+        small = self._small
         if (
-            sequence_lens is None
-            and self._short
+            small is not None
+            and sequence_lens is None
             and type(X) is np.ndarray
             and X.dtype == self.dtype
             and X.ndim == 3
             and X.shape[2] == self.W.shape[2]
-            and X.shape[0] * X.shape[1] * self._step_macs < PARALLEL_MACS
+            and 0 < X.shape[0] * X.shape[1] * self._step_macs < PARALLEL_MACS
+            and backends.select(self.spec, X.dtype) is small[1]  # not another, by `use`
         ):
+            if initial_h is None and initial_c is None:
+                return small[0](X, None, None, output_sequence)
             states = self._states(X.shape[0 if self.spec.layout else 1], initial_h, initial_c)
-            done = sequence(self.spec, self.directions(), X, states, output_sequence)
-            if done is not None:
-                return done
+            return small[0](X, *states, *(None,) * (2 - len(states)), output_sequence)
         spec = self.spec
         states = [("initial_h", initial_h)]
         if spec.cell.n_peepholes:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from contextlib import nullcontext
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -131,20 +132,15 @@ def block_steps(spec: RecSpec, N: int, I: int, ct: np.dtype) -> int:
     return min(block, BLOCK_MACS // (G * (spec.hidden_size + I))) or 1
 
 
-def sequence(
-    spec: RecSpec,
-    directions: tuple[Weights, ...],
-    X: np.ndarray,
-    initial_states: tuple[np.ndarray | None, ...],
-    output_sequence: bool,
-) -> tuple[np.ndarray | None, ...] | None:
-    """:func:`scan` of a small call of full-length sequences, X in the caller's layout
-    and in the layer's dtype (float32 or float64), states checked: one compiled call
-    where the backend has one (``run_call``), else None (use :func:`scan`)."""
-    run = getattr(backends.select(spec, X.dtype), "run_call", None)
-    if run is None or X.shape[0] == 0 or X.shape[1] == 0:
-        return None
-    return run(spec, directions, X, initial_states, output_sequence)
+def small_call(spec: RecSpec, directions: tuple[Weights, ...], dtype: np.dtype) -> Any:
+    """:func:`scan` of a layer's small calls of full-length sequences as one compiled
+    call each, prepared once (the backend's ``small_call``): ``call(X, h0, c0,
+    output_sequence)``, X in the caller's layout and in the layer's dtype (float32 or
+    float64), the states checked (None: zeros); with the backend it belongs to. None
+    where the backend chosen now has none (use :func:`scan`)."""
+    backend = backends.select(spec, np.dtype(dtype))
+    make = getattr(backend, "small_call", None)
+    return None if make is None else (make(spec, directions, dtype), backend)
 
 
 def scan(

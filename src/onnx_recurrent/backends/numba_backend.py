@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numba
@@ -658,7 +659,7 @@ class NumbaBackend:
         ``dtype`` on ``shares`` shares will run, made and compiled now, on this thread
         (never in a pool thread, nor on a later call's path)."""
         _plan(spec, w, acts, np.dtype(dtype), shares)
-        if shares == 1:  # a small call's one compiled entry (:meth:`run_call`)
+        if shares == 1:  # a small call's one compiled entry (:meth:`small_call`)
             from .node import prepare_layer
 
             prepare_layer(np.dtype(dtype))
@@ -676,34 +677,45 @@ class NumbaBackend:
         rh = np.empty((rows if split else 0, H), dtype)
         return Shares(_ALONE if shares == 1 else Sync.make(shares), spare, gz, rh)
 
-    def run_call(self, spec, directions, X, initial_states, output_sequence) -> tuple:
-        """A whole small call of full-length sequences on this thread, in the
-        layer's dtype (float32 or float64), as one compiled call
-        (:func:`.node.run_layer`): ``X`` in the caller's layout, the initial states
-        checked (None: zeros); returns ``(Y or None, Y_h[, Y_c])``."""
+    def small_call(self, spec, directions, dtype) -> Callable:
+        """A layer's small calls of full-length sequences on this thread, in the
+        layer's dtype (float32 or float64), as one compiled call each
+        (:func:`.node.run_layer`), everything but the arrays worked out now:
+        ``call(X, h0, c0, output_sequence)`` with ``X`` in the caller's layout and the
+        initial states checked (None: zeros) returns ``(Y or None, Y_h[, Y_c])``."""
         from . import node
 
-        dt = X.dtype
-        node.prepare_layer(dt)  # made with the layer (NumbaBackend.prepare): a set lookup
+        dt = np.dtype(dtype)
+        node.prepare_layer(dt)
         plans = [_address(spec, w, spec.activations[d], dt) for d, w in enumerate(directions)]
-        h0 = initial_states[0]
-        c0 = initial_states[1] if len(initial_states) > 1 else None
-        flags = (
+        first, last = plans[0], plans[-1]
+        lstm = bool(spec.cell.n_peepholes)
+        base = (
             (node.TWO_DIRECTIONS if len(plans) == 2 else 0)
             | (node.REVERSE if spec.direction == "reverse" else 0)
             | (node.LAYOUT if spec.layout else 0)
-            | (node.WRITE_Y if output_sequence else 0)
-            | (node.HAS_H0 if h0 is not None else 0)
-            | (node.HAS_C0 if c0 is not None else 0)
-            | (node.LSTM if spec.cell.n_peepholes else 0)
+            | (node.LSTM if lstm else 0)
         )
+        with_Y, with_h0, with_c0 = node.WRITE_Y, node.HAS_H0, node.HAS_C0
         empty = _no_Y(dt, 3)
-        Y, Y_h, Y_c = node.run_layer(
-            plans[0], plans[-1], X, empty if h0 is None else h0, empty if c0 is None else c0, flags
-        )
-        if spec.cell.n_peepholes:
-            return (Y if output_sequence else None, Y_h, Y_c)
-        return (Y if output_sequence else None, Y_h)
+        run = node.run_layer
+
+        def call(X, h0, c0, output_sequence):
+            flags = base | (with_Y if output_sequence else 0)
+            if h0 is None:
+                h0 = empty
+            else:
+                flags |= with_h0
+            if c0 is None:
+                c0 = empty
+            else:
+                flags |= with_c0
+            Y, Y_h, Y_c = run(first, last, X, h0, c0, flags)
+            if lstm:
+                return (Y if output_sequence else None, Y_h, Y_c)
+            return (Y if output_sequence else None, Y_h)
+
+        return call
 
     def run_block(self, spec, w, acts, xb, states, active, Yb, shared=None, step0=0) -> None:
         h = states[0]
