@@ -16,6 +16,8 @@ projection's shapes at 48-55 against 42-52. It needs no library: only numba.
 
 from __future__ import annotations
 
+import functools
+
 import llvmlite.binding as llvm
 import numba
 import numpy as np
@@ -79,9 +81,7 @@ def pack(B: np.ndarray, columns: np.ndarray, out: np.ndarray, k0: int = 0) -> No
         raise ValueError("pack: panels too small or not contiguous")
     if n and not (0 <= columns.min() and columns.max() < B.shape[1]):
         raise ValueError("pack: a column outside B")
-    element = numba.from_dtype(out.dtype)
-    prepare(_pack, (types.Array(element, 2, "A", readonly=True), types.Array(types.int64, 1, "C"),
-                    types.Array(element, 3, "C"), types.int64))  # fmt: skip
+    prepare(_pack, _pack_signature(out.dtype))
     if B.dtype == out.dtype:
         _pack(B, columns, out, k0)
         return
@@ -89,6 +89,14 @@ def pack(B: np.ndarray, columns: np.ndarray, out: np.ndarray, k0: int = 0) -> No
     for p0 in range(0, P, step):
         piece = B[:, columns[p0 * L : (p0 + step) * L]].astype(out.dtype)
         _pack(piece, np.arange(piece.shape[1]), out[p0 : p0 + step], k0)
+
+
+@functools.cache
+def _pack_signature(dtype: np.dtype) -> tuple:
+    """:func:`_pack`'s signature for panels of ``dtype`` (a numba type costs µs to make)."""
+    element = numba.from_dtype(dtype)
+    return (types.Array(element, 2, "A", readonly=True), types.Array(types.int64, 1, "C"),
+            types.Array(element, 3, "C"), types.int64)  # fmt: skip
 
 
 @_jit
