@@ -450,3 +450,32 @@ def test_a_descheduled_helper_leaves_its_share_to_the_caller(monkeypatch, helper
     assert parties == [3]
     for a, b in zip(alone, result[0], strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+def test_a_plans_arrays_are_views_its_python_object_keeps():
+    # the step loop counts no references (backends/views.py): a plan's fields are views
+    # without an owner, so the arrays they view must be held by the plan's Python object
+    import gc
+
+    numba = pytest.importorskip("numba")
+    nb = pytest.importorskip("onnx_recurrent.backends.numba_backend")
+    feeds = random_inputs("LSTM", T=3, N=2, I=4, H=5, D=1)
+    layer = orc.Layer("LSTM", feeds["W"], feeds["R"], feeds["B"], P=feeds["P"])
+    w = layer.directions()[0]
+    plan = nb._plan(layer.spec, w, layer.spec.activations[0], np.dtype(np.float32), 1)
+    held = {a.ctypes.data for a in plan.owners if a.size}
+
+    @numba.njit
+    def viewed(plan):  # (data address, size) of each of the record's arrays
+        mats = [(a.ctypes.data, a.size) for a in (plan.F, plan.Fh, plan.Fr)]
+        vecs = [(v.ctypes.data, v.size) for v in (plan.bF, plan.bFh, plan.bFr, plan.alphas)]
+        ints = [(i.ctypes.data, i.size) for i in (plan.pF, plan.pFh, plan.pFr, plan.bounds)]
+        return mats + vecs + ints + [(plan.P.ctypes.data, plan.P.size)]
+
+    addresses = [a for a, size in viewed(plan) if size]
+    assert len(addresses) >= 8 and set(addresses) <= held
+    want = layer(feeds["X"])
+    del w, plan
+    gc.collect()
+    for a, b in zip(layer(feeds["X"]), want, strict=True):
+        np.testing.assert_array_equal(a, b)
