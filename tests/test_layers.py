@@ -143,7 +143,7 @@ def test_converters_return_runnable_layers():
 @pytest.mark.parametrize("states", [False, True])
 def test_short_calls_equal_the_scan(op, direction, states):
     """A small call of full-length sequences (one compiled call, prepared with the
-    layer: scan.small_call) gives the general scan's results bit for bit."""
+    layer: the backend's small_call) gives the general scan's results bit for bit."""
     D = 2 if direction == "bidirectional" else 1
     feeds = random_inputs(op, T=7, N=3, I=5, H=6, D=D)
     attributes = {"direction": direction}

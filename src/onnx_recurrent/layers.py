@@ -18,7 +18,7 @@ import numpy as np
 from . import backends
 from .cells import CELLS, COMMON_ATTRIBUTES, Weights
 from .errors import RecurrentError
-from .scan import PARALLEL_MACS, scan, small_call
+from .scan import PARALLEL_MACS, scan
 from .spec import (
     COMPUTE_DTYPE,
     Inputs,
@@ -128,7 +128,7 @@ class Layer:
         self._directions: tuple[Weights, ...] | None = None
         self._settled = False  # prepared.settle: its memory counted after a first call
         # small calls of full-length sequences: one compiled call, prepared with the
-        # layer (scan.small_call), with the backend it belongs to
+        # layer (the backend's small_call), with the backend it belongs to
         self._small: tuple[Any, Any] | None = None
         self._step_macs = spec.cell.n_gates * spec.hidden_size * (spec.hidden_size + W.shape[2])
         self.prepare()
@@ -213,8 +213,9 @@ class Layer:
         prepare = getattr(backend, "prepare", None)
         for d, w in enumerate(directions if prepare is not None else ()):
             prepare(spec, w, spec.activations[d], ct, 1)
-        if self.dtype in (np.float32, np.float64):  # computed in its own dtype
-            self._small = small_call(spec, directions, self.dtype)
+        small = getattr(backend, "small_call", None)
+        if small is not None and self.dtype == ct:  # computed in its own dtype
+            self._small = (small(spec, directions, ct), backend)
 
     def __call__(
         self,

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -130,17 +129,6 @@ def block_steps(spec: RecSpec, N: int, I: int, ct: np.dtype) -> int:
     G = spec.cell.n_gates * spec.hidden_size * N or 1
     block = max(MIN_BLOCK, BLOCK_BYTES // (G * ct.itemsize))
     return min(block, BLOCK_MACS // (G * (spec.hidden_size + I))) or 1
-
-
-def small_call(spec: RecSpec, directions: tuple[Weights, ...], dtype: np.dtype) -> Any:
-    """:func:`scan` of a layer's small calls of full-length sequences as one compiled
-    call each, prepared once (the backend's ``small_call``): ``call(X, h0, c0,
-    output_sequence)``, X in the caller's layout and in the layer's dtype (float32 or
-    float64), the states checked (None: zeros); with the backend it belongs to. None
-    where the backend chosen now has none (use :func:`scan`)."""
-    backend = backends.select(spec, np.dtype(dtype))
-    make = getattr(backend, "small_call", None)
-    return None if make is None else (make(spec, directions, dtype), backend)
 
 
 def scan(

@@ -3,8 +3,8 @@
 A backend runs one block of time steps of one direction (:meth:`Backend.run_block`);
 the skeleton (:mod:`onnx_recurrent.scan`) does everything else. Optional: ``shares``
 (threads that share a direction's hidden units, :mod:`.sync`) and ``small_call`` (a
-layer's small calls as one compiled call each, prepared once:
-:func:`onnx_recurrent.scan.small_call`).
+layer's small calls as one compiled call each, prepared once by
+:meth:`onnx_recurrent.Layer.prepare`).
 ``supports`` returns the reason a backend cannot run a call, or None. The automatic
 choice (numba where it is installed and supports the call, else numpy) can be
 overridden with

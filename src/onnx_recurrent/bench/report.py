@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from typing import Any
 
 from .cases import CONTENDED_LOAD, OTHERS_WARNING, SHAPES, TOLERANCE
@@ -254,6 +255,15 @@ def format_contention(results: Sequence[CaseResult], runtimes: Sequence[Runtime]
     )
 
 
+def _our_faces(res: CaseResult) -> Iterator[tuple[str, str, float, tuple[float, float]]]:
+    """``(runtime name, label suffix, median, quartiles)`` of each of our faces timed
+    in ``res``: the functions, then the Layer."""
+    for name in ("ours", "layer"):
+        median, q = res.median(name), res.quartiles(name)
+        if median and q is not None:
+            yield name, " (Layer)" if name == "layer" else "", median, q
+
+
 def format_peak(results: Sequence[CaseResult], info: dict[str, Any]) -> str:
     """Ours at M and L in GMAC/s (over the valid steps: fewer when ragged), as a share of
     the machine's sgemm peak (the better of all threads and one), with the spread from
@@ -267,13 +277,9 @@ def format_peak(results: Sequence[CaseResult], info: dict[str, Any]) -> str:
         if res.case.shape.name not in ("M", "L") or res.error or res.case.dtype != "float32":
             continue
         macs = res.macs if res.macs is not None else res.case.macs
-        for name in ("ours", "layer"):
-            median, q = res.median(name), res.quartiles(name)
-            if not median or q is None:
-                continue
+        for _, face, median, q in _our_faces(res):
             rate = macs / median / 1e9
             low, high = macs / q[1] / 1e9, macs / q[0] / 1e9
-            face = " (Layer)" if name == "layer" else ""
             parts.append(
                 f"{res.case.shape.name} {res.case.label}{face} {rate:.0f} [{low:.0f}-{high:.0f}]"
                 f" ({rate / best:.0%} [{low / best:.0%}-{high / best:.0%}])"
@@ -300,23 +306,17 @@ def format_double(results: Sequence[CaseResult]) -> str:
     attributes), for the functions and the Layer, with the spread from the float64
     quartiles and the target :data:`DOUBLE_BOUND`; '' where no pair ran."""
 
-    def key(case, dtype: str) -> tuple:
-        return (case.op, case.shape.name, case.direction, case.linear_before_reset,
-                case.ragged, case.layout, dtype)  # fmt: skip
-
-    ran = {key(r.case, r.case.dtype): r for r in results if not r.error}
+    ran = {r.case: r for r in results if not r.error}
     parts = []
     for res in results:
-        single = ran.get(key(res.case, "float32")) if res.case.dtype == "float64" else None
-        if single is None or res.error:
-            continue
-        for name in ("ours", "layer"):
-            double, q, base = res.median(name), res.quartiles(name), single.median(name)
-            if not double or not base or q is None:
+        twin = replace(res.case, dtype="float32")
+        single = ran.get(twin) if res.case.dtype == "float64" and not res.error else None
+        for name, face, double, q in _our_faces(res) if single is not None else ():
+            base = single.median(name)
+            if not base:
                 continue
             ratio = double / base
             word = "PASS" if ratio <= DOUBLE_BOUND else "MISS"
-            face = " (Layer)" if name == "layer" else ""
             parts.append(
                 f"{res.case.shape.name} {res.case.label}{face} {fmt_ratio(ratio)} "
                 f"[{fmt_ratio(q[0] / base)}-{fmt_ratio(q[1] / base)}] {word}"
