@@ -26,7 +26,7 @@ import llvmlite.binding as llvm
 import numba
 import numpy as np
 
-from onnx_recurrent.backends import packed
+from onnx_recurrent.backends import layout, packed
 
 FEATURES = {
     64: "+avx512f,+avx512dq,+avx512bw,+avx512vl,+avx512cd,+fma,+avx2,+avx,+f16c",
@@ -91,7 +91,7 @@ def main() -> int:
     if not args.mca:
         print("llvm-mca not found (apt-get install llvm-19)", file=sys.stderr)
         return 2
-    packed.VECTOR_BYTES = args.vector_bytes  # read by the tile's code generator
+    layout.VECTOR_BYTES = args.vector_bytes  # read by the tile's code generator
     lanes = args.vector_bytes // 4
     register = "zmm" if args.vector_bytes == 64 else "ymm"
     llvm.initialize_native_target()

@@ -19,6 +19,7 @@ from models import random_inputs
 
 numba_backend = pytest.importorskip("onnx_recurrent.backends.numba_backend")
 packed = pytest.importorskip("onnx_recurrent.backends.packed")
+from onnx_recurrent.backends import layout  # noqa: E402
 
 FUNCTIONS = {"GRU": orc.gru, "RNN": orc.rnn, "LSTM": orc.lstm}
 ACTIVATION_SETS = [
@@ -138,11 +139,11 @@ def test_packed_products(m, K, N, lda_extra, split, skip, start, dtype):
     A = rng.standard_normal((m, K1 + lda_extra)).astype(dtype)
     A2 = rng.standard_normal((m, K - K1 + 2 * lda_extra)).astype(dtype)
     B = rng.standard_normal((N, k0 + K + skip)).astype(dtype).T
-    Bp = packed.panels(B, dtype)
-    assert Bp.ctypes.data % packed.ALIGN == 0
+    Bp = layout.panels(B, dtype)
+    assert Bp.ctypes.data % layout.ALIGN == 0
     v = rng.standard_normal(N).astype(dtype) if start == "bias" else np.zeros(N, dtype)
-    vp = packed.padded_vector(v, dtype)
-    width = packed.columns(N, dtype)
+    vp = layout.padded_vector(v, dtype)
+    width = layout.columns(N, dtype)
     C = np.full((m + 1, width), np.nan, dtype)
     C[:m, : Bp.shape[0] * Bp.shape[2]] = 0.0
     if start == "add":
@@ -452,28 +453,35 @@ def test_a_descheduled_helper_leaves_its_share_to_the_caller(monkeypatch, helper
         np.testing.assert_array_equal(a, b)
 
 
-def test_a_plans_arrays_are_views_its_python_object_keeps():
-    # the step loop counts no references (backends/views.py): a plan's fields are views
-    # without an owner, so the arrays they view must be held by the plan's Python object
+def test_compiled_code_reads_a_plan_from_its_record_alone():
+    # a plan is one record of addresses and sizes (backends/plans.py), read by compiled
+    # code into views without an owner: the arrays it views are the Plan object's own,
+    # which keeps them alive
     import gc
 
     numba = pytest.importorskip("numba")
     nb = pytest.importorskip("onnx_recurrent.backends.numba_backend")
+    from onnx_recurrent.backends import plans
+
     feeds = random_inputs("LSTM", T=3, N=2, I=4, H=5, D=1)
-    layer = orc.Layer("LSTM", feeds["W"], feeds["R"], feeds["B"], P=feeds["P"])
+    layer = orc.Layer("LSTM", feeds["W"], feeds["R"], feeds["B"], P=feeds["P"],
+                      attributes={"clip": 2.5})  # fmt: skip
     w = layer.directions()[0]
-    plan = nb._plan(layer.spec, w, layer.spec.activations[0], np.dtype(np.float32), 1)
-    held = {a.ctypes.data for a in plan.owners if a.size}
+    plan = plans.get(layer.spec, w, layer.spec.activations[0], np.dtype(np.float32), 1)
 
     @numba.njit
-    def viewed(plan):  # (data address, size) of each of the record's arrays
-        mats = [(a.ctypes.data, a.size) for a in (plan.F, plan.Fh, plan.Fr)]
-        vecs = [(v.ctypes.data, v.size) for v in (plan.bF, plan.bFh, plan.bFr, plan.alphas)]
-        ints = [(i.ctypes.data, i.size) for i in (plan.pF, plan.pFh, plan.pFr, plan.bounds)]
-        return mats + vecs + ints + [(plan.P.ctypes.data, plan.P.size)]
+    def viewed(address, like):  # (data address, size) of each of the record's arrays
+        p = nb.load_plan(address, like)
+        mats = [(a.ctypes.data, a.size) for a in (p.F, p.Fh, p.Fr)]
+        vecs = [(v.ctypes.data, v.size) for v in (p.bF, p.bFh, p.bFr, p.alphas, p.betas)]
+        ints = [(i.ctypes.data, i.size) for i in (p.pF, p.pFh, p.pFr, p.bounds, p.codes)]
+        return mats + vecs + ints + [(p.P.ctypes.data, p.P.size)], p.kind, p.clip, p.width
 
-    addresses = [a for a, size in viewed(plan) if size]
-    assert len(addresses) >= 8 and set(addresses) <= held
+    names = ("F", "Fh", "Fr", "bF", "bFh", "bFr", "alphas", "betas", "pF", "pFh", "pFr")
+    names += ("bounds", "codes", "P")
+    arrays, kind, clip, width = viewed(plan.address, np.zeros(0, np.float32))
+    assert arrays == [(plan.arrays[n].ctypes.data, plan.arrays[n].size) for n in names]
+    assert (kind, clip) == (2, np.float32(2.5)) and width == plan.record[plans.WIDTH] > 0
     want = layer(feeds["X"])
     del w, plan
     gc.collect()

@@ -228,7 +228,12 @@ def test_the_listed_help_is_what_each_subcommand_registers():
 def test_first_use_says_the_kernels_compile_once(tmp_path):
     import os
 
-    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "cache")}
+    # both caches empty: numba's kernels and the native nodes' machine code
+    env = {
+        **os.environ,
+        "NUMBA_CACHE_DIR": str(tmp_path / "cache"),
+        "XDG_CACHE_HOME": str(tmp_path / "user"),
+    }
 
     def run():
         return subprocess.run([*CLI, "run"], capture_output=True, text=True, timeout=300, env=env)

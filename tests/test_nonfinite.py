@@ -21,6 +21,7 @@ from onnx_recurrent import backends
 from onnx_recurrent.activations import TABLE
 
 numba_backend = pytest.importorskip("onnx_recurrent.backends.numba_backend")
+from onnx_recurrent.backends import plans  # noqa: E402
 
 DTYPES = [np.float32, np.float64]
 #: finite results: a few ulps apart (more for float32: the error of a step grows
@@ -71,7 +72,7 @@ def _run_kernels(name: str, dt, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         warnings.simplefilter("ignore", RuntimeWarning)
         TABLE[name].kernel(expected, a, b)
     got = x.copy()
-    code = numba_backend.CODES[name]
+    code = plans.CODES[name]
     numba_backend._apply(code, got, a, b, dt == np.float32)
     return expected, got
 
@@ -141,8 +142,8 @@ def test_codes_follow_the_enum():
     """The compiled loop's codes are the activations' enum values, one per activation."""
     from onnx_recurrent.activations import ActivationCode
 
-    assert numba_backend.CODES == {name: int(kind.code) for name, kind in TABLE.items()}
-    assert sorted(numba_backend.CODES.values()) == sorted(int(c) for c in ActivationCode)
+    assert plans.CODES == {name: int(kind.code) for name, kind in TABLE.items()}
+    assert sorted(plans.CODES.values()) == sorted(int(c) for c in ActivationCode)
     assert all(isinstance(kind.code, ActivationCode) for kind in TABLE.values())
 
 

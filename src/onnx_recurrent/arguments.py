@@ -219,17 +219,24 @@ def writable(path: str, option: str) -> None:
         raise RecurrentError(f"{option} {path}: the directory {folder!r} is not writable")
 
 
-def note_first_use() -> None:
-    """One line on stderr when the kernels have no compiled code cached yet (first use:
-    numba compiles them during the first call, which takes seconds)."""
-    from .backends import jit_cache, numba_backend  # noqa: F401  (decorates the kernels)
+def note_first_use(layers: bool = True) -> None:
+    """One line on stderr when the kernels a command runs have no compiled code cached
+    yet (first use: compiling takes seconds). ``layers``: the command runs layers
+    (numba's kernels: the reference host, the bench, the check's peers) besides the
+    native nodes of a session under onnxruntime (their machine code's own cache)."""
+    from .backends import native_code
 
-    cached, where = jit_cache.cache_state()
+    cached, where = native_code.cached("compute-float32")
+    if layers:
+        from .backends import jit_cache, numba_backend  # noqa: F401  (decorates the kernels)
+
+        numba_cached, numba_where = jit_cache.cache_state()
+        cached, where = cached and numba_cached, where if where is not None else numba_where
     if cached:
         return
     if where is None:
         print(
-            "onnx-recurrent: compiling the kernels (30-60 s on 2 cores; numba cannot cache them "
+            "onnx-recurrent: compiling the kernels (30-60 s on 2 cores; they cannot be cached "
             "here, so every run compiles them again)",
             file=sys.stderr,
         )

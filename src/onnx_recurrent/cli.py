@@ -18,6 +18,7 @@ import time
 import warnings
 from collections.abc import Sequence
 from importlib import resources
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -79,7 +80,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         model = args.model
         print(f"model: {model}")
         given = None
-    note_first_use()  # a session compiles its kernels when it is made
+    # a session compiles its kernels when it is made; the reference host runs layers
+    note_first_use(layers=args.host == "reference" or not find_spec("onnxruntime"))
     session = InferenceSession(model, host=args.host)
     print(f"host: {session.host}")
     if not session.recurrent_nodes:

@@ -63,6 +63,9 @@ class Layer:
         ``linear_before_reset`` (GRU) or ``input_forget`` (LSTM).
     P : (num_directions, 3*hidden_size) ndarray, optional
         LSTM peepholes ``[Pi, Po, Pf]``; zeros if absent.
+    prepare : bool, keyword-only
+        Compile (or load) the kernels now (the default: no call compiles), or on the
+        first call (a session's layers whose nodes run as native nodes: :meth:`prepare`).
 
     The weights are copied (read-only) and prepared once: changing the arrays passed
     afterwards does not change the layer. Calls may come from several threads at once.
@@ -91,6 +94,8 @@ class Layer:
         B: np.ndarray | None = None,
         attributes: Mapping[str, Any] | None = None,
         P: np.ndarray | None = None,
+        *,
+        prepare: bool = True,
     ) -> None:
         cell = CELLS.get(op) if isinstance(op, str) else None
         if cell is None:
@@ -113,9 +118,9 @@ class Layer:
         W, R, B, P = check_weights(
             spec, W, R, B, P, dtype=W.dtype, input_size=W.shape[2], owner="W's"
         )
-        self._set(spec, attributes, W, R, B, P)
+        self._set(spec, attributes, W, R, B, P, prepare)
 
-    def _set(self, spec: RecSpec, attributes: dict, W, R, B, P) -> None:
+    def _set(self, spec: RecSpec, attributes: dict, W, R, B, P, prepare: bool = True) -> None:
         self.op = spec.cell.name
         self.spec = spec
         self.attributes = attributes
@@ -131,7 +136,9 @@ class Layer:
         # layer (the backend's small_call), with the backend it belongs to
         self._small: tuple[Any, Any] | None = None
         self._step_macs = spec.cell.n_gates * spec.hidden_size * (spec.hidden_size + W.shape[2])
-        self.prepare()
+        self._prepared = False
+        if prepare:
+            self.prepare()
 
     @classmethod
     def from_spec(
@@ -139,7 +146,7 @@ class Layer:
     ) -> Layer:
         """A layer of weights already checked against ``spec`` (:func:`check_weights`)."""
         layer = cls.__new__(cls)
-        layer._set(spec, dict(attributes), W, R, B, P)
+        layer._set(spec, dict(attributes), W, R, B, P, True)
         return layer
 
     def __repr__(self) -> str:
@@ -203,9 +210,10 @@ class Layer:
         delivered right after. A layer does this when it is made, so that no call
         compiles, and no pool thread does; a call under another backend
         (:func:`onnx_recurrent.backends.use`) prepares what it lacks before it starts
-        any thread."""
+        any thread. A layer made with ``prepare=False`` does it on its first call."""
         spec, ct = self.spec, COMPUTE_DTYPE[self.dtype]
         directions = self.directions()
+        self._prepared = True
         try:
             backend = backends.select(spec, ct)
         except RecurrentError:  # a backend named that cannot run it: the call says so
@@ -254,6 +262,8 @@ class Layer:
         TypeError
             X or a state of another dtype than the layer's, non-integer lengths.
         """
+        if not self._prepared:
+            self.prepare()
         small = self._small
         if (
             small is not None
@@ -298,6 +308,8 @@ class Layer:
 
     def compute(self, x: Inputs, output_sequence: bool = True) -> tuple[np.ndarray | None, ...]:
         """The node on inputs already checked (:func:`~onnx_recurrent.spec.check_call`)."""
+        if not self._prepared:
+            self.prepare()
         return scan(self.spec, self.directions(), x, output_sequence=output_sequence)
 
     def replace(self, **changes: Any) -> Layer:

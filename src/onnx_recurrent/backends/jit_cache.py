@@ -26,9 +26,6 @@ from __future__ import annotations
 
 import inspect
 import os
-import stat
-import sys
-import tempfile
 import threading
 import warnings
 from collections.abc import Callable
@@ -37,12 +34,9 @@ import numba
 from numba.core import caching, config
 
 from ..threads import interrupts_held
+from .cache_dirs import CompileCacheWarning, first_usable
 
-__all__ = ["CompileCacheWarning", "cache_state", "cfunc", "jit", "prepare"]
-
-
-class CompileCacheWarning(RuntimeWarning):
-    """numba cannot write its compilation cache: each process compiles the kernels again."""
+__all__ = ["CompileCacheWarning", "cache_state", "cfunc", "cfunc_code", "jit", "prepare"]
 
 
 _lock = threading.Lock()
@@ -76,6 +70,16 @@ def cfunc(signature, func: Callable, **options):
     :func:`jit` (compiled or loaded now, on this thread, interrupts held off)."""
     with _preparing, interrupts_held():
         return _cached_compile(lambda **o: numba.cfunc(signature, **o), func, options)
+
+
+def cfunc_code(signature, func: Callable, **options) -> tuple[str, str]:
+    """The LLVM IR (callees linked in) and the symbol of ``numba.cfunc(signature,
+    **options)(func)``, compiled now, not loaded from numba's cache (whose code cannot
+    be read back), on this thread with interrupts held off; its callees come from
+    the cache (:mod:`.native_code` keeps the result as machine code)."""
+    with _preparing, interrupts_held():
+        compiled = numba.cfunc(signature, cache=False, **options)(func)
+    return compiled.inspect_llvm(), compiled.native_name
 
 
 def _cached_compile(make: Callable, func: Callable, options: dict):
@@ -150,15 +154,9 @@ def _plan(func: Callable) -> str | None:
         caching.FunctionCache(func)  # what numba does for cache=True
         plan: str | None = ""
     except RuntimeError:
-        tried = _numba_dirs(source)
-        plan = None
-        for root, shared in _our_roots():
-            tried.append(root)
-            if (not shared or _private(os.path.dirname(root))) and _writable(root):
-                plan = root
-                break
+        plan, ours = first_usable("numba")
         if plan is None:
-            _warn(tried, stacklevel=4)
+            _warn(_numba_dirs(source) + ours, stacklevel=4)
     _plans[directory] = plan
     return plan
 
@@ -174,51 +172,6 @@ def _numba_dirs(source: str) -> list[str]:
     except (ImportError, AttributeError):
         pass
     return dirs
-
-
-def _our_roots() -> list[tuple[str, bool]]:
-    """Our per-user cache roots, in order of preference, each with whether it lies in
-    a directory shared between users (the temporary one)."""
-    if sys.platform == "win32":
-        base = os.environ.get("LOCALAPPDATA") or os.path.expanduser(r"~\AppData\Local")
-    elif sys.platform == "darwin":
-        base = os.path.expanduser("~/Library/Caches")
-    else:
-        base = os.environ.get("XDG_CACHE_HOME", "")
-        if not os.path.isabs(base):  # the XDG rule: a relative path is ignored
-            base = os.path.expanduser("~/.cache")
-    roots = [(os.path.join(base, "onnx-recurrent", "numba"), False)]
-    if hasattr(os, "getuid"):
-        user = os.path.join(tempfile.gettempdir(), f"onnx-recurrent-{os.getuid()}")
-        roots.append((os.path.join(user, "numba"), True))
-    return roots
-
-
-def _private(directory: str) -> bool:
-    """Whether ``directory`` (made if missing) is the user's alone: in a shared
-    directory, another user could have made it, to have their code loaded as ours."""
-    try:
-        os.mkdir(directory, 0o700)
-    except FileExistsError:
-        pass
-    except OSError:
-        return False
-    st = os.lstat(directory)
-    return (
-        stat.S_ISDIR(st.st_mode)
-        and st.st_uid == os.getuid()
-        and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
-    )
-
-
-def _writable(path: str) -> bool:
-    """numba's own test of a cache directory: create it, write a file in it."""
-    try:
-        os.makedirs(path, exist_ok=True)
-        tempfile.TemporaryFile(dir=path).close()
-    except OSError:
-        return False
-    return True
 
 
 def _warn(tried: list[str], stacklevel: int) -> None:

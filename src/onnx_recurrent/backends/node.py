@@ -5,8 +5,10 @@ compiled code: each direction's rows sorted by length (longest first, so the row
 still running at step ``k`` are a prefix), a reverse direction reading each sequence
 from its own last valid step, either layout, blocks of steps gathered into the
 compute buffer and scattered back into ``Y``; each block is
-:func:`.numba_backend._part_block` on the direction's :class:`.numba_backend.Plan`.
-Between blocks it reads ``abort[0]`` and returns 1 when it is set (a Ctrl-C).
+:func:`.numba_backend._block` on the direction's plan (:class:`.plans.Plan`).
+Between blocks it reads ``abort[0]`` and stops when it is set (a Ctrl-C). It never
+raises and takes its memory from ``malloc`` (:mod:`.views`): the native nodes' code
+runs without numba's runtime (:mod:`.native_code`).
 
 The arrays are the caller's: the onnxruntime host passes onnxruntime's own buffers
 (:mod:`onnx_recurrent.runtime.hosts.native`), already checked there.
@@ -16,46 +18,14 @@ from __future__ import annotations
 
 import numba
 import numpy as np
-from llvmlite import ir
-from numba.core import cgutils, types
-from numba.core.extending import intrinsic
+from numba.core import types
 
 from ..scan import BLOCK_BYTES, BLOCK_MACS, MIN_BLOCK  # the skeleton's block, in compiled code
 from .jit_cache import jit, prepare
-from .numba_backend import PROJECT_BELOW, _part_block, plan_type
-from .views import keep, part, unowned
+from .numba_backend import PROJECT_BELOW, _block, block_scratch, load_plan
+from .views import allocate, part, release, unowned
 
 _jit = jit(fastmath={"contract", "nsz"}, nogil=True, error_model="numpy")
-
-
-@intrinsic
-def plan_at(typingctx, address, like):
-    """The :class:`.numba_backend.Plan` whose meminfo is at ``address`` (a new
-    reference; its owner keeps the record alive), of the dtype of the array ``like``."""
-    ty = plan_type(np.dtype(str(like.dtype)))
-
-    def codegen(context, builder, signature, args):
-        plan = cgutils.create_struct_proxy(ty)(context, builder)
-        plan.meminfo = builder.inttoptr(args[0], plan.meminfo.type)
-        context.nrt.incref(builder, ty, plan._getvalue())
-        return plan._getvalue()
-
-    return ty(types.int64, like), codegen
-
-
-@intrinsic
-def _meminfo(typingctx, plan):
-    def codegen(context, builder, signature, args):
-        proxy = cgutils.create_struct_proxy(signature.args[0])(context, builder, value=args[0])
-        return builder.ptrtoint(proxy.meminfo, ir.IntType(64))
-
-    return types.int64(plan), codegen
-
-
-@_jit
-def address_of(plan):
-    """The address :func:`plan_at` takes for ``plan``."""
-    return _meminfo(plan)
 
 
 @_jit
@@ -66,17 +36,25 @@ def block_steps(gates, N, I, H, itemsize):
     return max(min(block, BLOCK_MACS // (G * (H + I))), 1)
 
 
+#: what :func:`run_node` returns
+DONE, ABORTED, FAILED = 0, 1, 2
+_INTS = np.zeros(0, np.int64)  # the dtype of the call's integers
+
+
 @_jit
-def run_node(plan0, plan1, D, reverse, layout, X, lens, has_lens, h0, has_h0, c0, has_c0, Y,
-             write_Y, Yh, Yc, sync, calls, abort):  # fmt: skip
-    """One call of a recurrent node on checked arrays; returns 0, or 1 if aborted.
+def run_node(address0, address1, D, reverse, layout, X, lens, has_lens, h0, has_h0, c0, has_c0,
+             Y, write_Y, Yh, Yc, sync, calls, abort):  # fmt: skip
+    """One call of a recurrent node on checked arrays: :data:`DONE`, :data:`ABORTED`
+    (``abort[0]`` was set) or :data:`FAILED` (no memory, or arrays that disagree with
+    the plans; nothing meaningful written). Never raises; its memory from ``malloc``.
 
     ``X``: ``[T, N, I]`` (``[N, T, I]`` if ``layout``); ``lens`` ``[N]`` int32 (read
     if ``has_lens``); ``h0``, ``c0``: the initial states (read if ``has_*``);
     ``Y`` ``[T, D, N, H]`` (``[N, T, D, H]``), written if ``write_Y``; ``Yh``, ``Yc``
     ``[D, N, H]`` (``[N, D, H]``): the final states (``Yc``: LSTM only, else any
-    array); direction 0 runs ``plan0``, direction 1 ``plan1``; ``reverse``: the one
-    direction runs backwards. ``sync``, ``calls``: a one-share meeting
+    array); direction 0 runs the plan at ``address0``, direction 1 that at
+    ``address1`` (:class:`.plans.Plan`); ``reverse``: the one direction runs
+    backwards. ``sync``, ``calls``: a one-share meeting
     (:data:`.numba_backend._ALONE`).
     """
     # the arrays as views without a reference count (:mod:`.views`)
@@ -90,26 +68,37 @@ def run_node(plan0, plan1, D, reverse, layout, X, lens, has_lens, h0, has_h0, c0
     )
     if layout:
         N, T, I = X.shape
-        H = Yh.shape[2]
     else:
         T, N, I = X.shape
-        H = Yh.shape[2]
-    dt = Yh.dtype
+    H = Yh.shape[2]
+    plan0, plan1 = load_plan(address0, Yh), load_plan(address1, Yh)
     lstm = plan0.kind == 2
     gates = 1 if plan0.kind == 0 else 3 if plan0.kind == 1 else 4
     split = plan0.split  # GRU's reset gate before the product: both directions alike
     block = block_steps(gates, N, I, H, Yh.itemsize)
+    project = N < PROJECT_BELOW
     # one allocation each for the integers and the floats of the call (views below)
-    own_ints = np.empty(2 * N + max(T, 1), np.int64)
-    ints = unowned(own_ints)
-    L, order, active = ints[:N], ints[N : 2 * N], ints[2 * N :]
+    ints = allocate(2 * N + max(T, 1) + T + 1, _INTS)
+    if ints.shape[0] == 0:
+        return FAILED
+    L, order = ints[:N], ints[N : 2 * N]
+    active, count = ints[2 * N : 2 * N + max(T, 1)], ints[2 * N + max(T, 1) :]
     ragged = False
     for b in range(N):
         L[b] = lens[b] if has_lens else T
-        order[b] = b
         ragged = ragged or L[b] < T
-    if ragged:
-        order[:] = np.argsort(-L, kind="mergesort")
+    # the rows longest first, in their order where lengths tie (a counting sort)
+    count[:] = 0
+    for b in range(N):
+        count[L[b]] += 1
+    first = 0
+    for t in range(T, -1, -1):
+        n = count[t]
+        count[t] = first
+        first += n
+    for b in range(N):
+        order[count[L[b]]] = b
+        count[L[b]] += 1
     steps = L[order[0]] if N > 0 else 0
     active[:] = 0
     for i in range(N):
@@ -120,9 +109,13 @@ def run_node(plan0, plan1, D, reverse, layout, X, lens, has_lens, h0, has_h0, c0
     nc = N if lstm else 0
     ns = N if split else 0
     ny = N if write_Y else 0
-    sizes = (N * H, nc * H, ns * 3 * H, ns * H, block * N * I, block * ny * H)
-    own_floats = np.empty(sizes[0] + sizes[1] + sizes[2] + sizes[3] + sizes[4] + sizes[5], dt)
-    floats = unowned(own_floats)
+    work = max(block_scratch(plan0, block, N, project), block_scratch(plan1, block, N, project))
+    sizes = (N * H, nc * H, ns * 3 * H, ns * H, block * N * I, block * ny * H, work)
+    total = sizes[0] + sizes[1] + sizes[2] + sizes[3] + sizes[4] + sizes[5] + sizes[6]
+    floats = allocate(total, Yh)
+    if floats.shape[0] == 0:
+        release(ints)
+        return FAILED
     o = 0
     h = part(floats, o, (N, H))
     o += sizes[0]
@@ -135,7 +128,9 @@ def run_node(plan0, plan1, D, reverse, layout, X, lens, has_lens, h0, has_h0, c0
     xs = o
     o += sizes[4]
     ys = o
-    project = N < PROJECT_BELOW
+    o += sizes[5]
+    scratch = part(floats, o, (sizes[6],))
+    result = DONE
     for d in range(D):
         plan = plan0 if d == 0 else plan1
         back = reverse or d == 1
@@ -153,7 +148,8 @@ def run_node(plan0, plan1, D, reverse, layout, X, lens, has_lens, h0, has_h0, c0
                     c[i, j] = src[j]
         for k0 in range(0, steps, block):
             if abort[0] != 0:
-                return 1
+                result = ABORTED
+                break
             k1 = min(steps, k0 + block)
             n0 = active[k0]
             xb = part(floats, xs, (k1 - k0, n0, I))
@@ -166,8 +162,10 @@ def run_node(plan0, plan1, D, reverse, layout, X, lens, has_lens, h0, has_h0, c0
                     for j in range(I):
                         dst[j] = src[j]
             Yb = part(floats, ys, (k1 - k0, n0 if write_Y else 0, H))
-            _part_block(plan, sync, calls, xb, h, h, c if lstm else h, gz, rh, active[k0:k1], Yb,
-                        write_Y, k0, project)  # fmt: skip
+            if not _block(plan, sync, calls, xb, h, h, c if lstm else h, gz, rh, active[k0:k1],
+                          Yb, write_Y, k0, project, scratch):  # fmt: skip
+                result = FAILED
+                break
             if write_Y:
                 for k in range(k0, k1):
                     for i in range(active[k]):
@@ -177,6 +175,8 @@ def run_node(plan0, plan1, D, reverse, layout, X, lens, has_lens, h0, has_h0, c0
                         src = Yb[k - k0, i]
                         for j in range(H):
                             dst[j] = src[j]
+        if result != DONE:
+            break
         for i in range(N):
             b = order[i]
             hd = Yh[b, d] if layout else Yh[d, b]
@@ -187,24 +187,9 @@ def run_node(plan0, plan1, D, reverse, layout, X, lens, has_lens, h0, has_h0, c0
                 cd = Yc[b, d] if layout else Yc[d, b]
                 for j in range(H):
                     cd[j] = c[i, j] if ran else 0
-    keep(own_ints)
-    keep(own_floats)
-    return 0
-
-
-def prepare_node(dt: np.dtype) -> None:
-    """Compile (or load) :func:`.numba_backend._part_block` for the buffers
-    :func:`run_node` passes it, in ``dt``, before code calling :func:`run_node` is
-    compiled (the entry compiles nothing at call time, :func:`.jit_cache.prepare`)."""
-    e = numba.from_dtype(np.dtype(dt))
-    ints, flag = types.Array(types.int64, 1, "C"), types.boolean
-
-    def array(ndim: int) -> types.Array:
-        return types.Array(e, ndim, "C")
-
-    states = (array(2), array(2), array(2))  # h, spare, c
-    prepare(_part_block, (plan_type(dt), ints, ints, array(3), *states, array(3), array(2), ints,
-                          array(3), flag, types.int64, flag))  # fmt: skip
+    release(ints)
+    release(floats)
+    return result
 
 
 #: run_layer's flags
@@ -215,12 +200,15 @@ TWO_DIRECTIONS, REVERSE, LAYOUT, WRITE_Y, HAS_H0, HAS_C0, LSTM = (1 << i for i i
 def run_layer(address0, address1, X, h0, c0, flags):
     """One small call of a layer on this thread, its outputs made here: ``(Y, Y_h,
     Y_c)`` (``Y`` of size 0 unless ``WRITE_Y``; ``Y_c`` of size 0 unless ``LSTM``).
-    ``address0``, ``address1``: the directions' plans (:func:`address_of`; a record
-    passed by address: a record argument costs µs to type per call); ``flags``: the
-    bits above; ``X``, ``h0``, ``c0`` as :func:`run_node` takes them, in the layer's
-    dtype."""
-    plan0 = plan_at(address0, X)
-    plan1 = plan_at(address1, X)
+    ``address0``, ``address1``: the directions' plans (:class:`.plans.Plan`, kept by
+    the caller); ``flags``: the bits above; ``X``, ``h0``, ``c0`` as :func:`run_node`
+    takes them, in the layer's dtype.
+
+    Raises
+    ------
+    MemoryError
+        No memory for the call's scratch.
+    """
     D = 2 if flags & TWO_DIRECTIONS else 1
     layout = (flags & LAYOUT) != 0
     lstm = (flags & LSTM) != 0
@@ -229,6 +217,7 @@ def run_layer(address0, address1, X, h0, c0, flags):
         N, T = X.shape[0], X.shape[1]
     else:
         T, N = X.shape[0], X.shape[1]
+    plan0 = load_plan(address0, X)
     H = plan0.bounds[plan0.bounds.shape[0] - 1]
     dt = X.dtype
     Y = np.empty((N, T, D, H) if layout else (T, D, N, H), dt)
@@ -238,9 +227,12 @@ def run_layer(address0, address1, X, h0, c0, flags):
     Yh = np.empty(state, dt)
     Yc = np.empty(state if lstm else (0, 0, 0), dt)
     sync, calls, abort = np.zeros(8, np.int64), np.zeros(4, np.int64), np.zeros(1, np.int64)
-    run_node(plan0, plan1, D, (flags & REVERSE) != 0, layout, X, np.zeros(0, np.int32), False,
-             h0, (flags & HAS_H0) != 0, c0, (flags & HAS_C0) != 0, Y, write_Y, Yh,
-             Yc if lstm else Yh, sync, calls, abort)  # fmt: skip
+    result = run_node(address0, address1, D, (flags & REVERSE) != 0, layout, X,
+                      np.zeros(0, np.int32), False, h0, (flags & HAS_H0) != 0, c0,
+                      (flags & HAS_C0) != 0, Y, write_Y, Yh, Yc if lstm else Yh, sync, calls,
+                      abort)  # fmt: skip
+    if result != DONE:
+        raise MemoryError("onnx-recurrent: no memory for a layer call's scratch")
     return Y, Yh, Yc
 
 
@@ -250,10 +242,9 @@ _prepared_layers: set[np.dtype] = set()
 def prepare_layer(dt: np.dtype) -> None:
     """Compile (or load) :func:`run_layer` for ``dt``: X and the states C-ordered (a
     signature the dispatcher matches without Python) and read-only ``'A'`` (any array
-    converts to it); and what it calls (:func:`prepare_node`)."""
+    converts to it)."""
     if dt in _prepared_layers:
         return
-    prepare_node(dt)
     e = numba.from_dtype(np.dtype(dt))
     given = types.Array(e, 3, "A", readonly=True)
     usual = types.Array(e, 3, "C")  # matched without Python; anything else converts

@@ -6,31 +6,28 @@ row, with no Python and no GIL in between (with fewer than :data:`PROJECT_BELOW`
 ``Xt W^T`` of the whole block comes first, as one product). The products are
 :mod:`.packed`'s, on ``[W^T; R^T]`` packed once. The call computes all the hidden units
 or, for threads that split one direction between them, a share of them (a barrier per
-step). Activations are passed as codes (:data:`CODES`) with their alpha and beta.
+step). Activations are passed as codes (:data:`.plans.CODES`) with their alpha and beta.
 """
 
 from __future__ import annotations
 
 import functools
-import itertools
 import math
+from collections import namedtuple
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numba
 import numpy as np
 from numba.core import types
-from numba.experimental import structref
 
-from ..activations import TABLE, ActivationCode
-from ..threads import interrupts_held
-from . import packed
+from ..activations import ActivationCode
+from . import packed, plans
 from .jit_cache import jit, prepare
+from .plans import ARRAYS, HEAD
 from .sync import Sync, claim, cycles, finish, wait
-from .views import keep, part, unowned
+from .views import keep, part, unowned, view
 
-#: activation name (lower case) -> its :class:`.ActivationCode`, as :func:`_apply` reads it
-CODES = {name: int(kind.code) for name, kind in TABLE.items()}
 _f32 = np.float32
 #: rows below which a block's ``Xt W^T`` is one product ahead of its steps: a product
 #: of 1-3 rows is bound by reading ``B``, which the block's rows then share (measured:
@@ -276,15 +273,17 @@ def _project(xb, F, I, bias, xw, active):
 
 @_jit
 def _check(plan, xb, h, pre, pre_h, hh, project):
-    """The products' operands, once per block (:func:`.packed.check`)."""
+    """Whether the products' operands and the states agree with the plan, once per
+    block (:func:`.packed.check`)."""
     rows, I, H = xb.shape[1], xb.shape[2], h.shape[1]
-    packed.check(plan.F, I + H, plan.bF, pre, rows, _most(plan.pF))
+    ok = packed.check(plan.F, I + H, plan.bF, pre, rows, _most(plan.pF))
     if plan.kind == 1:
-        packed.check(plan.Fh, I + H if plan.split else I, plan.bFh, pre_h, rows, _most(plan.pFh))
+        ok = ok and packed.check(
+            plan.Fh, I + H if plan.split else I, plan.bFh, pre_h, rows, _most(plan.pFh)
+        )
         if not plan.split:
-            packed.check(plan.Fr, H, plan.bFr, hh, rows, _most(plan.pFr))
-    if h.shape[0] < rows or plan.bounds[plan.bounds.shape[0] - 1] != H:
-        raise ValueError("step loop: states and weights disagree")
+            ok = ok and packed.check(plan.Fr, H, plan.bFr, hh, rows, _most(plan.pFr))
+    return ok and h.shape[0] >= rows and plan.bounds[plan.bounds.shape[0] - 1] == H
 
 
 @_jit
@@ -297,44 +296,50 @@ def _most(p):
 
 
 @_jit
-def _part_block(plan, sync, calls, xb, h, spare, c, gz, rh, active, Y, write_Y, step0, project):
-    """Steps ``step0 ..`` of one direction (``xb``: their inputs), with the weights
-    and activations of ``plan`` (:func:`_plan`). Each step (GRU with the reset gate
-    before the product: two phases) is cut into the plan's shares of hidden units;
-    this thread computes the shares it claims (:mod:`.sync`; one share: all of it,
-    no waiting), then waits for the others'. A share is the gates' inputs
-    ``[Xt, Ht-1] [W^T; R^T] + b`` of its units as one product, then the cell's
-    update row by row; or, if ``project`` (one share, few rows: a product of one
-    row is bound by reading ``B``), ``Xt W^T + b`` for the whole block first.
-    With several shares ``h`` and ``spare`` alternate as ``Ht-1`` and ``Ht`` by the
-    step's parity (the caller settles which holds the end); with one, ``h`` is
-    updated in place. ``gz``: each share's row scratch (kept between GRU's two
-    phases), ``rh``: ``r . Ht-1``."""
-    sync, calls, xb, h, spare = (
-        unowned(sync),
-        unowned(calls),
-        unowned(xb),
-        unowned(h),
-        unowned(spare),
-    )
-    c, gz, rh, active, Y = unowned(c), unowned(gz), unowned(rh), unowned(active), unowned(Y)
-    steps, rows, I = xb.shape
-    S = plan.bounds.shape[0] - 1
-    phases = 2 if plan.split else 1
-    dt = h.dtype
+def block_scratch(plan, steps, rows, project):
+    """Elements of the scratch :func:`_block` takes for ``steps`` steps of ``rows``
+    rows."""
     ahead = steps if project else 1  # steps of gate inputs kept
     rows_h = rows if plan.kind == 1 else 0
     rows_r = rows if plan.kind == 1 and not plan.split else 0
-    sizes = (ahead * rows * plan.width, ahead * rows_h * plan.width_h, rows_r * plan.width_r)
-    own = np.empty(sizes[0] + sizes[1] + sizes[2] + plan.width + plan.width_h, dt)
-    scratch = unowned(own)
+    return (ahead * (rows * plan.width + rows_h * plan.width_h) + rows_r * plan.width_r
+            + plan.width + plan.width_h)  # fmt: skip
+
+
+@_jit
+def _block(plan, sync, calls, xb, h, spare, c, gz, rh, active, Y, write_Y, step0, project,
+           scratch):  # fmt: skip
+    """Steps ``step0 ..`` of one direction (``xb``: their inputs), with the weights
+    and activations of ``plan`` (:func:`load_plan`); False if the arrays disagree
+    with it (nothing computed). Each step (GRU with the reset gate before the
+    product: two phases) is cut into the plan's shares of hidden units; this thread
+    computes the shares it claims (:mod:`.sync`; one share: all of it, no waiting),
+    then waits for the others'. A share is the gates' inputs ``[Xt, Ht-1] [W^T; R^T]
+    + b`` of its units as one product, then the cell's update row by row; or, if
+    ``project`` (one share, few rows: a product of one row is bound by reading
+    ``B``), ``Xt W^T + b`` for the whole block first. With several shares ``h`` and
+    ``spare`` alternate as ``Ht-1`` and ``Ht`` by the step's parity (the caller
+    settles which holds the end); with one, ``h`` is updated in place. ``gz``: each
+    share's row scratch (kept between GRU's two phases), ``rh``: ``r . Ht-1``;
+    ``scratch``: :func:`block_scratch` elements at least, the caller's. Never
+    raises, allocates nothing."""
+    steps, rows, I = xb.shape
+    S = plan.bounds.shape[0] - 1
+    phases = 2 if plan.split else 1
+    ahead = steps if project else 1
+    rows_h = rows if plan.kind == 1 else 0
+    rows_r = rows if plan.kind == 1 and not plan.split else 0
+    if scratch.shape[0] < block_scratch(plan, steps, rows, project):
+        return False
     pre_b = part(scratch, 0, (ahead, rows, plan.width))
-    o = sizes[0]
+    o = ahead * rows * plan.width
     pre_hb = part(scratch, o, (ahead, rows_h, plan.width_h))
-    o += sizes[1]
+    o += ahead * rows_h * plan.width_h
     hh = part(scratch, o, (rows_r, plan.width_r))
-    g = scratch[o + sizes[2] :]  # one row's scratch (in L1)
-    _check(plan, xb, h, pre_b[0], pre_hb[0], hh, project)
+    o += rows_r * plan.width_r
+    g = part(scratch, o, (plan.width + plan.width_h,))  # one row's scratch (in L1)
+    if not _check(plan, xb, h, pre_b[0], pre_hb[0], hh, project):
+        return False
     if project:
         _project(xb, plan.F, I, plan.bF.ctypes.data, pre_b, active)
         if plan.kind == 1:
@@ -355,8 +360,35 @@ def _part_block(plan, sync, calls, xb, h, spare, c, gz, rh, active, Y, write_Y, 
                 finish(sync, phase, S, calls, started)
                 s = claim(sync, phase, S)
             if S > 1 and not wait(sync, phase, S, calls):
-                return  # aborted
+                return True  # aborted
+    return True
+
+
+@_jit
+def _part_block(address, sync, calls, xb, h, spare, c, gz, rh, active, Y, write_Y, step0,
+                project):  # fmt: skip
+    """:func:`_block` on the plan at ``address`` (a :class:`.plans.Plan`'s, which the
+    caller keeps), called from Python: its scratch made here.
+
+    Raises
+    ------
+    ValueError
+        The arrays disagree with the plan."""
+    sync, calls, xb, h, spare = (
+        unowned(sync),
+        unowned(calls),
+        unowned(xb),
+        unowned(h),
+        unowned(spare),
+    )
+    c, gz, rh, active, Y = unowned(c), unowned(gz), unowned(rh), unowned(active), unowned(Y)
+    plan = load_plan(address, h)
+    own = np.empty(block_scratch(plan, xb.shape[0], xb.shape[1], project), h.dtype)
+    ok = _block(plan, sync, calls, xb, h, spare, c, gz, rh, active, Y, write_Y, step0, project,
+                unowned(own))  # fmt: skip
     keep(own)
+    if not ok:
+        raise ValueError("step loop: states and weights disagree")
 
 
 @_inline
@@ -423,114 +455,43 @@ def _copy(src, dst, b0, b1, j0, j1):
             dst[b, j] = src[b, j]
 
 
-@structref.register
-class PlanType(types.StructRef):
-    def preprocess_fields(self, fields):
-        return tuple((name, types.unliteral(t)) for name, t in fields)
-
-
-class Plan(structref.StructRefProxy):
-    """One direction's weights and activations as the step loop reads them (one
-    record, made once per layer direction and number of shares: :func:`_plan`).
-
-    ``kind`` 0 RNN, 1 GRU, 2 LSTM; ``split``: GRU's reset gate before the product;
-    ``codes, alphas, betas``: the activations (:class:`ActivationCode`); ``bounds``:
-    share ``s`` is hidden units ``bounds[s]..bounds[s+1]-1``; ``F``: the panels of
-    ``[W^T; R^T]`` (GRU: ``z r`` only), share after share, each share's columns gate
-    after gate, share ``s`` in panels ``pF[s]..pF[s+1]-1``, ``bF`` its biases; ``Fh``:
-    GRU's ``h`` columns (of ``[W^T; R^T]``, or of ``W^T`` with ``Fr`` those of
-    ``R^T``); ``P``: LSTM's peepholes ``[Pi, Po, Pf]`` (no columns when absent); ``width*``:
-    the longest row a share's product writes."""
-
-
-_PLAN_FIELDS = (
-    *("kind", "split", "input_forget", "fast", "clip", "codes", "alphas", "betas", "bounds"),
-    *("F", "pF", "bF", "Fh", "pFh", "bFh", "Fr", "pFr", "bFr", "P"),
-    *("width", "width_h", "width_r"),
+#: a plan as compiled code reads it (:func:`load_plan`): the record's scalars and views
+PlanView = namedtuple(
+    "PlanView", ("kind", "split", "input_forget", "fast", "width", "width_h", "width_r", *ARRAYS)
 )
-structref.define_proxy(Plan, PlanType, list(_PLAN_FIELDS))
-
-_KIND = {"RNN": 0, "GRU": 1, "LSTM": 2}
-
-
-@functools.cache
-def plan_type(dt: np.dtype) -> types.Type:
-    """numba's type of a :class:`Plan` of ``dt`` (as :func:`_new_plan` makes it), for
-    compiled code that receives plans by address."""
-    e = numba.from_dtype(np.dtype(dt))
-    ints = types.Array(types.int64, 1, "C")
-    vec, mat2, mat3 = (types.Array(e, n, "C") for n in (1, 2, 3))
-    fields = dict.fromkeys(_PLAN_FIELDS)
-    fields |= {"kind": types.int64, "split": types.boolean, "input_forget": types.boolean}
-    fields |= {"fast": types.boolean, "clip": e, "codes": ints, "alphas": vec, "betas": vec}
-    fields |= {"bounds": ints, "P": mat2}
-    for name in ("F", "Fh", "Fr"):
-        fields |= {name: mat3, "p" + name: ints, "b" + name: vec}
-    fields |= {"width": types.int64, "width_h": types.int64, "width_r": types.int64}
-    return PlanType(list(fields.items()))
+_CODES, _ALPHAS, _BETAS, _CLIP, _BOUNDS, _F, _PF, _BF, _FH, _PFH, _BFH, _FR, _PFR, _BFR, _P = (
+    HEAD + 4 * i for i in range(len(ARRAYS))
+)
 
 
-@_jit
-def _new_plan(kind, split, input_forget, fast, clip, codes, alphas, betas, bounds, F, pF, bF,
-              Fh, pFh, bFh, Fr, pFr, bFr, P, width, width_h, width_r):  # fmt: skip
-    """A :class:`Plan`, made by compiled code kept in the cache (``Plan(...)`` from
-    Python compiles its constructor again in every process: about a second). Its
-    arrays are views without an owner (:mod:`.views`): the caller keeps them."""
-    u = unowned
-    return Plan(kind, split, input_forget, fast, clip, u(codes), u(alphas), u(betas), u(bounds),
-                u(F), u(pF), u(bF), u(Fh), u(pFh), u(bFh), u(Fr), u(pFr), u(bFr), u(P), width,
-                width_h, width_r)  # fmt: skip
+@_inline
+def load_plan(address, like):
+    """The :class:`PlanView` of the record at ``address`` (:class:`.plans.Plan`), its
+    floats of ``like``'s dtype: views without an owner, made without allocating."""
+    r = view(address, (plans.WORDS,), _INTS)
+    return PlanView(
+        r[plans.KIND_], r[plans.SPLIT] != 0, r[plans.INPUT_FORGET] != 0, r[plans.FAST] != 0,
+        r[plans.WIDTH], r[plans.WIDTH_H], r[plans.WIDTH_R],
+        view(r[_CODES], (r[_CODES + 1],), r), view(r[_ALPHAS], (r[_ALPHAS + 1],), like),
+        view(r[_BETAS], (r[_BETAS + 1],), like), view(r[_CLIP], (1,), like)[0],
+        view(r[_BOUNDS], (r[_BOUNDS + 1],), r),
+        view(r[_F], (r[_F + 1], r[_F + 2], r[_F + 3]), like), view(r[_PF], (r[_PF + 1],), r),
+        view(r[_BF], (r[_BF + 1],), like),
+        view(r[_FH], (r[_FH + 1], r[_FH + 2], r[_FH + 3]), like),
+        view(r[_PFH], (r[_PFH + 1],), r), view(r[_BFH], (r[_BFH + 1],), like),
+        view(r[_FR], (r[_FR + 1], r[_FR + 2], r[_FR + 3]), like),
+        view(r[_PFR], (r[_PFR + 1],), r), view(r[_BFR], (r[_BFR + 1],), like),
+        view(r[_P], (r[_P + 1], r[_P + 2]), like),
+    )  # fmt: skip
 
 
-def _share_panels(w, kind: int, split: bool, n_gates: int) -> tuple:
-    """What ``F``, ``Fh`` and ``Fr`` of a plan of the weights ``w`` are made of (see
-    :class:`Plan`), each as ``(blocks, gates, bias, first)``: its matrix is the
-    ``blocks`` (``W^T``, ``R^T`` or both, views) stacked, a share's columns are those
-    of its hidden units in each of ``gates``, its biases are ``bias[c - first]`` for
-    the column ``c`` (a row of ``W``)."""
-    WT, RT = w.W.T, w.R.T
-    none = ((RT,), (), w.bias, 0)
-    if kind != 1:
-        return ((WT, RT), range(n_gates), w.bias, 0), none, none
-    zr = ((WT, RT), (0, 1), w.bias, 0)  # GRU: z r | h
-    if split:
-        return zr, ((WT, RT), (2,), w.bias, 0), none
-    H = RT.shape[0]
-    return zr, ((WT,), (2,), w.bias, 0), ((RT,), (2,), w.extra["Rbh"], 2 * H)
-
-
-def _columns(gates, H: int, j0: int, j1: int) -> np.ndarray:
-    """The rows of ``W`` (columns of ``W^T``) of hidden units ``j0..j1-1`` of each of
-    ``gates``, gate after gate."""
-    parts = [np.arange(g * H + j0, g * H + j1, dtype=np.int64) for g in gates]
-    return np.concatenate(parts) if parts else np.zeros(0, np.int64)
-
-
-def _plan(spec, w, acts: tuple, dt: np.dtype, shares: int) -> Plan:
-    """The :class:`Plan` of one direction's prepared weights ``w`` cut into ``shares``
-    shares, made once (kept in ``w.derived``), and the entries compiled for it: on
-    this thread, interrupts held off (:func:`.jit_cache.prepare`)."""
-    key = ("numba", dt, shares)
-    plan = w.derived.get(key)
-    if plan is not None:
-        return plan
-    with interrupts_held():  # the record's constructor compiles on first use
-        plan = _make_plan(spec, w, acts, dt, shares)
-    _prepare_entries(plan, dt)
-    w.derived[key] = plan
-    return plan
-
-
-def _prepare_entries(plan: Plan, dt: np.dtype) -> None:
-    """``_part_block`` compiled for plans of ``dt`` (:func:`_entries`)."""
-    for entry, signature in _entries(plan_type(dt), dt):
-        prepare(entry, signature)
+_INTS = np.zeros(0, np.int64)  # the dtype of a plan's integer views
 
 
 @functools.cache
-def _entries(plan: types.Type, dt: np.dtype) -> tuple:
-    """The entries' signatures for ``plan`` records of ``dt``: arrays that a call may
-    pass as views typed ``'A'``, inputs read-only; states and scratch C-ordered
+def _entries(dt: np.dtype) -> tuple:
+    """The entries' signatures for plans of ``dt``: arrays that a call may pass as
+    views typed ``'A'``, inputs read-only; states and scratch C-ordered
     (:meth:`NumbaBackend.run_block` passes them so). Made once: a type costs µs."""
     element = numba.from_dtype(dt)
 
@@ -538,72 +499,10 @@ def _entries(plan: types.Type, dt: np.dtype) -> tuple:
         return types.Array(element, ndim, layout, readonly=readonly)
 
     ints, flag = types.Array(types.int64, 1, "C"), types.boolean
-    head = (plan, ints, ints)
+    head = (types.int64, ints, ints)
     block = (*head, array(3, "A", True), array(2), array(2), array(2), array(3), array(2), ints,
              array(3, "A"), flag, types.int64, flag)  # fmt: skip
     return ((_part_block, block),)
-
-
-def _make_plan(spec, w, acts: tuple, dt: np.dtype, shares: int) -> Plan:
-    """The :class:`Plan` itself (see :func:`_plan`); its bytes counted in ``w``."""
-    key = ("numba", dt, shares)
-    kind = _KIND[spec.cell.name]
-    split = kind == 1 and not spec.linear_before_reset
-    H = spec.hidden_size
-    bounds = np.array([i * H // shares for i in range(shares + 1)], np.int64)
-    L = packed.panel_width(dt)
-    fields = []
-    widths = []
-    for blocks, gates, b, b0 in _share_panels(w, kind, split, spec.cell.n_gates):
-        cols = [_columns(gates, H, j0, j1) for j0, j1 in itertools.pairwise(bounds.tolist())]
-        first = np.cumsum([0] + [-(-len(c) // L) for c in cols]).astype(np.int64)
-        # one aligned array, the shares' panels one after another, each packed in place
-        F = packed.empty_panels(int(first[-1]), sum(m.shape[0] for m in blocks), dt)
-        bias = np.zeros(int(first[-1]) * L, dt)
-        for c, p0, p1 in zip(cols, first[:-1].tolist(), first[1:].tolist(), strict=True):
-            k0 = 0
-            for m in blocks:
-                packed.pack(m, c, F[p0:p1], k0)
-                k0 += m.shape[0]
-            bias[p0 * L : p0 * L + len(c)] = b[c - b0]
-        fields += [F, first, bias]
-        widths.append(packed.columns(int(np.diff(first).max(initial=0)) * L, dt))
-    P = np.zeros((3, 0), dt)  # no peepholes: no columns (no peephole term at all)
-    if "Pi" in w.extra:
-        P = np.stack([w.extra["Pi"], w.extra["Po"], w.extra["Pf"]]).astype(dt, copy=False)
-    codes, alphas, betas = _table(acts, dt)
-    clip = dt.type(np.inf if spec.clip is None else spec.clip)
-    P = np.ascontiguousarray(P)
-    plan = _new_plan(
-        kind, split, bool(spec.input_forget), dt == np.float32, clip, codes, alphas, betas,
-        bounds, *fields, P, *widths,
-    )  # fmt: skip
-    plan.owners = (codes, alphas, betas, bounds, *fields, P)  # what the record views
-    w.derived_bytes[key] = sum(a.nbytes for a in (*fields, P, bounds))
-    return plan
-
-
-def _address(spec, w, acts: tuple, dt: np.dtype) -> int:
-    """The address of the one-share :class:`Plan` of ``w`` (:func:`.node.address_of`),
-    kept beside it."""
-    key = ("numba address", dt)
-    address = w.derived.get(key)
-    if address is None:
-        from .node import address_of
-
-        address = w.derived[key] = address_of(_plan(spec, w, acts, dt, 1))
-    return address
-
-
-@functools.lru_cache(maxsize=256)
-def _table(acts: tuple, dt: np.dtype) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(codes, alphas, betas) of a direction's activations, padded to 3."""
-    pad = 3 - len(acts)
-    return (
-        np.array([CODES[act.name.lower()] for act in acts] + [0] * pad, np.int64),
-        np.array([act.alpha for act in acts] + [0.0] * pad, dt),
-        np.array([act.beta for act in acts] + [0.0] * pad, dt),
-    )
 
 
 @dataclass
@@ -650,7 +549,7 @@ class NumbaBackend:
     calls_blas = False  # products of its own (packed.py)
 
     def supports(self, spec, dtype) -> str | None:
-        if spec.cell.name not in _KIND:
+        if spec.cell.name not in plans.KIND:
             return f"no numba kernel for {spec.cell.name}"
         return None
 
@@ -658,7 +557,10 @@ class NumbaBackend:
         """Everything a call of one direction (weights ``w``, activations ``acts``) in
         ``dtype`` on ``shares`` shares will run, made and compiled now, on this thread
         (never in a pool thread, nor on a later call's path)."""
-        _plan(spec, w, acts, np.dtype(dtype), shares)
+        dt = np.dtype(dtype)
+        plans.get(spec, w, acts, dt, shares)
+        for entry, signature in _entries(dt):
+            prepare(entry, signature)
         if shares == 1:  # a small call's one compiled entry (:meth:`small_call`)
             from .node import prepare_layer
 
@@ -687,11 +589,11 @@ class NumbaBackend:
 
         dt = np.dtype(dtype)
         node.prepare_layer(dt)
-        plans = [_address(spec, w, spec.activations[d], dt) for d, w in enumerate(directions)]
-        first, last = plans[0], plans[-1]
+        kept = [plans.get(spec, w, spec.activations[d], dt, 1) for d, w in enumerate(directions)]
+        first, last = kept[0].address, kept[-1].address
         lstm = bool(spec.cell.n_peepholes)
         base = (
-            (node.TWO_DIRECTIONS if len(plans) == 2 else 0)
+            (node.TWO_DIRECTIONS if len(kept) == 2 else 0)
             | (node.REVERSE if spec.direction == "reverse" else 0)
             | (node.LAYOUT if spec.layout else 0)
             | (node.LSTM if lstm else 0)
@@ -722,13 +624,13 @@ class NumbaBackend:
         dt = h.dtype
         c = states[1] if len(states) > 1 else h
         shared = shared if shared is not None else self.shares(spec, len(h), dt, 1)
-        plan = _plan(spec, w, acts, dt, shared.shares)
+        plan = plans.get(spec, w, acts, dt, shared.shares)
         Y = Yb if Yb is not None else _no_Y(dt, 3)
         project = len(h) < PROJECT_BELOW and shared.shares == 1
         meeting = shared.meeting
         _part_block(
-            plan, meeting.sync, meeting.calls, np.ascontiguousarray(xb, dt), h, shared.spare, c,
-            shared.gz, shared.rh, active, Y, Yb is not None, step0, project,
+            plan.address, meeting.sync, meeting.calls, np.ascontiguousarray(xb, dt), h,
+            shared.spare, c, shared.gz, shared.rh, active, Y, Yb is not None, step0, project,
         )  # fmt: skip
 
 

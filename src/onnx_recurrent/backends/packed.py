@@ -1,7 +1,7 @@
 """Matrix products of the numba kernels, on a right-hand matrix packed once per layer.
 
 ``C = A B`` where ``B`` (``W^T`` or ``R^T``: constant for the whole call) is packed by
-:func:`panels` into column panels ``[panels, K, L]``: ``L`` columns, two SIMD vectors,
+:func:`.layout.panels` into column panels ``[panels, K, L]``: ``L`` columns, two SIMD vectors,
 contiguous for each ``k``, zero-padded. :func:`mm` runs a micro-kernel written in LLVM
 IR over them: a tile of ``MR`` rows by ``L`` columns over the whole ``K``, its
 ``2 MR`` vector accumulators in registers, one broadcast of ``A`` and two fused
@@ -16,115 +16,18 @@ projection's shapes at 48-55 against 42-52. It needs no library: only numba.
 
 from __future__ import annotations
 
-import functools
-
-import llvmlite.binding as llvm
-import numba
-import numpy as np
 from llvmlite import ir
 from numba.core import cgutils, types
 from numba.core.extending import intrinsic
 
-from .jit_cache import jit, prepare
+from . import layout
+from .jit_cache import jit
 
-_features = llvm.get_host_cpu_features()
-#: bytes of one SIMD register (AVX-512: 64; AVX: 32; else 16)
-VECTOR_BYTES = 64 if _features.get("avx512f") else 32 if _features.get("avx") else 16
 #: rows of a tile: 2 * MR accumulators + 2 B vectors + a broadcast fit the registers
-MR = 8 if VECTOR_BYTES == 64 else 6
-#: alignment of packed panels (a cache line)
-ALIGN = 64
+MR = 8 if layout.VECTOR_BYTES == 64 else 6
+ALIGN = layout.ALIGN
 
 _jit = jit(nogil=True)
-
-
-def panel_width(dtype: np.dtype) -> int:
-    """``L``: columns of one panel, two SIMD vectors of ``dtype``."""
-    return 2 * VECTOR_BYTES // np.dtype(dtype).itemsize
-
-
-def panels(B: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    """``B`` ``[K, N]`` (any strides, any float dtype) packed for :func:`mm`:
-    ``[ceil(N / L), K, L]`` in ``dtype``, columns past ``N`` zero, cache-line aligned."""
-    dtype = np.dtype(dtype)
-    K, N = B.shape
-    out = empty_panels(-(-N // panel_width(dtype)), K, dtype)
-    pack(B, np.arange(N), out)
-    return out
-
-
-def empty_panels(count: int, K: int, dtype: np.dtype) -> np.ndarray:
-    """``count`` panels of ``K`` rows, ``[count, K, L]`` in ``dtype``, cache-line
-    aligned, not initialised (:func:`pack` fills them)."""
-    dtype = np.dtype(dtype)
-    L = panel_width(dtype)
-    raw = np.empty(count * K * L + ALIGN // dtype.itemsize, dtype)
-    start = (-raw.ctypes.data % ALIGN) // dtype.itemsize
-    return raw[start : start + count * K * L].reshape(count, K, L)
-
-
-#: elements of ``B`` converted at a time when its dtype is not the panels' (scratch)
-CONVERT_ELEMENTS = 1 << 18
-
-
-def pack(B: np.ndarray, columns: np.ndarray, out: np.ndarray, k0: int = 0) -> None:
-    """Rows ``k0 .. k0 + K - 1`` of the panels ``out`` ``[P, depth, L]`` from ``B``
-    ``[K, *]`` (any strides; another float dtype is converted piece by piece): panel
-    column ``j = p L + i`` is ``B[:, columns[j]]``, zero past ``len(columns)``. Packs
-    in place, with no copy of ``B``: ``[W^T; R^T]`` is ``W^T`` at ``k0 = 0``, then
-    ``R^T`` at ``k0 = input_size``."""
-    K = B.shape[0]
-    P, depth, L = out.shape
-    columns = np.ascontiguousarray(columns, np.int64)
-    n = len(columns)
-    if not out.flags.c_contiguous or n > P * L or not 0 <= k0 <= depth - K:
-        raise ValueError("pack: panels too small or not contiguous")
-    if n and not (0 <= columns.min() and columns.max() < B.shape[1]):
-        raise ValueError("pack: a column outside B")
-    prepare(_pack, _pack_signature(out.dtype))
-    if B.dtype == out.dtype:
-        _pack(B, columns, out, k0)
-        return
-    step = max(1, CONVERT_ELEMENTS // max(1, K * L))  # panels per piece
-    for p0 in range(0, P, step):
-        piece = B[:, columns[p0 * L : (p0 + step) * L]].astype(out.dtype)
-        _pack(piece, np.arange(piece.shape[1]), out[p0 : p0 + step], k0)
-
-
-@functools.cache
-def _pack_signature(dtype: np.dtype) -> tuple:
-    """:func:`_pack`'s signature for panels of ``dtype`` (a numba type costs µs to make)."""
-    element = numba.from_dtype(dtype)
-    return (types.Array(element, 2, "A", readonly=True), types.Array(types.int64, 1, "C"),
-            types.Array(element, 3, "C"), types.int64)  # fmt: skip
-
-
-@_jit
-def _pack(B, columns, out, k0):
-    """``out[p, k0 + k, i] = B[k, columns[p L + i]]``, 0 past the columns."""
-    n = columns.shape[0]
-    P, _, L = out.shape
-    K = B.shape[0]
-    for p in range(P):
-        for k in range(K):
-            for i in range(L):
-                j = p * L + i
-                out[p, k0 + k, i] = B[k, columns[j]] if j < n else 0
-
-
-def padded_vector(v: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    """``v`` in ``dtype``, zero-padded to whole panels (a ``bias`` for :func:`mm`)."""
-    L = panel_width(dtype)
-    out = np.zeros(-(-len(v) // L) * L, dtype)
-    out[: len(v)] = v
-    return out
-
-
-def columns(n: int, dtype: np.dtype) -> int:
-    """Row length for a matrix that :func:`mm` writes ``n`` columns of: whole panels,
-    plus one cache line so that the row stride is not a multiple of 1-4 KiB."""
-    L = panel_width(dtype)
-    return -(-n // L) * L + ALIGN // np.dtype(dtype).itemsize
 
 
 def _tile_of(R: int):
@@ -153,7 +56,7 @@ def _codegen(R: int):
         i32, i64 = ir.IntType(32), ir.IntType(64)
         size = Bp.dtype.bitwidth // 8
         real = ir.FloatType() if size == 4 else ir.DoubleType()
-        lanes = VECTOR_BYTES // size
+        lanes = layout.VECTOR_BYTES // size
         vector = ir.VectorType(real, lanes)
         fma = cgutils.get_or_insert_function(
             builder.module,
@@ -231,7 +134,7 @@ _tile, _tile4, _tile2, _tile1 = (_tile_of(R) for R in (MR, 4, 2, 1))
 @_jit
 def mm(A, lda, K1, A2, lda2, K2, n, Bp, p0, p1, k0, C, ldc, bias, add):
     """``C[:n, :(p1-p0) L] = start + [A[:n, :K1], A2[:n, :K2]] B[k0:k0 + K1 + K2, p0 L:p1 L]``
-    for ``Bp`` = :func:`panels` of ``B`` (panels ``p0 .. p1-1``); ``start``: ``C`` itself
+    for ``Bp`` = :func:`.layout.panels` of ``B`` (panels ``p0 .. p1-1``); ``start``: ``C`` itself
     if ``add``, else ``bias`` (the address of ``(p1-p0) L`` values; 0: zeros). ``A``,
     ``A2``, ``C``: addresses of row-major matrices (row strides ``lda``, ``lda2``,
     ``ldc`` elements; ``C``'s rows at least :func:`columns` long). Raw addresses: the
@@ -258,16 +161,13 @@ def mm(A, lda, K1, A2, lda2, K2, n, Bp, p0, p1, k0, C, ldc, bias, add):
 
 @_jit
 def check(Bp, K, bias, C, rows, panels):
-    """Raise ValueError unless :func:`mm` may read ``K`` rows of the panels ``Bp`` and
-    ``bias``, and write ``rows`` rows of ``panels`` panels into ``C``: ``Bp`` and
-    ``C`` C-ordered and cache-line aligned where the tile loads vectors, widths
-    whole panels."""
+    """Whether :func:`mm` may read ``K`` rows of the panels ``Bp`` and ``bias``, and
+    write ``rows`` rows of ``panels`` panels into ``C``: ``Bp`` and ``C`` C-ordered and
+    cache-line aligned where the tile loads vectors, widths whole panels (a result,
+    not an exception: the native nodes' code never raises)."""
     L = Bp.shape[2]
-    if Bp.shape[1] != K:
-        raise ValueError("packed product: panels of the wrong depth")
-    if Bp.ctypes.data % ALIGN != 0 or not Bp.flags.c_contiguous:
-        raise ValueError("packed product: panels not aligned or not contiguous")
+    if Bp.shape[1] != K or Bp.ctypes.data % ALIGN != 0 or not Bp.flags.c_contiguous:
+        return False
     if bias.shape[0] < Bp.shape[0] * L:
-        raise ValueError("packed product: bias shorter than the panels")
-    if C.ndim >= 2 and (C.shape[C.ndim - 1] < panels * L or C.shape[C.ndim - 2] < rows):
-        raise ValueError("packed product: output narrower than its panels")
+        return False
+    return not (C.ndim >= 2 and (C.shape[C.ndim - 1] < panels * L or C.shape[C.ndim - 2] < rows))

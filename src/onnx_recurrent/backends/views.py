@@ -1,11 +1,16 @@
-"""Arrays without a reference count, for the compiled step loop.
+"""Arrays without a reference count, and memory without numba's runtime, for the
+compiled step loop.
 
 numba counts references of every array it passes, slices or reads from a record:
 an atomic add and subtract on the array's owner, 30-40 % of a small call (one RNN
 step at H=4: 0.65 µs of its 0.8). A view made by :func:`unowned` has no owner, so
 those counts cost a branch. Its memory must outlive it: the caller's arguments
 during the call, a scratch array that stays alive (:func:`keep`), or a plan's
-arrays, which the plan's Python object keeps (:func:`.numba_backend._make_plan`).
+arrays, which the plan's Python object keeps (:class:`.plans.Plan`).
+
+The native nodes' code allocates with the C library's ``malloc`` (:func:`allocate`),
+not NumPy's ``np.empty``: it is loaded without numba (:mod:`.native_code`), whose
+allocator lives in numba's runtime.
 """
 
 from __future__ import annotations
@@ -77,3 +82,41 @@ def _part(a, offset, shape):
         return numba.carray(pointer(a.ctypes.data + offset * a.itemsize), shape, dt)
 
     return view
+
+
+def view(address, shape, like):
+    """The C array of ``shape`` (a tuple) at ``address`` (an int64), of ``like``'s
+    dtype (``like``: an array), without an owner."""
+    raise NotImplementedError("compiled code only")
+
+
+@overload(view, inline="always")
+def _view(address, shape, like):
+    dt = like.dtype
+
+    def make(address, shape, like):
+        return numba.carray(pointer(address), shape, dt)
+
+    return make
+
+
+_malloc = types.ExternalFunction("malloc", types.voidptr(types.uintp))
+_free = types.ExternalFunction("free", types.void(types.voidptr))
+
+
+@numba.njit(inline="always")
+def allocate(count, like):
+    """``count`` elements of ``like``'s dtype from ``malloc``, as an unowned 1-d
+    array (0 elements if the allocation failed: the caller checks the size);
+    :func:`release` frees it."""
+    if count <= 0:
+        return view(0, (0,), like)
+    p = address(_malloc(count * like.itemsize))
+    return view(p, (count if p != 0 else 0,), like)
+
+
+@numba.njit(inline="always")
+def release(a):
+    """Free an array made by :func:`allocate`."""
+    if a.size > 0:
+        _free(pointer(a.ctypes.data))

@@ -1,6 +1,15 @@
 """Running whole ONNX models: OpRun adapters for onnx.reference, and InferenceSession."""
 
-from .reference import reference_ops
+from typing import Any
+
 from .session import InferenceSession, NodeArg
 
 __all__ = ["InferenceSession", "NodeArg", "reference_ops"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "reference_ops":  # imports onnx.reference (30 ms): only when asked for
+        from .reference import reference_ops
+
+        return reference_ops
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -116,7 +116,8 @@ class BoundNode:
                 constants.get(node.input(w)) if w in INPUTS[node.op] else None for w in WEIGHTS
             )
             try:
-                self.layer = Layer(self.op, W, R, B, self.attributes, P)
+                # prepared on its first call: a native node never calls it
+                self.layer = Layer(self.op, W, R, B, self.attributes, P, prepare=False)
             except (RecurrentError, RecurrentTypeError) as e:
                 raise _named(self.label, e) from None
 
@@ -131,7 +132,7 @@ class BoundNode:
                 None if a is None else a.astype(dtype)
                 for a in (layer.W, layer.R, layer.B, layer.P)
             )
-            other.layer = Layer(self.op, W, R, B, self.attributes, P)
+            other.layer = Layer(self.op, W, R, B, self.attributes, P, prepare=False)
         return other
 
     def __repr__(self) -> str:

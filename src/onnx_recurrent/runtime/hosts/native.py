@@ -48,8 +48,10 @@ import numpy as np
 from onnx import TensorProto
 
 from ... import threads
+from ...backends import native_code, plans
 from ...scan import PARALLEL_MACS
 from ..bound import BoundNode
+from . import native_block as nc
 
 DOMAIN = "ai.onnx.contrib"
 #: element type -> the custom operator computing it
@@ -261,6 +263,9 @@ ABORT = np.zeros(1, np.int64)
 #: the message of a node stopped by SIGINT (the host raises KeyboardInterrupt)
 INTERRUPTED = "onnx-recurrent: interrupted (SIGINT)"
 _INTERRUPTED = ctypes.create_string_buffer(INTERRUPTED.encode())
+_FAILED = ctypes.create_string_buffer(b"onnx-recurrent: out of memory for a recurrent node")
+#: one share's meeting words (never claimed nor waited for: one thread per call)
+_ALONE = (np.zeros(8, np.int64), np.zeros(4, np.int64))
 
 
 def record(error: BaseException) -> None:
@@ -274,8 +279,6 @@ class Kernel:
     :mod:`.native_compute`), its bound node, and its Python path."""
 
     def __init__(self, node: BoundNode, api: int, element: int) -> None:
-        from . import native_compute as nc
-
         self.node = node
         self.element = element
         self.plans: tuple = ()
@@ -284,6 +287,7 @@ class Kernel:
         block[nc.SLOW] = ctypes.cast(_SLOW_MARKED, ctypes.c_void_p).value
         block[nc.ABORT] = ABORT.ctypes.data
         block[nc.INTERRUPTED] = ctypes.addressof(_INTERRUPTED)
+        block[nc.FAILED] = ctypes.addressof(_FAILED)
         block[nc.ZERO_STATES] = node.zero_size_states
         block[nc.STATES] = 2 if node.op == "LSTM" else 1
         names = node.node.node.output
@@ -296,28 +300,24 @@ class Kernel:
         layer = node.layer
         compiled = COMPILED.get(element)
         if layer is not None and compiled is not None and layer.dtype == compiled:
-            from ...backends import numba_backend as nb
-            from ...backends.node import address_of
-
             spec, dt = layer.spec, layer.dtype
             self.plans = tuple(
-                nb._plan(spec, w, spec.activations[d], dt, 1)
+                plans.get(spec, w, spec.activations[d], dt, 1)
                 for d, w in enumerate(layer.directions())
             )
-            block[nc.PLAN0] = address_of(self.plans[0])
-            block[nc.PLAN1] = address_of(self.plans[-1])
+            block[nc.PLAN0] = self.plans[0].address
+            block[nc.PLAN1] = self.plans[-1].address
             block[nc.D] = len(self.plans)
             block[nc.REVERSE] = spec.direction == "reverse"
             block[nc.LAYOUT] = spec.layout
             block[nc.HIDDEN], block[nc.INPUT] = layer.hidden_size, layer.input_size
-            sync = nb._ALONE
-            block[nc.SYNC], block[nc.CALLS] = sync.sync.ctypes.data, sync.calls.ctypes.data
+            block[nc.SYNC], block[nc.CALLS] = _ALONE[0].ctypes.data, _ALONE[1].ctypes.data
             block[nc.GATES] = spec.cell.n_gates * spec.hidden_size
             # a call large enough for threads: its directions and slices of rows on
             # onnxruntime's threads; one row: on the pool (:mod:`onnx_recurrent.scan`)
             block[nc.PARALLEL] = PARALLEL_MACS if threads.num_threads() > 1 else 0
             block[nc.SLICES] = threads.num_threads()
-            block[nc.TASK] = nc.task_address(dt)
+            block[nc.TASK] = compiled_address("task", dt)
             block[nc.FAST] = 1
         self.block = block
         self.address = int(block.ctypes.data)
@@ -502,12 +502,30 @@ def prepare(elements: set[int]) -> None:
     """The compiled ``KernelComputeV2`` of each of ``elements`` that has one, compiled
     or loaded now (before a session that has such nodes is made) and put in its
     operator (onnxruntime reads the field at each call)."""
-    from . import native_compute
-
     for operator in _operators:
         if operator.element in elements and operator.element in COMPILED:
-            address = native_compute.compute_address(COMPILED[operator.element])
+            address = compiled_address("compute", COMPILED[operator.element])
             operator.struct.KernelComputeV2 = address
+
+
+def compiled_address(kind: str, dt: np.dtype) -> int:
+    """The address of the compiled ``KernelComputeV2`` (``kind`` "compute") or
+    ParallelFor callback ("task") for nodes computing in ``dt``: the machine code
+    kept by :mod:`onnx_recurrent.backends.native_code` (numba not loaded), else
+    numba's own cfunc (:func:`.native_compute.cfunc_address`)."""
+    dt = np.dtype(dt)
+
+    def code() -> tuple[str, str]:
+        from . import native_compute
+
+        return native_compute.code(kind, dt)
+
+    try:
+        return native_code.address(f"{kind}-{dt.name}", code)
+    except native_code.NativeCodeError:
+        from . import native_compute
+
+        return native_compute.cfunc_address(kind, dt)
 
 
 # -- Ctrl-C during a native node ------------------------------------------------------

@@ -16,41 +16,67 @@ import numba
 import numpy as np
 from numba.core import types
 
-from ...backends.jit_cache import cfunc, jit
-from ...backends.node import plan_at, prepare_node, run_node
+from ...backends.jit_cache import cfunc, cfunc_code, jit
+from ...backends.node import ABORTED, DONE, run_node
 from ...backends.sync import c_call
-from ...backends.views import address, keep, part, pointer
-from ...threads import interrupts_held
-
-# the kernel block's words
-API, PLAN0, PLAN1, D, REVERSE, LAYOUT, HIDDEN, INPUT, FAST, SLOW = range(10)
-ABORT, SYNC, CALLS, OUTPUTS, ZERO_STATES, INTERRUPTED, STATES, FUNCTIONS = range(10, 18)
-# PARALLEL: multiply-adds of a call from which it runs on threads (0: never); GATES:
-# gates * hidden_size; SLICES: slices of the batch a large call is cut into; TASK: the
-# address of the ParallelFor callback (:func:`task_address`)
-PARALLEL, GATES, SLICES, TASK = 18, 19, 20, 21
-WORDS = 22
-# a large call's words (``usr_data`` of KernelContext_ParallelFor)
-(T_KERNEL, T_X, T_D0, T_D1, T_LENS, T_H0, T_C0, T_Y, T_YH, T_YC, T_FLAGS, T_N, T_T,
- T_SLICES, T_RESULTS) = range(15)  # fmt: skip
-T_FLAG_LENS, T_FLAG_H0, T_FLAG_C0, T_FLAG_Y = 1, 2, 4, 8
-# FUNCTIONS: the address of the OrtApi functions used, in this order
-(CREATE_STATUS, GET_INPUT_COUNT, GET_INPUT, GET_OUTPUT, GET_DATA, GET_TYPE_AND_SHAPE,
- GET_DIMENSIONS_COUNT, GET_DIMENSIONS, RELEASE_TYPE_AND_SHAPE, PARALLEL_FOR,
- SHAPE_REFERENCE) = range(11)  # fmt: skip
-FUNCTION_NAMES = (
-    "CreateStatus",
-    "KernelContext_GetInputCount",
-    "KernelContext_GetInput",
-    "KernelContext_GetOutput",
-    "GetTensorMutableData",
-    "GetTensorTypeAndShape",
-    "GetDimensionsCount",
-    "GetDimensions",
-    "ReleaseTensorTypeAndShapeInfo",
-    "KernelContext_ParallelFor",
-    "GetTensorElementTypeAndShapeDataReference",  # 0 before onnxruntime 1.24
+from ...backends.views import address, allocate, part, pointer, release
+from .native_block import (  # the block's words
+    ABORT,
+    CALLS,
+    CREATE_STATUS,
+    FAILED,
+    FAST,
+    FUNCTION_NAMES,
+    FUNCTIONS,
+    GATES,
+    GET_DATA,
+    GET_DIMENSIONS,
+    GET_DIMENSIONS_COUNT,
+    GET_INPUT,
+    GET_INPUT_COUNT,
+    GET_OUTPUT,
+    GET_TYPE_AND_SHAPE,
+    HIDDEN,
+    INPUT,
+    INTERRUPTED,
+    LAYOUT,
+    OUTPUTS,
+    PARALLEL,
+    PARALLEL_FOR,
+    PLAN0,
+    PLAN1,
+    RELEASE_TYPE_AND_SHAPE,
+    REVERSE,
+    SHAPE_REFERENCE,
+    SLICES,
+    SLOW,
+    STATES,
+    SYNC,
+    T_C0,
+    T_D0,
+    T_D1,
+    T_FLAG_C0,
+    T_FLAG_H0,
+    T_FLAG_LENS,
+    T_FLAG_Y,
+    T_FLAGS,
+    T_H0,
+    T_KERNEL,
+    T_LENS,
+    T_N,
+    T_RESULTS,
+    T_SLICES,
+    T_T,
+    T_X,
+    T_Y,
+    T_YC,
+    T_YH,
+    TASK,
+    WORDS,
+    ZERO_STATES,
+    D,
 )
+
 ORT_FAIL = 1
 #: hidden units from which a large one-row call runs on the pool, its threads sharing
 #: the units (faster-whisper's Silero, H=128, 312 steps: 19.0 ms on the pool, 18.7 ms on
@@ -119,11 +145,11 @@ def _state_ok(fn, value, out, d0, d1, d2, zero):
 
 
 @_jit
-def _python(k, fn, kernel, context):
-    """The node's Python path (``SLOW``); it marks a word when it ends: an exception
-    that escaped it (a Ctrl-C at its first line) leaves the word unmarked and the
-    callback's result undefined, so the call fails as interrupted."""
-    done = np.zeros(1, np.int64)
+def _python(k, fn, kernel, context, done):
+    """The node's Python path (``SLOW``); it marks the word ``done[0]`` when it
+    ends: an exception that escaped it (a Ctrl-C at its first line) leaves the word
+    unmarked and the callback's result undefined, so the call fails as interrupted."""
+    done[0] = 0
     status = c_call(k[SLOW], kernel, context, done.ctypes.data, 0, 0, 0)
     if done[0] == 0:
         return c_call(fn[CREATE_STATUS], ORT_FAIL, k[INTERRUPTED], 0, 0, 0, 0)
@@ -131,14 +157,39 @@ def _python(k, fn, kernel, context):
 
 
 @_jit
+def _failed(k, fn, result):
+    """The status of a call that stopped (``result``: :func:`run_node`'s)."""
+    message = k[INTERRUPTED] if result == ABORTED else k[FAILED]
+    return c_call(fn[CREATE_STATUS], ORT_FAIL, message, 0, 0, 0, 0)
+
+
+_INTS = np.zeros(0, np.int64)  # the dtype of the call's words
+OWN = 33  # OrtApi's results, the inputs, a shape, the states, the finals, a mark
+
+
+@_jit
 def compute(kernel, context, dtype):
-    """The node on one call's inputs; an ``OrtStatus*`` (0: success)."""
+    """The node on one call's inputs; an ``OrtStatus*`` (0: success). Never raises;
+    its memory from ``malloc`` (:mod:`onnx_recurrent.backends.views`)."""
     k = numba.carray(pointer(kernel), WORDS, np.int64)
     fn = numba.carray(pointer(k[FUNCTIONS]), len(FUNCTION_NAMES), np.int64)
+    own = allocate(OWN, _INTS)
+    if own.shape[0] == 0:
+        return _failed(k, fn, 2)
+    own[:] = 0
     if k[FAST] == 0:
-        return _python(k, fn, kernel, context)
-    own = np.zeros(32, np.int64)  # OrtApi's results, the inputs, a shape
+        status = _python(k, fn, kernel, context, own[32:])
+    else:
+        status = _inputs(k, fn, kernel, context, dtype, own)
+    release(own)
+    return status
+
+
+@_jit
+def _inputs(k, fn, kernel, context, dtype, own):
+    """:func:`compute` from the inputs on (``own``: its words)."""
     out, values, shape = part(own, 0, 16), part(own, 16, 8), part(own, 24, 4)
+    done = own[32:]
     at = out.ctypes.data
     s = c_call(fn[GET_INPUT_COUNT], context, at, 0, 0, 0, 0)
     if s != 0:
@@ -149,19 +200,19 @@ def compute(kernel, context, dtype):
             return s
         values[i] = out[0]
     if values[0] == 0 or values[1] != 0:  # no X, or weights given per call
-        return _python(k, fn, kernel, context)
+        return _python(k, fn, kernel, context, done)
     n = _dims(fn, values[0], out)
     if n < 0:
         return out[1]
     layout, H, I, Dn = k[LAYOUT], k[HIDDEN], k[INPUT], k[D]
     if n != 3 or out[10] != I or out[8] < 0 or out[9] < 0:
-        return _python(k, fn, kernel, context)
+        return _python(k, fn, kernel, context, done)
     d0, d1 = out[8], out[9]
     N, T = (d0, d1) if layout else (d1, d0)
     large = k[PARALLEL] != 0 and T * N * Dn * k[GATES] * (H + I) >= k[PARALLEL]
     slices = min(N, k[SLICES]) if large else 1
     if large and Dn * slices < 2 and H >= SHARE_HIDDEN:  # one row: threads share its
-        return _python(k, fn, kernel, context)  # hidden units (scan's pool)
+        return _python(k, fn, kernel, context, done)  # hidden units (scan's pool)
     xp = _data(fn, values[0], out)
     if xp == 0 and out[1] != 0:
         return out[1]
@@ -173,14 +224,14 @@ def compute(kernel, context, dtype):
         if n < 0:
             return out[1]
         if n != 1 or out[8] != N:
-            return _python(k, fn, kernel, context)
+            return _python(k, fn, kernel, context, done)
         lp = _data(fn, values[4], out)
         if lp == 0 and out[1] != 0:
             return out[1]
         lens = numba.carray(pointer(lp), N, np.int32)
         for b in range(N):
             if lens[b] < 0 or lens[b] > T:
-                return _python(k, fn, kernel, context)
+                return _python(k, fn, kernel, context, done)
     s0, s1 = (N, Dn) if layout else (Dn, N)
     lstm = k[STATES] == 2
     # the states given (h, then c: LSTM), as addresses (0: not given)
@@ -190,7 +241,7 @@ def compute(kernel, context, dtype):
         if ok == -2:
             return out[1]
         if ok == -1:
-            return _python(k, fn, kernel, context)
+            return _python(k, fn, kernel, context, done)
         if ok == 1:
             p = _data(fn, values[5 + j], out)
             if p == 0 and out[1] != 0:
@@ -214,13 +265,31 @@ def compute(kernel, context, dtype):
         Y = numba.carray(pointer(p), (shape[0], shape[1], shape[2], shape[3]), dtype)
     shape[0], shape[1], shape[2] = s0, s1, H
     # the final states: onnxruntime's outputs, or scratch where an output is not wired
-    spare = np.empty((2 if lstm else 1) * s0 * s1 * H, dtype)
+    count = (2 if lstm else 1) * s0 * s1 * H
+    spare = allocate(count, X)
+    if count > 0 and spare.shape[0] == 0:
+        return _failed(k, fn, 2)
+    status = _outputs(k, fn, kernel, context, dtype, own, X, xp, d0, d1, lens, has_lens, h0, c0,
+                      Y, spare, N, T, Dn, H, slices)  # fmt: skip
+    release(spare)
+    return status
+
+
+@_jit
+def _outputs(k, fn, kernel, context, dtype, own, X, xp, d0, d1, lens, has_lens, h0, c0, Y, spare,
+             N, T, Dn, H, slices):  # fmt: skip
+    """:func:`compute` from the final states' outputs on: the node run here or on
+    onnxruntime's threads (``spare``: the final states not wired)."""
+    layout, lstm, wired = k[LAYOUT], k[STATES] == 2, k[OUTPUTS]
+    out, shape, given = part(own, 0, 16), part(own, 24, 4), part(own, 28, 2)
+    s0, s1 = (N, Dn) if layout else (Dn, N)
+    shape[0], shape[1], shape[2] = s0, s1, H
     finals = part(own, 30, 2)
     finals[0] = spare.ctypes.data
     finals[1] = finals[0] + (s0 * s1 * H * spare.itemsize if lstm else 0)
     for j in range(k[STATES]):
         if wired & (2 << j):
-            s = c_call(fn[GET_OUTPUT], context, 1 + j, shape.ctypes.data, 3, at, 0)
+            s = c_call(fn[GET_OUTPUT], context, 1 + j, shape.ctypes.data, 3, out.ctypes.data, 0)
             if s != 0:
                 return s
             p = _data(fn, out[0], out)
@@ -230,7 +299,11 @@ def compute(kernel, context, dtype):
     Yh = numba.carray(pointer(finals[0]), (s0, s1, H), dtype)
     Yc = numba.carray(pointer(finals[1 if lstm else 0]), (s0, s1, H), dtype)
     if Dn * slices > 1:  # directions and slices of rows on onnxruntime's threads
-        task = np.zeros(T_RESULTS + Dn * slices, np.int64)
+        total = Dn * slices
+        task = allocate(T_RESULTS + total, _INTS)
+        if task.shape[0] == 0:
+            return _failed(k, fn, 2)
+        task[:] = 0
         task[T_KERNEL], task[T_X], task[T_D0], task[T_D1] = kernel, xp, d0, d1
         task[T_N], task[T_T], task[T_SLICES] = N, T, slices
         task[T_LENS] = lens.ctypes.data
@@ -240,28 +313,21 @@ def compute(kernel, context, dtype):
             (T_FLAG_LENS if has_lens else 0) | (T_FLAG_H0 if given[0] else 0)
             | (T_FLAG_C0 if given[1] else 0) | (T_FLAG_Y if wired & 1 else 0)
         )  # fmt: skip
-        total = Dn * slices
         s = c_call(fn[PARALLEL_FOR], context, k[TASK], total, total, task.ctypes.data, 0)
-        keep(spare)  # the tasks wrote into it
+        result = DONE
+        for i in range(total):
+            result = max(result, task[T_RESULTS + i])
+        release(task)
         if s != 0:
             return s
-        for i in range(total):
-            if task[T_RESULTS + i] != 0:
-                return c_call(fn[CREATE_STATUS], ORT_FAIL, k[INTERRUPTED], 0, 0, 0, 0)
-        return 0
-    plan0 = plan_at(k[PLAN0], X)
-    plan1 = plan_at(k[PLAN1], X)
+        return 0 if result == DONE else _failed(k, fn, result)
     sync = numba.carray(pointer(k[SYNC]), 8, np.int64)
     calls = numba.carray(pointer(k[CALLS]), 4, np.int64)
     abort = numba.carray(pointer(k[ABORT]), 1, np.int64)
-    stopped = run_node(plan0, plan1, Dn, k[REVERSE] != 0, layout != 0, X, lens, has_lens, h0,
-                       given[0] != 0, c0, given[1] != 0, Y, (wired & 1) != 0, Yh, Yc, sync, calls,
-                       abort)  # fmt: skip
-    keep(own)
-    keep(spare)
-    if stopped:
-        return c_call(fn[CREATE_STATUS], ORT_FAIL, k[INTERRUPTED], 0, 0, 0, 0)
-    return 0
+    result = run_node(k[PLAN0], k[PLAN1], Dn, k[REVERSE] != 0, layout != 0, X, lens, has_lens, h0,
+                      given[0] != 0, c0, given[1] != 0, Y, (wired & 1) != 0, Yh, Yc, sync, calls,
+                      abort)  # fmt: skip
+    return 0 if result == DONE else _failed(k, fn, result)
 
 
 @_jit
@@ -294,7 +360,7 @@ def task(usr, i, dtype):
         Xs, Ys = X[:, lo:hi], Y[:, d : d + 1, lo:hi]
         h0s, c0s = h0[d : d + 1, lo:hi], c0[d : d + 1, lo:hi]
         Yhs, Ycs = Yh[d : d + 1, lo:hi], Yc[d : d + 1, lo:hi]
-    plan = plan_at(k[PLAN0 + d], Xs)
+    plan = k[PLAN0 + d]
     sync = numba.carray(pointer(k[SYNC]), 8, np.int64)
     calls = numba.carray(pointer(k[CALLS]), 4, np.int64)
     abort = numba.carray(pointer(k[ABORT]), 1, np.int64)
@@ -330,27 +396,25 @@ def _compute_double(kernel, context):
 
 
 _COMPUTES = {np.dtype(np.float32): _compute_float, np.dtype(np.float64): _compute_double}
-_compiled: dict[np.dtype, object] = {}  # the cfuncs: their code lives as long as they
-_tasks: dict[np.dtype, object] = {}
+_FUNCTIONS = {"compute": (_SIGNATURE, _COMPUTES), "task": (_TASK_SIGNATURE, _TASKS)}
+_compiled: dict[tuple, object] = {}  # numba's cfuncs: their code lives as long as they
 _lock = threading.Lock()
 
 
-def compute_address(dt: np.dtype) -> int:
-    """The address of ``KernelComputeV2`` for nodes computing in ``dt`` (float32 or
-    float64), compiled (or loaded from the cache) on first use, on this thread with
-    interrupts held off."""
-    dt = np.dtype(dt)
+def code(kind: str, dt: np.dtype) -> tuple[str, str]:
+    """The LLVM IR and symbol of ``KernelComputeV2`` (``kind`` "compute") or of the
+    ParallelFor callback ("task") for nodes computing in ``dt``, compiled now (for
+    :mod:`onnx_recurrent.backends.native_code`)."""
+    signature, functions = _FUNCTIONS[kind]
+    return cfunc_code(signature, functions[np.dtype(dt)], nogil=True)
+
+
+def cfunc_address(kind: str, dt: np.dtype) -> int:
+    """The address of numba's own cfunc of :func:`code` (compiled or loaded by numba's
+    cache), where the native code cannot be loaded."""
+    key = (kind, np.dtype(dt))
     with _lock:
-        if dt not in _compiled:
-            with interrupts_held():
-                prepare_node(dt)
-                _compiled[dt] = cfunc(_SIGNATURE, _COMPUTES[dt], nogil=True)
-                _tasks[dt] = cfunc(_TASK_SIGNATURE, _TASKS[dt], nogil=True)
-        return _compiled[dt].address
-
-
-def task_address(dt: np.dtype) -> int:
-    """The address of the ParallelFor callback of nodes computing in ``dt``
-    (compiled with :func:`compute_address`)."""
-    compute_address(dt)
-    return _tasks[np.dtype(dt)].address
+        if key not in _compiled:
+            signature, functions = _FUNCTIONS[kind]
+            _compiled[key] = cfunc(signature, functions[key[1]], nogil=True)
+        return _compiled[key].address

@@ -1,0 +1,74 @@
+"""Our per-user cache directories (numba's kernels, the native nodes' machine code).
+
+A cache holds code that is loaded and run: it must be the user's alone. The first
+choice is the platform's user cache directory (``$XDG_CACHE_HOME`` or ``~/.cache``
+on Linux), then a directory of the user's in the temporary directory, used only if
+no one else can write it.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+import tempfile
+
+
+class CompileCacheWarning(RuntimeWarning):
+    """A compilation cache cannot be written: each process compiles the kernels again."""
+
+
+def our_roots(kind: str = "numba") -> list[tuple[str, bool]]:
+    """Our per-user cache roots, in order of preference, each with whether it lies in
+    a directory shared between users (the temporary one)."""
+    if sys.platform == "win32":
+        base = os.environ.get("LOCALAPPDATA") or os.path.expanduser(r"~\AppData\Local")
+    elif sys.platform == "darwin":
+        base = os.path.expanduser("~/Library/Caches")
+    else:
+        base = os.environ.get("XDG_CACHE_HOME", "")
+        if not os.path.isabs(base):  # the XDG rule: a relative path is ignored
+            base = os.path.expanduser("~/.cache")
+    roots = [(os.path.join(base, "onnx-recurrent", kind), False)]
+    if hasattr(os, "getuid"):
+        user = os.path.join(tempfile.gettempdir(), f"onnx-recurrent-{os.getuid()}")
+        roots.append((os.path.join(user, kind), True))
+    return roots
+
+
+def private(directory: str) -> bool:
+    """Whether ``directory`` (made if missing) is the user's alone: in a shared
+    directory, another user could have made it, to have their code loaded as ours."""
+    try:
+        os.mkdir(directory, 0o700)
+    except FileExistsError:
+        pass
+    except OSError:
+        return False
+    st = os.lstat(directory)
+    return (
+        stat.S_ISDIR(st.st_mode)
+        and st.st_uid == os.getuid()
+        and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+    )
+
+
+def writable(path: str) -> bool:
+    """numba's own test of a cache directory: create it, write a file in it."""
+    try:
+        os.makedirs(path, exist_ok=True)
+        tempfile.TemporaryFile(dir=path).close()
+    except OSError:
+        return False
+    return True
+
+
+def first_usable(kind: str) -> tuple[str | None, list[str]]:
+    """The first of :func:`our_roots` for ``kind`` that is private and writable
+    (None if none is), and the directories tried."""
+    tried = []
+    for root, shared in our_roots(kind):
+        tried.append(root)
+        if (not shared or private(os.path.dirname(root))) and writable(root):
+            return root, tried
+    return None, tried

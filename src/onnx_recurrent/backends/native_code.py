@@ -1,0 +1,231 @@
+"""The native nodes' compiled functions, kept as machine code and loaded without numba.
+
+numba compiles the ``cfunc`` s of :mod:`onnx_recurrent.runtime.hosts.native_compute`
+once (seconds); their LLVM IR is then compiled here into an object file for this CPU
+and written to the cache, and later processes load that file with llvmlite alone
+(milliseconds), without importing numba or setting up its typing context (0.5 s and
+about 100 MB of a session's start-up otherwise).
+
+What makes this possible is the code's own contract: it never raises and takes its
+memory from ``malloc`` (:mod:`.views`), so it needs nothing of numba's runtime. The
+IR is checked for that before it is kept (no exception raised anywhere in it, no
+allocation through numba's runtime); the few numba symbols it still names (the error
+branch of numba's cfunc wrapper, the release of arrays that have no owner here) are
+given a body that traps, inside the object itself.
+
+A cache file is ``MAGIC``, a JSON header (the function's symbol, the digest of the
+object) and the object; it is keyed by everything the code depends on: the package's
+sources, numba's and llvmlite's versions, the CPU's name and features. A file that
+does not check out is compiled again and replaced (written to a temporary file, then
+renamed); a cache that cannot be written costs a compile per process, said once
+(:class:`.cache_dirs.CompileCacheWarning`).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.metadata
+import json
+import os
+import re
+import tempfile
+import threading
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+
+import llvmlite
+import llvmlite.binding as ll
+
+from .cache_dirs import CompileCacheWarning, first_usable
+
+MAGIC = b"onnx-recurrent native code 1\n"
+#: symbols the code names that only numba's runtime defines: given a trapping body
+TRAPPED = re.compile(r"^(NRT_|numba_)")
+_DECLARE = re.compile(
+    r'^declare (?P<head>.*?)@(?P<name>"[^"]+"|[\w.$]+)\((?P<args>.*)\)(?P<tail>.*)$'
+)
+
+_lock = threading.Lock()
+_loaded: dict[str, int] = {}  # name -> address, for this process
+_warned = False
+
+
+class NativeCodeError(RuntimeError):
+    """The native code could not be built or loaded (the caller falls back to numba's
+    own cfunc)."""
+
+
+def address(name: str, build: Callable[[], tuple[str, str]]) -> int:
+    """The address of the compiled function ``name`` (e.g. ``"compute-float32"``),
+    loaded from the cache or, on a miss, built: ``build()`` returns its LLVM IR and
+    symbol (numba's cfunc), compiled here to an object file, kept in the cache.
+
+    Raises
+    ------
+    NativeCodeError
+        The IR raises or allocates through numba's runtime, or the object cannot be
+        loaded.
+    """
+    with _lock:
+        found = _loaded.get(name)
+        if found is None:
+            found = _loaded[name] = _load_or_build(name, build)
+        return found
+
+
+def _load_or_build(name: str, build: Callable[[], tuple[str, str]]) -> int:
+    path = _path(name)
+    if path is not None:
+        kept = _read(path)
+        if kept is not None:
+            return _load(*kept)
+    symbol, obj = _compile(*build())
+    if path is not None:
+        _write(path, symbol, obj)
+    return _load(symbol, obj)
+
+
+def _compile(ir: str, symbol: str) -> tuple[str, bytes]:
+    """``ir`` checked and compiled into an object file for this CPU."""
+    if "picklebuf" in ir:  # numba's raised exceptions are pickled constants
+        raise NativeCodeError("native code: the kernel's IR raises an exception")
+    lines = []
+    for line in ir.splitlines():
+        m = _DECLARE.match(line)
+        if m and re.match(r"^NRT_(MemInfo_alloc|Allocate)", m["name"].strip('"')):
+            raise NativeCodeError(f"native code: the kernel allocates through {m['name']}")
+        if m and TRAPPED.match(m["name"].strip('"')):
+            line = (
+                f"define internal {m['head']}@{m['name']}({m['args']}) "
+                "{\n  call void @llvm.trap()\n  unreachable\n}"
+            )
+        lines.append(line)
+    if "declare void @llvm.trap()" not in ir:
+        lines.append("declare void @llvm.trap()")
+    module = ll.parse_assembly("\n".join(lines))
+    module.verify()
+    return symbol, _machine().emit_object(module)
+
+
+@functools.cache
+def _machine() -> ll.TargetMachine:
+    """This CPU's target machine, as numba's JIT makes it."""
+    ll.initialize_native_target()
+    ll.initialize_native_asmprinter()
+    target = ll.Target.from_default_triple()
+    reloc = "static" if target.name.startswith("x86") else "default"
+    return target.create_target_machine(
+        cpu=ll.get_host_cpu_name(), features=ll.get_host_cpu_features().flatten(), opt=3,
+        reloc=reloc, codemodel="jitdefault", jit=True,
+    )  # fmt: skip
+
+
+@functools.cache
+def _engine() -> ll.ExecutionEngine:
+    """The process's engine for the loaded objects (kept for the process's life: the
+    code lives in it)."""
+    return ll.create_mcjit_compiler(ll.parse_assembly(""), _machine())
+
+
+def _load(symbol: str, obj: bytes) -> int:
+    engine = _engine()
+    try:
+        engine.add_object_file(ll.ObjectFileRef.from_data(obj))
+        engine.finalize_object()
+        found = engine.get_function_address(symbol)
+    except Exception as e:  # llvmlite's errors are RuntimeError and others
+        raise NativeCodeError(f"native code: cannot load {symbol}: {e}") from e
+    if not found:
+        raise NativeCodeError(f"native code: {symbol} not in its object")
+    return found
+
+
+# -- the cache ------------------------------------------------------------------------
+
+
+def cached(name: str) -> tuple[bool, str | None]:
+    """Whether ``name``'s machine code is in the cache (not checked), and the cache's
+    directory (None: none can be written)."""
+    root, _ = first_usable("native")
+    if root is None:
+        return False, None
+    return (Path(root) / f"{name}-{_key(name)}.o").is_file(), root
+
+
+def _path(name: str) -> Path | None:
+    """Where ``name``'s object for this package, numba, llvmlite and CPU is kept (None:
+    no cache can be written: warned once)."""
+    global _warned
+    root, tried = first_usable("native")
+    if root is None:
+        if not _warned:
+            _warned = True
+            warnings.warn(
+                f"onnx-recurrent cannot write its native code cache in any of {tried}: "
+                "the native nodes' code is compiled again in each process (seconds).",
+                CompileCacheWarning,
+                stacklevel=5,
+            )
+        return None
+    return Path(root) / f"{name}-{_key(name)}.o"
+
+
+@functools.cache
+def _key(name: str) -> str:
+    """A digest of everything ``name``'s machine code depends on."""
+    h = hashlib.sha256(name.encode())
+    package = Path(__file__).resolve().parent.parent
+    for source in sorted(package.rglob("*.py")):
+        h.update(str(source.relative_to(package)).encode())
+        h.update(source.read_bytes())
+    versions = (_version("numba"), llvmlite.__version__, ll.get_host_cpu_name())
+    h.update(repr((versions, ll.get_host_cpu_features().flatten())).encode())
+    return h.hexdigest()[:32]
+
+
+def _version(distribution: str) -> str:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return "?"
+
+
+def _read(path: Path) -> tuple[str, bytes] | None:
+    """The symbol and object kept at ``path``, or None if it is missing or does not
+    check out (truncated, another format, its digest wrong)."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return None
+    if not data.startswith(MAGIC):
+        return None
+    header, _, obj = data[len(MAGIC) :].partition(b"\n")
+    try:
+        meta = json.loads(header)
+        symbol, digest = meta["symbol"], meta["sha256"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    if not isinstance(symbol, str) or hashlib.sha256(obj).hexdigest() != digest:
+        return None
+    return symbol, obj
+
+
+def _write(path: Path, symbol: str, obj: bytes) -> None:
+    """Keep ``obj`` at ``path``: a temporary file renamed over it (a reader sees the
+    old file or the new one, never half of one); a failure keeps nothing."""
+    header = json.dumps({"symbol": symbol, "sha256": hashlib.sha256(obj).hexdigest()})
+    try:
+        fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".o")
+    except OSError:
+        return
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(MAGIC + header.encode() + b"\n" + obj)
+        os.replace(temporary, path)
+    except OSError:
+        try:
+            os.unlink(temporary)
+        except OSError:
+            pass

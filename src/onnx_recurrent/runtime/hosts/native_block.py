@@ -1,0 +1,36 @@
+"""The words of a native node's kernel block, shared by the two halves of the native
+nodes: :mod:`.native` (Python, which fills a block per node) and
+:mod:`.native_compute` (compiled, which reads it at each call).
+"""
+
+# the kernel block's words
+API, PLAN0, PLAN1, D, REVERSE, LAYOUT, HIDDEN, INPUT, FAST, SLOW = range(10)
+ABORT, SYNC, CALLS, OUTPUTS, ZERO_STATES, INTERRUPTED, STATES, FUNCTIONS = range(10, 18)
+# PARALLEL: multiply-adds of a call from which it runs on threads (0: never); GATES:
+# gates * hidden_size; SLICES: slices of the batch a large call is cut into; TASK: the
+# address of the ParallelFor callback (:func:`.native.compiled_address`)
+PARALLEL, GATES, SLICES, TASK = 18, 19, 20, 21
+# FAILED: the address of the message of a call that failed (no memory)
+FAILED = 22
+WORDS = 23
+# a large call's words (``usr_data`` of KernelContext_ParallelFor)
+(T_KERNEL, T_X, T_D0, T_D1, T_LENS, T_H0, T_C0, T_Y, T_YH, T_YC, T_FLAGS, T_N, T_T,
+ T_SLICES, T_RESULTS) = range(15)  # fmt: skip
+T_FLAG_LENS, T_FLAG_H0, T_FLAG_C0, T_FLAG_Y = 1, 2, 4, 8
+# FUNCTIONS: the address of the OrtApi functions used, in this order
+(CREATE_STATUS, GET_INPUT_COUNT, GET_INPUT, GET_OUTPUT, GET_DATA, GET_TYPE_AND_SHAPE,
+ GET_DIMENSIONS_COUNT, GET_DIMENSIONS, RELEASE_TYPE_AND_SHAPE, PARALLEL_FOR,
+ SHAPE_REFERENCE) = range(11)  # fmt: skip
+FUNCTION_NAMES = (
+    "CreateStatus",
+    "KernelContext_GetInputCount",
+    "KernelContext_GetInput",
+    "KernelContext_GetOutput",
+    "GetTensorMutableData",
+    "GetTensorTypeAndShape",
+    "GetDimensionsCount",
+    "GetDimensions",
+    "ReleaseTensorTypeAndShapeInfo",
+    "KernelContext_ParallelFor",
+    "GetTensorElementTypeAndShapeDataReference",  # 0 before onnxruntime 1.24
+)

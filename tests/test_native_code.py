@@ -1,0 +1,122 @@
+"""The native nodes' machine code cache (backends/native_code.py): built once, loaded by
+llvmlite without numba, rebuilt when a file does not check out, never failing a call."""
+
+from __future__ import annotations
+
+import ctypes
+import warnings
+
+import numpy as np
+import pytest
+
+from onnx_recurrent.backends import native_code
+from onnx_recurrent.backends.cache_dirs import CompileCacheWarning
+
+pytest.importorskip("numba")
+
+# a function whose never-taken branch names a numba runtime symbol (given a trapping body)
+ANSWER = """
+define i64 @{name}(i64 %x) {{
+  %c = icmp eq i64 %x, 12345
+  br i1 %c, label %bad, label %ok
+bad:
+  call void @numba_gil_ensure(ptr null)
+  ret i64 0
+ok:
+  %y = mul i64 %x, 2
+  ret i64 %y
+}}
+declare void @numba_gil_ensure(ptr) local_unnamed_addr
+"""
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    """The cache in a directory of the test's; ``builds`` counts compiles."""
+    root = tmp_path / "native"
+    root.mkdir()
+    monkeypatch.setattr(native_code, "first_usable", lambda kind: (str(root), [str(root)]))
+    monkeypatch.setattr(native_code, "_loaded", {})
+    return root
+
+
+def _function(cache, name, builds):
+    def build():
+        builds.append(name)
+        return ANSWER.format(name=name), name
+
+    address = native_code.address(name, build)
+    return ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_int64)(address)
+
+
+def test_built_once_then_loaded_from_the_cache(cache, monkeypatch, request):
+    name = f"answer_{request.node.name[:20]}"
+    builds = []
+    assert _function(cache, name, builds)(21) == 42
+    (kept,) = cache.glob(f"{name}-*.o")
+    monkeypatch.setattr(native_code, "_loaded", {})  # as a new process
+    assert _function(cache, name, builds)(5) == 10
+    assert builds == [name]
+    assert kept.read_bytes().startswith(native_code.MAGIC)
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "empty", "header"])
+def test_a_damaged_file_is_rebuilt_and_replaced(cache, monkeypatch, damage, request):
+    name = f"answer_{damage}"
+    builds = []
+    _function(cache, name, builds)
+    (kept,) = cache.glob(f"{name}-*.o")
+    data = bytearray(kept.read_bytes())
+    if damage == "flip":
+        data[-100] ^= 0xFF
+    elif damage == "truncate":
+        data = data[: len(data) // 2]
+    elif damage == "empty":
+        data = bytearray()
+    else:
+        data[len(native_code.MAGIC) : len(native_code.MAGIC) + 5] = b"xxxxx"
+    kept.write_bytes(bytes(data))
+    monkeypatch.setattr(native_code, "_loaded", {})
+    assert _function(cache, name, builds)(4) == 8
+    assert builds == [name, name]
+    assert native_code._read(kept) is not None  # replaced by a good one
+
+
+def test_no_writable_cache_compiles_with_one_warning(monkeypatch):
+    monkeypatch.setattr(native_code, "first_usable", lambda kind: (None, ["/nowhere"]))
+    monkeypatch.setattr(native_code, "_loaded", {})
+    monkeypatch.setattr(native_code, "_warned", False)
+    builds = []
+    with pytest.warns(CompileCacheWarning, match="/nowhere"):
+        assert _function(None, "answer_nowhere", builds)(1) == 2
+    monkeypatch.setattr(native_code, "_loaded", {})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert _function(None, "answer_nowhere", builds)(3) == 6
+    assert builds == ["answer_nowhere"] * 2
+
+
+@pytest.mark.parametrize(
+    "ir, reason",
+    [
+        ('@".const.picklebuf.1" = internal constant i8 0\n', "raises"),
+        ("declare ptr @NRT_MemInfo_alloc_aligned(i64, i32)\n", "allocates"),
+    ],
+)
+def test_code_that_raises_or_allocates_through_numba_is_refused(cache, ir, reason):
+    with pytest.raises(native_code.NativeCodeError, match=reason):
+        native_code.address("refused", lambda: (ANSWER.format(name="refused") + ir, "refused"))
+    assert not list(cache.iterdir())
+
+
+@pytest.mark.parametrize("kind", ["compute", "task"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_native_nodes_code_keeps_the_contract(kind, dtype):
+    # what makes the code loadable without numba: no exception raised anywhere in it,
+    # no memory from numba's runtime (backends/views.py: malloc)
+    from onnx_recurrent.runtime.hosts import native_compute
+
+    ir, symbol = native_compute.code(kind, np.dtype(dtype))
+    assert symbol in ir
+    name, obj = native_code._compile(ir, symbol)
+    assert name == symbol and obj[:4] == b"\x7fELF"
