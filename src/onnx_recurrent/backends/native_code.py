@@ -142,6 +142,25 @@ def _load(symbol: str, obj: bytes) -> int:
     return found
 
 
+@functools.cache
+def noop() -> int:
+    """The address of a compiled ``void f(void*)`` that does nothing.
+
+    Raises
+    ------
+    NativeCodeError
+        It cannot be compiled or loaded.
+    """
+    engine = _engine()
+    try:
+        ir = "define void @onnx_recurrent_noop(ptr %p) {\n  ret void\n}"
+        engine.add_module(ll.parse_assembly(ir))
+        engine.finalize_object()
+        return engine.get_function_address("onnx_recurrent_noop")
+    except Exception as e:
+        raise NativeCodeError(f"native code: cannot compile a no-op: {e}") from e
+
+
 # -- the cache ------------------------------------------------------------------------
 
 

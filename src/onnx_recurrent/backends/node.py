@@ -109,8 +109,9 @@ def run_node(address0, address1, D, reverse, layout, X, lens, has_lens, h0, has_
     nc = N if lstm else 0
     ns = N if split else 0
     ny = N if write_Y else 0
-    work = max(block_scratch(plan0, block, N, project), block_scratch(plan1, block, N, project))
-    sizes = (N * H, nc * H, ns * 3 * H, ns * H, block * N * I, block * ny * H, work)
+    span = min(block, max(steps, 1))  # steps of the longest block
+    work = max(block_scratch(plan0, span, N, project), block_scratch(plan1, span, N, project))
+    sizes = (N * H, nc * H, ns * 3 * H, ns * H, span * N * I, span * ny * H, work)
     total = sizes[0] + sizes[1] + sizes[2] + sizes[3] + sizes[4] + sizes[5] + sizes[6]
     floats = allocate(total, Yh)
     if floats.shape[0] == 0:

@@ -271,7 +271,7 @@ def _project(xb, F, I, bias, xw, active):
         packed.mm(a, I, I, a, I, 0, active[k], F, 0, P, 0, c, ld, bias, False)
 
 
-@_jit
+@_inline
 def _check(plan, xb, h, pre, pre_h, hh, project):
     """Whether the products' operands and the states agree with the plan, once per
     block (:func:`.packed.check`)."""
@@ -295,7 +295,7 @@ def _most(p):
     return most
 
 
-@_jit
+@_inline
 def block_scratch(plan, steps, rows, project):
     """Elements of the scratch :func:`_block` takes for ``steps`` steps of ``rows``
     rows."""
@@ -306,7 +306,7 @@ def block_scratch(plan, steps, rows, project):
             + plan.width + plan.width_h)  # fmt: skip
 
 
-@_jit
+@_inline
 def _block(plan, sync, calls, xb, h, spare, c, gz, rh, active, Y, write_Y, step0, project,
            scratch):  # fmt: skip
     """Steps ``step0 ..`` of one direction (``xb``: their inputs), with the weights

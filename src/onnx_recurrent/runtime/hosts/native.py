@@ -33,6 +33,7 @@ structures live as long as the process.
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import functools
 import importlib.util
@@ -319,6 +320,8 @@ class Kernel:
             block[nc.SLICES] = threads.num_threads()
             block[nc.TASK] = compiled_address("task", dt)
             block[nc.FAST] = 1
+        if layer is not None and (block[nc.FAST] == 0 or layer.hidden_size >= nc.SHARE_HIDDEN):
+            layer.prepare()  # the Python path runs it: compiled now, not on a call
         self.block = block
         self.address = int(block.ctypes.data)
 
@@ -491,7 +494,20 @@ def register() -> str:
             _OPS_BY_ADDRESS[ctypes.addressof(struct)] = element
         for operator in _operators:
             add(ctypes.addressof(operator.struct))
+        atexit.register(_at_exit)
         return library
+
+
+def _at_exit() -> None:
+    """Sessions that outlive the interpreter's shutdown destroy their kernels after
+    Python's objects are gone: ``KernelDestroy`` becomes compiled code that does
+    nothing (a Python callback then crashes the process)."""
+    try:
+        noop = native_code.noop()
+    except native_code.NativeCodeError:  # cannot happen where the engine loads code
+        return
+    for operator in _operators:
+        operator.struct.KernelDestroy = noop
 
 
 #: element types computed by compiled code, and their compute dtype

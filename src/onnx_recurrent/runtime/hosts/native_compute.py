@@ -48,6 +48,7 @@ from .native_block import (  # the block's words
     RELEASE_TYPE_AND_SHAPE,
     REVERSE,
     SHAPE_REFERENCE,
+    SHARE_HIDDEN,
     SLICES,
     SLOW,
     STATES,
@@ -78,10 +79,6 @@ from .native_block import (  # the block's words
 )
 
 ORT_FAIL = 1
-#: hidden units from which a large one-row call runs on the pool, its threads sharing
-#: the units (faster-whisper's Silero, H=128, 312 steps: 19.0 ms on the pool, 18.7 ms on
-#: one thread, while onnxruntime's own threads still spin: more threads than cores)
-SHARE_HIDDEN = 256
 
 _jit = jit(nogil=True, error_model="numpy")
 

@@ -60,6 +60,9 @@ class ReferenceHost:
 
     def __init__(self, model: onnx.ModelProto, bound: Mapping[tuple[str, ...], BoundNode]):
         _read_tensors(model)
+        for node in bound.values():  # every node runs its layer: compiled now
+            if node.layer is not None:
+                node.layer.prepare()
         model = _default_domain(model)
         try:
             self._evaluator = ReferenceEvaluator(
