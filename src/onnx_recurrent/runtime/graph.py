@@ -80,8 +80,15 @@ def node_version(op: str, opset: int) -> int:
     return max(known)
 
 
+#: the default domain's operators whose attributes hold graphs
+GRAPH_OPS = frozenset({"If", "Loop", "Scan", "SequenceMap"})
+
+
 def subgraphs(node: onnx.NodeProto) -> Iterator[onnx.GraphProto]:
-    """The graphs held by a node's attributes (``If`` branches, ``Loop``/``Scan`` bodies)."""
+    """The graphs held by a node's attributes (``If`` branches, ``Loop``/``Scan`` bodies;
+    any attribute of another domain's operator)."""
+    if node.domain in ("", "ai.onnx") and node.op_type not in GRAPH_OPS:
+        return  # reading every node's attributes through protobuf: ms a model
     for attribute in node.attribute:
         if attribute.type == onnx.AttributeProto.GRAPH:
             yield attribute.g
