@@ -14,12 +14,14 @@ with the block, not with ``seq_length``, and a Ctrl-C is seen between blocks.
 
 from __future__ import annotations
 
+import time
 from contextlib import nullcontext
 from dataclasses import dataclass
 
 import numpy as np
 
 from . import backends, threads
+from .backends import tuning
 from .cells import Weights
 from .spec import Inputs, RecSpec
 
@@ -33,6 +35,9 @@ BLOCK_MACS = 1 << 29
 PARALLEL_MACS = 1 << 23
 #: hidden units of one thread's share of a direction, at least
 MIN_SHARE = 16
+#: rows of one thread's slice of a direction at least (fewer: the threads share its
+#: hidden units, whatever was planned)
+MIN_ROWS = 8
 #: threads kept apart during a call (:mod:`.affinity`), by the way they split it:
 #: units (rows, directions) pinned: after a pause Linux may leave the helper on the
 #: caller's CPU (measured at M ragged: 20-30% faster pinned, 0-15% slower beside a
@@ -96,24 +101,26 @@ class Schedule:
 
 
 def _units(
-    spec: RecSpec, x: Inputs, workers: int, can_share: bool = True
+    spec: RecSpec, x: Inputs, workers: int, can_share: bool = True, share: bool | None = None
 ) -> tuple[list[tuple[int, np.ndarray]], bool, int]:
     """(direction, batch rows) pairs, whether the call is large enough for threads, and
     how many shares of hidden units each unit's steps are cut into.
 
     On one direction of full-length sequences written straight into ``Y``, threads
     share its hidden units (every thread's product keeps every row; the weights are
-    split between the threads' caches); otherwise the rows of a direction are dealt
-    round-robin by length, so every slice gets a fair share of long and short
-    sequences (with ragged lengths the rows' products shrink and a meeting per step no
-    longer pays, measured).
+    split between the threads' caches, a meeting per step) or take slices of its rows,
+    whichever was measured faster on this CPU (:func:`planned_share`; ``share``: that
+    choice given); otherwise the rows of a direction are dealt round-robin by length,
+    so every slice gets a fair share of long and short sequences (with ragged lengths
+    the rows' products shrink and a meeting per step no longer pays, measured).
     """
     T, N, I = x.X.shape
     D, H, G = spec.num_directions, spec.hidden_size, spec.cell.n_gates
     large = T * N * D * G * H * (H + I) >= PARALLEL_MACS
     if workers > 1 and large and can_share and D == 1 and not x.ragged:
         if x.dtype == x.compute_dtype and H >= 2 * max(1, MIN_SHARE):
-            return [(0, np.arange(N))], large, min(workers, H // max(1, MIN_SHARE))
+            if N < 2 * MIN_ROWS or (planned_share() if share is None else share):
+                return [(0, np.arange(N))], large, min(workers, H // max(1, MIN_SHARE))
     slices = 1
     if workers > 1 and large:
         slices = min(N, -(-workers // D))
@@ -122,6 +129,40 @@ def _units(
     by_length = np.argsort(-x.sequence_lens, kind="stable")
     units = [(d, np.sort(by_length[i::slices])) for d in range(D) for i in range(slices)]
     return units, large, 1
+
+
+def planned_share() -> bool:
+    """Whether threads split one direction by sharing its hidden units (else by
+    slices of its rows), as measured on this CPU once (:mod:`.backends.tuning`)."""
+    return bool(tuning.planned(("share",), measure_share)["share"])
+
+
+def measure_share() -> dict[str, int]:
+    """Time a GRU direction (T=20, N=32, I=128, H=256, float32) on the call's threads
+    (:func:`.threads.num_threads`) both ways, interleaved: ``{"share": 1}`` if sharing
+    the hidden units was faster (by median), else ``{"share": 0}``."""
+    from .cells import GRU
+    from .spec import make_spec
+
+    T, N, I, H = 20, 32, 128, 256
+    rng = np.random.default_rng(0)
+    ct = np.dtype(np.float32)
+    W = (rng.standard_normal((3 * H, I)) * 0.1).astype(ct)
+    R = (rng.standard_normal((3 * H, H)) * 0.1).astype(ct)
+    spec = make_spec(GRU, R[None], hidden_size=H)
+    weights = (GRU.prepare(spec, W, R, np.zeros(6 * H, ct), None),)
+    X = rng.standard_normal((T, N, I)).astype(ct)
+    x = Inputs(X, np.full(N, T, np.int64), (None,), ct, ct)
+    times: dict[bool, list[float]] = {True: [], False: []}
+    for share in (True, False):  # compiled and prepared before any timing
+        scan(spec, weights, x, share=share)
+    for _ in range(7):
+        for share in (True, False):
+            started = time.perf_counter()
+            scan(spec, weights, x, share=share)
+            times[share].append(time.perf_counter() - started)
+    median = {k: sorted(v)[len(v) // 2] for k, v in times.items()}
+    return {"share": int(median[True] <= median[False])}
 
 
 def block_steps(spec: RecSpec, N: int, I: int, ct: np.dtype) -> int:
@@ -137,9 +178,11 @@ def scan(
     x: Inputs,
     *,
     output_sequence: bool = True,
+    share: bool | None = None,
 ) -> tuple[np.ndarray | None, ...]:
     """Run every direction over the whole sequence (``directions``: each one's prepared
-    weights, :meth:`onnx_recurrent.Layer.directions`).
+    weights, :meth:`onnx_recurrent.Layer.directions`); ``share``: how threads split
+    one direction (:func:`_units`), None for the planned way.
 
     Returns ``(Y, *final_states)`` in the caller's layout and X's dtype; ``Y`` is None
     when ``output_sequence`` is false (and is then never materialised).
@@ -207,7 +250,7 @@ def scan(
             final[d, slice(None) if s.whole else s.order] = state
 
     workers = threads.num_threads()
-    units, large, shares = _units(spec, x, workers)
+    units, large, shares = _units(spec, x, workers, share=share)
     if shares > 1:
         make = getattr(backend, "shares", None)
         shared = None if make is None else make(spec, N, ct, shares)

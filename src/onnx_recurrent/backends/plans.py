@@ -14,7 +14,8 @@ dimensions; compiled code reads it into views (:func:`.numba_backend.load_plan`)
 share's columns gate after gate, share ``s`` in panels ``pF[s]..pF[s+1]-1``, ``bF``
 its biases; ``Fh``: GRU's ``h`` columns (of ``[W^T; R^T]``, or of ``W^T`` with ``Fr``
 those of ``R^T``); ``P``: LSTM's peepholes ``[Pi, Po, Pf]`` (no columns when absent);
-``width*``: the longest row a share's product writes.
+``width*``: the longest row a share's product writes; ``rows``, ``span``: the
+products' tiles (:func:`.tuning.tiles`, measured on this CPU).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import numpy as np
 
 from ..activations import TABLE
 from ..threads import interrupts_held
-from . import layout
+from . import layout, tuning
 
 #: activation name (lower case) -> its code, as the compiled ``_apply`` reads it
 CODES = {name: int(kind.code) for name, kind in TABLE.items()}
@@ -34,8 +35,8 @@ CODES = {name: int(kind.code) for name, kind in TABLE.items()}
 KIND = {"RNN": 0, "GRU": 1, "LSTM": 2}
 
 #: the record's scalar words
-KIND_, SPLIT, INPUT_FORGET, FAST, WIDTH, WIDTH_H, WIDTH_R = range(7)
-HEAD = 7
+KIND_, SPLIT, INPUT_FORGET, FAST, WIDTH, WIDTH_H, WIDTH_R, ROWS, SPAN = range(9)
+HEAD = 9
 #: the record's arrays, each as four words from ``HEAD + 4 i``: address, dimensions
 ARRAYS = (
     *("codes", "alphas", "betas", "clip", "bounds"),
@@ -80,13 +81,14 @@ def get(spec, w, acts: tuple, dt: np.dtype, shares: int) -> Plan:
     key = ("plan", dt, shares)
     plan = w.derived.get(key)
     if plan is None:
+        tile = tuning.tiles()  # measured on first use, before Ctrl-C is held off
         with interrupts_held():  # made whole or not at all
-            plan = w.derived[key] = _make(spec, w, acts, dt, shares)
+            plan = w.derived[key] = _make(spec, w, acts, dt, shares, tile)
             w.derived_bytes[key] = plan.nbytes
     return plan
 
 
-def _make(spec, w, acts: tuple, dt: np.dtype, shares: int) -> Plan:
+def _make(spec, w, acts: tuple, dt: np.dtype, shares: int, tile: tuple[int, int]) -> Plan:
     kind = KIND[spec.cell.name]
     split = kind == 1 and not spec.linear_before_reset
     H = spec.hidden_size
@@ -117,6 +119,7 @@ def _make(spec, w, acts: tuple, dt: np.dtype, shares: int) -> Plan:
     arrays["clip"] = np.array([np.inf if spec.clip is None else spec.clip], dt)
     head = {KIND_: kind, SPLIT: split, INPUT_FORGET: bool(spec.input_forget)}
     head |= {FAST: dt == np.float32, WIDTH: widths[0], WIDTH_H: widths[1], WIDTH_R: widths[2]}
+    head |= {ROWS: tile[0], SPAN: tile[1]}
     return Plan(head, arrays)
 
 

@@ -1,0 +1,215 @@
+"""Choices measured on the CPU the kernels run on (the FFTW and ATLAS way), kept per CPU.
+
+A *plan* here is a few numbers that change speed, never results: the rows of a product
+tile (:data:`.packed.ROWS`), the panels a one- or two-row tile spans
+(:data:`.packed.SPANS`), and how the threads of a call split one direction (share its
+hidden units or deal its rows, :mod:`..scan`). Each is timed once, the first time it is
+needed, among its candidates on the running CPU (a few seconds: :func:`measure_tiles`,
+and the scan's own for the split), and kept in a small JSON file named by the CPU's
+name and features and numba's version, beside the compiled kernels
+(``onnx-recurrent/tuning`` in the user cache directory, :mod:`.cache_dirs`): later
+processes read it and measure nothing. A CPU nobody has seen gets a measured choice,
+not a table entry.
+
+``ONNX_RECURRENT_PLAN``: unset, the kept choices; ``measure``, measure again (once in
+the process) and keep the new ones; ``rows=8,span=4,share=0``, those values, neither
+measured nor kept (for experiments; a name not given is planned as usual).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import llvmlite
+import llvmlite.binding as ll
+
+from ..errors import RecurrentError
+from .cache_dirs import first_usable
+
+#: the environment variable (see the module)
+ENV = "ONNX_RECURRENT_PLAN"
+#: names a plan may hold, with the values each may take
+FIELDS = {"rows": (1, 2, 4, 6, 8, 12), "span": (1, 2, 4), "share": (0, 1)}
+#: bump when the candidates or what a name means change: earlier files are ignored
+VERSION = 1
+
+_log = logging.getLogger("onnx_recurrent")
+_lock = threading.RLock()
+_kept: dict[str, int] | None = None  # the file's choices, read once
+_measured: set[str] = set()  # names measured in this process (ONNX_RECURRENT_PLAN=measure)
+
+
+def planned(names: tuple[str, ...], measure: Callable[[], dict[str, int]]) -> dict[str, int]:
+    """The values of ``names``: given by ``ONNX_RECURRENT_PLAN``, else kept for this
+    CPU, else ``measure()`` (which returns them all), then kept.
+
+    Raises
+    ------
+    ValueError
+        (``RecurrentError``) ``ONNX_RECURRENT_PLAN`` is malformed: the message names the
+        variable, the value and what it accepts.
+    """
+    given, again = _environment()
+    with _lock:
+        kept = _read()
+        if all(n in given for n in names):
+            return {n: given[n] for n in names}
+        if (again and not _measured.issuperset(names)) or not all(n in kept for n in names):
+            started = time.perf_counter()
+            values = measure()
+            _measured.update(names)
+            kept |= {n: int(values[n]) for n in names}
+            _write(kept)
+            _log.info(
+                "onnx-recurrent: planned %s for this CPU in %.1f s",
+                ", ".join(f"{n}={values[n]}" for n in names),
+                time.perf_counter() - started,
+            )
+        return {n: given.get(n, kept[n]) for n in names}
+
+
+def state() -> tuple[bool, str | None]:
+    """Whether a plan is kept for this CPU (any of its names), and the file (None: no
+    writable cache directory)."""
+    path = _path()
+    return bool(_read()), None if path is None else str(path)
+
+
+def tiles() -> tuple[int, int]:
+    """``(rows, span)`` of the product tiles on this CPU (:func:`planned`)."""
+    plan = planned(("rows", "span"), measure_tiles)
+    return plan["rows"], plan["span"]
+
+
+def measure_tiles() -> dict[str, int]:
+    """Time :func:`.packed.mm` for every candidate tile on the shapes that matter: the
+    per-step products of a batch (``[32, 384] x [384, 768]``, a GRU's ``[Xt, Ht-1]
+    [W^T; R^T]`` at H=256) and of a large layer (``[64, 1024] x [1024, 1536]``) for the
+    rows; one row against ``R^T`` (``[1, 256] x [256, 1024]``) for the span. Each
+    candidate's median of interleaved rounds; the least total time relative to each
+    shape's best wins."""
+    import numpy as np
+
+    from . import layout, packed
+
+    rng = np.random.default_rng(0)
+    dt = np.dtype(np.float32)
+    shapes = {"rows": [(32, 384, 768), (64, 1024, 1536)], "span": [(1, 256, 1024)]}
+    candidates = {"rows": packed.ROWS, "span": packed.SPANS}
+    chosen = {}
+    for name, cases in shapes.items():
+        scores = dict.fromkeys(candidates[name], 0.0)
+        for n, K, N in cases:
+            A = rng.standard_normal((n, K)).astype(dt)
+            Bp = layout.panels(rng.standard_normal((K, N)).astype(dt), dt)
+            C = np.empty((n, layout.columns(N, dt)), dt)
+            times: dict[int, list[float]] = {c: [] for c in candidates[name]}
+            repeat = max(1, int(2e6 // (n * K * N)))  # calls of a timed round: ~1 ms and more
+            for _ in range(7):
+                for c in candidates[name]:
+                    rows, span = (c, 1) if name == "rows" else (max(packed.ROWS), c)
+                    times[c].append(_time(packed.time_mm, A, Bp, C, rows, span, repeat))
+            medians = {c: sorted(t)[len(t) // 2] for c, t in times.items()}
+            best = min(medians.values())
+            for c, t in medians.items():
+                scores[c] += t / best
+        chosen[name] = min(scores, key=lambda c: (scores[c], c))
+    return chosen
+
+
+def _time(kernel, A, Bp, C, rows: int, span: int, repeat: int) -> float:
+    started = time.perf_counter()
+    kernel(A, Bp, C, rows, span, repeat)
+    return time.perf_counter() - started
+
+
+def _environment() -> tuple[dict[str, int], bool]:
+    """``ONNX_RECURRENT_PLAN`` read: the values it gives, and whether to measure again."""
+    value = os.environ.get(ENV, "").strip()
+    if not value:
+        return {}, False
+    if value == "measure":
+        return {}, True
+    given = {}
+    for item in value.split(","):
+        name, _, number = item.strip().partition("=")
+        name = name.strip()
+        if name not in FIELDS or not number.strip().isdigit() or int(number) not in FIELDS[name]:
+            accepted = "; ".join(f"{n} in {list(v)}" for n, v in FIELDS.items())
+            raise RecurrentError(
+                f"{ENV}={value!r}: expected 'measure' or name=value pairs separated by "
+                f"commas ({accepted}), e.g. 'rows=8,span=4'; got {item.strip()!r}"
+            )
+        given[name] = int(number)
+    return given, False
+
+
+def _read() -> dict[str, int]:
+    """The choices kept for this CPU (read once; a file that does not check out counts
+    as none, and is replaced when a plan is made)."""
+    global _kept
+    if _kept is None:
+        _kept = {}
+        path = _path()
+        try:
+            data = json.loads(path.read_text()) if path is not None else {}
+        except (OSError, ValueError):
+            data = {}
+        if isinstance(data, dict) and data.get("key") == _identity():
+            for name, values in FIELDS.items():
+                if data.get(name) in values:
+                    _kept[name] = data[name]
+    return _kept
+
+
+def _write(kept: dict[str, int]) -> None:
+    """Keep ``kept`` (a temporary file renamed over the old: readers see one or the
+    other); no writable cache: kept for this process only."""
+    path = _path()
+    if path is None:
+        return
+    try:
+        fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
+    except OSError:
+        return
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump({"key": _identity(), **kept}, f)
+        os.replace(temporary, path)
+    except OSError:
+        try:
+            os.unlink(temporary)
+        except OSError:
+            pass
+
+
+def _identity() -> str:
+    """What a plan depends on: this CPU, numba's and llvmlite's versions, VERSION."""
+    from .native_code import _version
+
+    parts = (VERSION, ll.get_host_cpu_name(), _version("numba"), llvmlite.__version__)
+    return repr((parts, ll.get_host_cpu_features().flatten()))
+
+
+def _path() -> Path | None:
+    root, _ = first_usable("tuning")
+    if root is None:
+        return None
+    digest = hashlib.sha256(_identity().encode()).hexdigest()[:16]
+    return Path(root) / f"plan-{ll.get_host_cpu_name()}-{digest}.json"
+
+
+def forget() -> None:
+    """Read the kept file again on the next :func:`planned` (tests)."""
+    global _kept
+    with _lock:
+        _kept = None
+        _measured.clear()

@@ -1,0 +1,156 @@
+"""The plan measured on this CPU (:mod:`onnx_recurrent.backends.tuning`): kept once, read
+by later processes, redone on request, never a failure; results the same whatever it says."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import onnx_recurrent as orc
+from onnx_recurrent import RecurrentError, scan
+from onnx_recurrent.backends import tuning
+
+pytest.importorskip("onnx_recurrent.backends.numba_backend")
+
+
+@pytest.fixture
+def fresh(monkeypatch, tmp_path):
+    """An empty cache (XDG_CACHE_HOME) and nothing read yet; restored after."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.delenv(tuning.ENV, raising=False)
+    tuning.forget()
+    yield tmp_path
+    tuning.forget()
+
+
+def _counting(values):
+    calls = []
+
+    def measure():
+        calls.append(1)
+        return dict(values)
+
+    return measure, calls
+
+
+def test_measured_once_then_kept(fresh):
+    """The first use measures and keeps the choice in one file named by the CPU; the
+    next use (and a new process's, reading the file) measures nothing."""
+    measure, calls = _counting({"rows": 6, "span": 2})
+    assert tuning.planned(("rows", "span"), measure) == {"rows": 6, "span": 2}
+    assert tuning.planned(("rows", "span"), measure) == {"rows": 6, "span": 2}
+    assert len(calls) == 1
+    files = list((fresh / "onnx-recurrent" / "tuning").glob("plan-*.json"))
+    assert len(files) == 1
+    assert json.loads(files[0].read_text())["rows"] == 6
+    tuning.forget()  # as a new process: read from the file
+    assert tuning.planned(("rows", "span"), measure) == {"rows": 6, "span": 2}
+    assert len(calls) == 1
+    assert tuning.state() == (True, str(files[0]))
+
+
+def test_a_later_process_reads_the_plan(fresh):
+    """A child process with the kept plan (values no measurement here would give)
+    uses it: its tiles are the file's."""
+    measure, _ = _counting({"rows": 12, "span": 1})
+    tuning.planned(("rows", "span"), measure)
+    code = "from onnx_recurrent.backends import tuning; print(tuning.tiles())"
+    env = os.environ | {"XDG_CACHE_HOME": str(fresh)}
+    env.pop(tuning.ENV, None)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "(12, 1)"
+
+
+@pytest.mark.parametrize(
+    "damage", [b"", b"{not json", b'{"key": "another CPU", "rows": 4}', b'{"rows": 5}', b"[1]"]
+)
+def test_a_damaged_or_foreign_file_is_planned_again(fresh, damage):
+    measure, calls = _counting({"rows": 4, "span": 4})
+    tuning.planned(("rows", "span"), measure)
+    (path,) = (fresh / "onnx-recurrent" / "tuning").glob("plan-*.json")
+    path.write_bytes(damage)
+    tuning.forget()
+    assert tuning.planned(("rows", "span"), measure) == {"rows": 4, "span": 4}
+    assert len(calls) == 2
+    assert json.loads(path.read_text())["span"] == 4  # replaced by a good one
+
+
+def test_unwritable_cache_plans_for_the_process(fresh, monkeypatch):
+    """No writable cache directory: the plan is measured and used, kept in memory."""
+    monkeypatch.setattr(tuning, "first_usable", lambda kind: (None, ["/nowhere"]))
+    measure, calls = _counting({"share": 0})
+    assert tuning.planned(("share",), measure) == {"share": 0}
+    assert tuning.planned(("share",), measure) == {"share": 0}
+    assert len(calls) == 1
+    assert tuning.state() == (True, None)
+
+
+def test_measure_again_on_request(fresh, monkeypatch):
+    """ONNX_RECURRENT_PLAN=measure: measured again once in the process, and kept."""
+    measure, calls = _counting({"share": 1})
+    tuning.planned(("share",), measure)
+    monkeypatch.setenv(tuning.ENV, "measure")
+    tuning.forget()
+    again, calls2 = _counting({"share": 0})
+    assert tuning.planned(("share",), again) == {"share": 0}
+    assert tuning.planned(("share",), again) == {"share": 0}
+    assert (len(calls), len(calls2)) == (1, 1)
+    monkeypatch.delenv(tuning.ENV)
+    tuning.forget()
+    assert tuning.planned(("share",), measure) == {"share": 0}
+
+
+def test_values_given_are_used_and_not_kept(fresh, monkeypatch):
+    monkeypatch.setenv(tuning.ENV, "rows=4, span=2")
+    measure, calls = _counting({"rows": 8, "span": 1})
+    assert tuning.tiles() == (4, 2)
+    assert tuning.planned(("rows", "span"), measure) == {"rows": 4, "span": 2}
+    assert not calls
+    assert not (fresh / "onnx-recurrent" / "tuning").exists() or not list(
+        (fresh / "onnx-recurrent" / "tuning").glob("plan-*.json")
+    )
+
+
+@pytest.mark.parametrize("value", ["rows=5", "rows", "colour=1", "rows=8;span=1", "again"])
+def test_a_malformed_variable_is_a_clear_error(fresh, monkeypatch, value):
+    monkeypatch.setenv(tuning.ENV, value)
+    expected = rf"ONNX_RECURRENT_PLAN={value!r}: expected 'measure'"
+    with pytest.raises(RecurrentError, match=expected):
+        tuning.planned(("rows",), lambda: {"rows": 8})
+
+
+def test_measured_tiles_are_candidates(fresh):
+    """The real measurement returns one of the candidates for each name."""
+    from onnx_recurrent.backends import packed
+
+    chosen = tuning.measure_tiles()
+    assert chosen["rows"] in packed.ROWS and chosen["span"] in packed.SPANS
+
+
+@pytest.mark.parametrize("op", ["GRU", "LSTM", "RNN"])
+def test_results_do_not_depend_on_the_plan(fresh, monkeypatch, op):
+    """Every tile and split gives the same bits (each element: the same sum in the same
+    order): a batch of 1, 3 and 32 rows, one and two threads."""
+    rng = np.random.default_rng(1)
+    G, H, I = {"GRU": 3, "LSTM": 4, "RNN": 1}[op], 48, 20
+    W = rng.standard_normal((1, G * H, I)).astype(np.float32) * 0.3
+    R = rng.standard_normal((1, G * H, H)).astype(np.float32) * 0.3
+    Xs = [rng.standard_normal((7, N, I)).astype(np.float32) for N in (1, 3, 32)]
+    monkeypatch.setattr(scan, "PARALLEL_MACS", 0)
+    monkeypatch.setattr(scan, "MIN_SHARE", 8)
+    monkeypatch.setattr(scan, "MIN_ROWS", 1)
+    expected = None
+    for plan in ("rows=4,span=1,share=1", "rows=12,span=4,share=0", "rows=6,span=2,share=1"):
+        for threads in ("1", "2"):
+            monkeypatch.setenv(tuning.ENV, plan)
+            monkeypatch.setenv("ONNX_RECURRENT_NUM_THREADS", threads)
+            layer = orc.Layer(op, W, R)  # a plan's tiles are read when it is made
+            got = [b"".join(a.tobytes() for a in layer(X)) for X in Xs]
+            expected = expected or got
+            assert got == expected, (plan, threads)
