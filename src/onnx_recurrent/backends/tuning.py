@@ -118,6 +118,10 @@ def measure_tiles() -> dict[str, int]:
                     rows, span = (c, 1) if name == "rows" else (max(packed.ROWS), c)
                     times[c].append(_time(packed.time_mm, A, Bp, C, rows, span, repeat))
             medians = {c: sorted(t)[len(t) // 2] for c, t in times.items()}
+            _log.debug(
+                "onnx-recurrent: %s at [%d, %d] x [%d, %d]: %s", name, n, K, K, N,
+                ", ".join(f"{c}: {1e6 * t / repeat:.1f} us" for c, t in medians.items()),
+            )  # fmt: skip
             best = min(medians.values())
             for c, t in medians.items():
                 scores[c] += t / best
