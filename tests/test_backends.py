@@ -127,15 +127,16 @@ def test_numba_dtypes(op, dtype):
     dtype=st.sampled_from([np.float32, np.float64]),
     rows=st.sampled_from([1, 2, 4, 6, 8, 12]),
     span=st.sampled_from([1, 2, 4]),
+    depth=st.sampled_from([0, 1, 5, 16]),
 )
-def test_packed_products(m, K, N, lda_extra, split, skip, start, dtype, rows, span):
+def test_packed_products(m, K, N, lda_extra, split, skip, start, dtype, rows, span, depth):
     """``packed.mm`` computes ``start + [A, A2] B[k0:k0+K]`` for any sizes (partial
     tiles and panels), any split of those ``K`` rows between ``A`` and ``A2`` (0 and
     ``K`` included), ``B`` of any strides and rows of ``A`` spaced; ``start``: zeros, a
     bias, or ``C`` itself. It writes zeros (or the bias) in the padding columns of its
     last panel and nothing past row ``m``; each row's result is the same, bit for bit,
-    whatever tile computes it: any rows and span the planner may choose, and the
-    short tiles at the end."""
+    whatever tile computes it: any rows, span and depth (blocks of ``B``'s rows,
+    across ``A`` and ``A2``) the planner may choose, and the short tiles at the end."""
     rng = np.random.default_rng(m * 10_000 + K * 100 + N)
     K1 = round(split * K)
     k0 = skip
@@ -155,7 +156,7 @@ def test_packed_products(m, K, N, lda_extra, split, skip, start, dtype, rows, sp
     lda, lda2 = K1 + lda_extra, K - K1 + 2 * lda_extra
     P = Bp.shape[0]
     bias = vp.ctypes.data if start == "bias" else 0
-    args = (Bp, 0, P, k0, C.ctypes.data, width, bias, start == "add", rows, span)
+    args = (Bp, 0, P, k0, C.ctypes.data, width, bias, start == "add", rows, span, depth)
     packed.mm(A.ctypes.data, lda, K1, A2.ctypes.data, lda2, K - K1, m, *args)
     full = np.concatenate([A[:, :K1], A2[:, : K - K1]], axis=1)
     expected = full @ B[k0 : k0 + K] + v + C0[:m, :N]
@@ -165,7 +166,7 @@ def test_packed_products(m, K, N, lda_extra, split, skip, start, dtype, rows, sp
     for i in range(m if m > 1 else 0):  # the same rows one at a time
         row = C0[i : i + 1].copy()
         a, a2 = A[i : i + 1].ctypes.data, A2[i : i + 1].ctypes.data
-        one = (1, 1 + (i % 4))  # one row, spanning 1-4 panels
+        one = (1, 1 + (i % 4), 0)  # one row, spanning 1-4 panels, all of K at once
         at = row.ctypes.data
         packed.mm(a, lda, K1, a2, lda2, K - K1, 1, Bp, 0, P, k0, at, width, *args[6:8], *one)
         assert (row[0, :N] == C[i, :N]).all()
@@ -173,7 +174,7 @@ def test_packed_products(m, K, N, lda_extra, split, skip, start, dtype, rows, sp
         part = C0[:m].copy()
         at = bias + Bp.shape[2] * np.dtype(dtype).itemsize if bias else 0
         packed.mm(A.ctypes.data, lda, K1, A2.ctypes.data, lda2, K - K1, m, Bp, 1, P, k0,
-                  part.ctypes.data, width, at, start == "add", rows, span)  # fmt: skip
+                  part.ctypes.data, width, at, start == "add", rows, span, depth)  # fmt: skip
         L = Bp.shape[2]
         assert (part[:, : N - L] == C[:m, L:N]).all()
 

@@ -57,14 +57,14 @@ def test_measured_once_then_kept(fresh):
 def test_a_later_process_reads_the_plan(fresh):
     """A child process with the kept plan (values no measurement here would give)
     uses it: its tiles are the file's."""
-    measure, _ = _counting({"rows": 12, "span": 1})
-    tuning.planned(("rows", "span"), measure)
+    measure, _ = _counting({"rows": 12, "span": 1, "depth": 128})
+    tuning.planned(("rows", "span", "depth"), measure)
     code = "from onnx_recurrent.backends import tuning; print(tuning.tiles())"
     env = os.environ | {"XDG_CACHE_HOME": str(fresh)}
     env.pop(tuning.ENV, None)
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "(12, 1)"
+    assert out.stdout.strip() == "(12, 1, 128)"
 
 
 @pytest.mark.parametrize(
@@ -107,9 +107,9 @@ def test_measure_again_on_request(fresh, monkeypatch):
 
 
 def test_values_given_are_used_and_not_kept(fresh, monkeypatch):
-    monkeypatch.setenv(tuning.ENV, "rows=4, span=2")
+    monkeypatch.setenv(tuning.ENV, "rows=4, span=2, depth=0")
     measure, calls = _counting({"rows": 8, "span": 1})
-    assert tuning.tiles() == (4, 2)
+    assert tuning.tiles() == (4, 2, 0)
     assert tuning.planned(("rows", "span"), measure) == {"rows": 4, "span": 2}
     assert not calls
     assert not (fresh / "onnx-recurrent" / "tuning").exists() or not list(
@@ -131,6 +131,7 @@ def test_measured_tiles_are_candidates(fresh):
 
     chosen = tuning.measure_tiles()
     assert chosen["rows"] in packed.ROWS and chosen["span"] in packed.SPANS
+    assert chosen["depth"] in packed.DEPTHS
 
 
 @pytest.mark.parametrize("op", ["GRU", "LSTM", "RNN"])
@@ -146,7 +147,8 @@ def test_results_do_not_depend_on_the_plan(fresh, monkeypatch, op):
     monkeypatch.setattr(scan, "MIN_SHARE", 8)
     monkeypatch.setattr(scan, "MIN_ROWS", 1)
     expected = None
-    for plan in ("rows=4,span=1,share=1", "rows=12,span=4,share=0", "rows=6,span=2,share=1"):
+    plans = ("rows=4,span=1,depth=0,share=1", "rows=12,span=4,depth=128,share=0")
+    for plan in (*plans, "rows=6,span=2,depth=256,share=1"):
         for threads in ("1", "2"):
             monkeypatch.setenv(tuning.ENV, plan)
             monkeypatch.setenv("ONNX_RECURRENT_NUM_THREADS", threads)

@@ -255,20 +255,22 @@ def _lstm_row(pre, h, c, P, input_forget, g, a, clip, fast):
 
 
 @_jit
-def _project(xb, F, I, bias, xw, active, rows_, span):
+def _project(xb, F, I, bias, xw, active, tile):
     """``xw[k, :active[k]] = xb[k, :active[k]] W^T + bias``, ``W^T``: the first ``I``
-    panel rows of ``F``: one product, or one per step where rows finish."""
+    panel rows of ``F``: one product, or one per step where rows finish (``tile``:
+    the plan's rows, span, depth)."""
     steps, rows, _ = xb.shape
     A, C, ld, size = xb.ctypes.data, xw.ctypes.data, xw.shape[2], xw.itemsize
+    R, G, KB = tile
     P = F.shape[0]
     if steps == 0:
         return
     if active[steps - 1] == rows:
-        packed.mm(A, I, I, A, I, 0, steps * rows, F, 0, P, 0, C, ld, bias, False, rows_, span)
+        packed.mm(A, I, I, A, I, 0, steps * rows, F, 0, P, 0, C, ld, bias, False, R, G, KB)
         return
     for k in range(steps):
         a, c = A + k * rows * I * size, C + k * rows * ld * size
-        packed.mm(a, I, I, a, I, 0, active[k], F, 0, P, 0, c, ld, bias, False, rows_, span)
+        packed.mm(a, I, I, a, I, 0, active[k], F, 0, P, 0, c, ld, bias, False, R, G, KB)
 
 
 @_inline
@@ -341,9 +343,10 @@ def _block(plan, sync, calls, xb, h, spare, c, gz, rh, active, Y, write_Y, step0
     if not _check(plan, xb, h, pre_b[0], pre_hb[0], hh, project):
         return False
     if project:
-        _project(xb, plan.F, I, plan.bF.ctypes.data, pre_b, active, plan.rows, plan.span)
+        tile = (plan.rows, plan.span, plan.depth)
+        _project(xb, plan.F, I, plan.bF.ctypes.data, pre_b, active, tile)
         if plan.kind == 1:
-            _project(xb, plan.Fh, I, plan.bFh.ctypes.data, pre_hb, active, plan.rows, plan.span)
+            _project(xb, plan.Fh, I, plan.bFh.ctypes.data, pre_hb, active, tile)
     for k in range(steps):
         kg = step0 + k
         old, new = (h, h) if S == 1 else (h, spare) if kg % 2 == 0 else (spare, h)
@@ -404,29 +407,29 @@ def _share(plan, s, sub, xb, k, n, old, new, c, gz, rh, pre, pre_h, hh, g, Y, wr
     K1 = 0 if project else I  # rows of Xt in each product
     a = (plan.codes, plan.alphas, plan.betas)
     clip, fast, kind = plan.clip, plan.fast, plan.kind
-    R, G = plan.rows, plan.span  # the products' tiles
+    R, G, KB = plan.rows, plan.span, plan.depth  # the products' tiles
     q0, q1 = plan.pFh[s], plan.pFh[s + 1]
     bFh, ldh = plan.bFh.ctypes.data + q0 * L * size, pre_h.shape[1]
     if sub == 1:  # GRU: ht's input from [Xt, r . Ht-1], then Ht
         rh0 = rh.ctypes.data
         packed.mm(x, I, K1, rh0, H, H, n, plan.Fh, q0, q1, I - K1, pre_h.ctypes.data, ldh, bFh,
-                  project, R, G)  # fmt: skip
+                  project, R, G, KB)  # fmt: skip
         for b in range(n):
             _gru_h_row(pre_h[b], old[b, j0:j1], new[b, j0:j1], gz[s, b], a, clip, fast)
     else:
         p0, p1 = plan.pF[s], plan.pF[s + 1]
         bF = plan.bF.ctypes.data + p0 * L * size
         packed.mm(x, I, K1, hp0, H, H, n, plan.F, p0, p1, I - K1, pre.ctypes.data, pre.shape[1],
-                  bF, project, R, G)  # fmt: skip
+                  bF, project, R, G, KB)  # fmt: skip
         lbr = kind == 1 and not plan.split
         if lbr:
             if not project:
                 packed.mm(x, I, I, x, I, 0, n, plan.Fh, q0, q1, 0, pre_h.ctypes.data, ldh, bFh,
-                          False, R, G)  # fmt: skip
+                          False, R, G, KB)  # fmt: skip
             r0, r1 = plan.pFr[s], plan.pFr[s + 1]
             bFr = plan.bFr.ctypes.data + r0 * L * size
             packed.mm(x, I, 0, hp0, H, H, n, plan.Fr, r0, r1, 0, hh.ctypes.data, hh.shape[1], bFr,
-                      False, R, G)  # fmt: skip
+                      False, R, G, KB)  # fmt: skip
         if old.ctypes.data != new.ctypes.data:  # finished rows keep their state
             _copy(old, new, n, rows, j0, j1)
         for b in range(n):
@@ -460,7 +463,7 @@ def _copy(src, dst, b0, b1, j0, j1):
 PlanView = namedtuple(
     "PlanView",
     ("kind", "split", "input_forget", "fast", "width", "width_h", "width_r", "rows", "span",
-     *ARRAYS),
+     "depth", *ARRAYS),
 )  # fmt: skip
 _CODES, _ALPHAS, _BETAS, _CLIP, _BOUNDS, _F, _PF, _BF, _FH, _PFH, _BFH, _FR, _PFR, _BFR, _P = (
     HEAD + 4 * i for i in range(len(ARRAYS))
@@ -475,6 +478,7 @@ def load_plan(address, like):
     return PlanView(
         r[plans.KIND_], r[plans.SPLIT] != 0, r[plans.INPUT_FORGET] != 0, r[plans.FAST] != 0,
         r[plans.WIDTH], r[plans.WIDTH_H], r[plans.WIDTH_R], r[plans.ROWS], r[plans.SPAN],
+        r[plans.DEPTH],
         view(r[_CODES], (r[_CODES + 1],), r), view(r[_ALPHAS], (r[_ALPHAS + 1],), like),
         view(r[_BETAS], (r[_BETAS + 1],), like), view(r[_CLIP], (1,), like)[0],
         view(r[_BOUNDS], (r[_BOUNDS + 1],), r),

@@ -27,6 +27,9 @@ from .jit_cache import jit
 #: tile rows the planner chooses from (:mod:`.tuning`): ``2 R`` accumulators, two
 #: vectors of ``B`` and a broadcast fit the registers (AVX-512: 32, else 16)
 ROWS = (4, 6, 8, 12) if layout.VECTOR_BYTES == 64 else (4, 6)
+#: rows of ``B`` that every row tile reads in one pass (0: all): a block of a panel
+#: stays in cache between the tiles
+DEPTHS = (0, 128, 256, 512)
 #: panels a tile of one or two rows may span (more accumulators: a product of one row
 #: is otherwise bound by the latency of its two chains of fused multiply-adds)
 SPANS = (1, 2, 4)
@@ -149,52 +152,68 @@ _t1x2, _t1x4, _t2x2, _t2x4 = (_tile_of(R, G) for R, G in ((1, 2), (1, 4), (2, 2)
 
 
 @_jit
-def mm(A, lda, K1, A2, lda2, K2, n, Bp, p0, p1, k0, C, ldc, bias, add, rows, span):
+def mm(A, lda, K1, A2, lda2, K2, n, Bp, p0, p1, k0, C, ldc, bias, add, rows, span, depth):
     """``C[:n, :(p1-p0) L] = start + [A[:n, :K1], A2[:n, :K2]] B[k0:k0 + K1 + K2, p0 L:p1 L]``
     for ``Bp`` = :func:`.layout.panels` of ``B`` (panels ``p0 .. p1-1``); ``start``: ``C`` itself
     if ``add``, else ``bias`` (the address of ``(p1-p0) L`` values; 0: zeros). ``A``,
     ``A2``, ``C``: addresses of row-major matrices (row strides ``lda``, ``lda2``,
     ``ldc`` elements; ``C``'s rows at least :func:`columns` long). Raw addresses: the
-    caller checks its operands once (:func:`check`). Panel by panel, so that one stays
-    in cache; tiles of up to ``rows`` rows (:data:`ROWS`), or with at most two rows,
-    of ``span`` panels at once (:data:`SPANS`). Every element is the same sum in the
-    same order whatever the tile: results do not depend on ``rows`` or ``span``."""
+    caller checks its operands once (:func:`check`). Panel by panel, ``depth`` of its
+    rows at a time (0: all), so that they stay in cache while every row tile reads
+    them; tiles of up to ``rows`` rows (:data:`ROWS`), or with at most two rows, of
+    ``span`` panels at once (:data:`SPANS`). Every element is the same sum in the same
+    order (kept in ``C`` between blocks: no rounding) whatever the tile and depth:
+    results do not depend on ``rows``, ``span`` or ``depth``."""
     K, L = Bp.shape[1], Bp.shape[2]
     size = Bp.itemsize
     rows = min(max(rows, 1), 12)
     G = span if n <= 2 else 1
+    Kt = K1 + K2
+    block = depth if 0 < depth < Kt else max(Kt, 1)
     p = p0
     while p < p1:
         g = 4 if G >= 4 and p1 - p >= 4 else 2 if G >= 2 and p1 - p >= 2 else 1
         b0 = bias + (p - p0) * L * size if bias != 0 else 0
-        offset = (p * K + k0) * L
-        for b in range(0, n, rows):
-            m = min(rows, n - b)
-            a, a2 = A + b * lda * size, A2 + b * lda2 * size
-            c = C + (b * ldc + (p - p0) * L) * size
-            if g == 4:
-                if m == 1:
-                    _t1x4(a, lda, K1, a2, lda2, K2, m, Bp, offset, c, ldc, b0, add)
-                else:
-                    _t2x4(a, lda, K1, a2, lda2, K2, m, Bp, offset, c, ldc, b0, add)
-            elif g == 2:
-                if m == 1:
-                    _t1x2(a, lda, K1, a2, lda2, K2, m, Bp, offset, c, ldc, b0, add)
-                else:
-                    _t2x2(a, lda, K1, a2, lda2, K2, m, Bp, offset, c, ldc, b0, add)
-            elif m > 8:
-                _t12(a, lda, K1, a2, lda2, K2, m, Bp, offset, c, ldc, b0, add)
-            elif m > 6:
-                _t8(a, lda, K1, a2, lda2, K2, m, Bp, offset, c, ldc, b0, add)
-            elif m > 4:
-                _t6(a, lda, K1, a2, lda2, K2, m, Bp, offset, c, ldc, b0, add)
-            elif m > 2:  # a short tile: fewer rows computed for nothing
-                _t4(a, lda, K1, a2, lda2, K2, m, Bp, offset, c, ldc, b0, add)
-            elif m == 2:
-                _t2(a, lda, K1, a2, lda2, K2, m, Bp, offset, c, ldc, b0, add)
-            else:
-                _t1(a, lda, K1, a2, lda2, K2, m, Bp, offset, c, ldc, b0, add)
+        for kb in range(0, max(Kt, 1), block):
+            ke = min(Kt, kb + block)
+            k1 = max(0, min(ke, K1) - kb)  # this block's rows from A, then from A2
+            k2 = ke - kb - k1
+            s1, s2 = min(kb, K1), max(0, kb - K1)
+            offset = (p * K + k0 + kb) * L
+            start, more = (b0, add) if kb == 0 else (0, True)
+            for b in range(0, n, rows):
+                m = min(rows, n - b)
+                a, a2 = A + (b * lda + s1) * size, A2 + (b * lda2 + s2) * size
+                c = C + (b * ldc + (p - p0) * L) * size
+                _tile(g, m, a, lda, k1, a2, lda2, k2, Bp, offset, c, ldc, start, more)
         p += g
+
+
+@jit(nogil=True, inline="always")
+def _tile(g, m, a, lda, K1, a2, lda2, K2, Bp, offset, c, ldc, b0, add):
+    """The tile for ``m`` rows by ``g`` panels (``g > 1``: ``m <= 2``)."""
+    if g == 4:
+        if m == 1:
+            _t1x4(a, lda, K1, a2, lda2, K2, m, Bp, offset, c, ldc, b0, add)
+        else:
+            _t2x4(a, lda, K1, a2, lda2, K2, m, Bp, offset, c, ldc, b0, add)
+    elif g == 2:
+        if m == 1:
+            _t1x2(a, lda, K1, a2, lda2, K2, m, Bp, offset, c, ldc, b0, add)
+        else:
+            _t2x2(a, lda, K1, a2, lda2, K2, m, Bp, offset, c, ldc, b0, add)
+    elif m > 8:
+        _t12(a, lda, K1, a2, lda2, K2, m, Bp, offset, c, ldc, b0, add)
+    elif m > 6:
+        _t8(a, lda, K1, a2, lda2, K2, m, Bp, offset, c, ldc, b0, add)
+    elif m > 4:
+        _t6(a, lda, K1, a2, lda2, K2, m, Bp, offset, c, ldc, b0, add)
+    elif m > 2:  # a short tile: fewer rows computed for nothing
+        _t4(a, lda, K1, a2, lda2, K2, m, Bp, offset, c, ldc, b0, add)
+    elif m == 2:
+        _t2(a, lda, K1, a2, lda2, K2, m, Bp, offset, c, ldc, b0, add)
+    else:
+        _t1(a, lda, K1, a2, lda2, K2, m, Bp, offset, c, ldc, b0, add)
 
 
 @_jit
@@ -212,8 +231,8 @@ def check(Bp, K, bias, C, rows, panels):
 
 
 @_jit
-def time_mm(A, Bp, C, rows, span, repeat):
-    """``C = A B`` ``repeat`` times with tiles of ``rows`` and ``span`` (what
+def time_mm(A, Bp, C, rows, span, depth, repeat):
+    """``C = A B`` ``repeat`` times with tiles of ``rows``, ``span`` and ``depth`` (what
     :func:`.tuning.measure_tiles` times): ``A`` ``[n, K]`` C-ordered, ``Bp`` its
     panels, ``C`` ``[n, >= panels L]``."""
     n, K = A.shape
@@ -224,4 +243,4 @@ def time_mm(A, Bp, C, rows, span, repeat):
         return
     for _ in range(repeat):
         mm(A.ctypes.data, K, K, A.ctypes.data, K, 0, n, Bp, 0, P, 0, C.ctypes.data,
-           C.shape[1], 0, False, rows, span)  # fmt: skip
+           C.shape[1], 0, False, rows, span, depth)  # fmt: skip

@@ -14,8 +14,8 @@ dimensions; compiled code reads it into views (:func:`.numba_backend.load_plan`)
 share's columns gate after gate, share ``s`` in panels ``pF[s]..pF[s+1]-1``, ``bF``
 its biases; ``Fh``: GRU's ``h`` columns (of ``[W^T; R^T]``, or of ``W^T`` with ``Fr``
 those of ``R^T``); ``P``: LSTM's peepholes ``[Pi, Po, Pf]`` (no columns when absent);
-``width*``: the longest row a share's product writes; ``rows``, ``span``: the
-products' tiles (:func:`.tuning.tiles`, measured on this CPU).
+``width*``: the longest row a share's product writes; ``rows``, ``span``, ``depth``:
+the products' tiles (:func:`.tuning.tiles`, measured on this CPU).
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ CODES = {name: int(kind.code) for name, kind in TABLE.items()}
 KIND = {"RNN": 0, "GRU": 1, "LSTM": 2}
 
 #: the record's scalar words
-KIND_, SPLIT, INPUT_FORGET, FAST, WIDTH, WIDTH_H, WIDTH_R, ROWS, SPAN = range(9)
-HEAD = 9
+KIND_, SPLIT, INPUT_FORGET, FAST, WIDTH, WIDTH_H, WIDTH_R, ROWS, SPAN, DEPTH = range(10)
+HEAD = 10
 #: the record's arrays, each as four words from ``HEAD + 4 i``: address, dimensions
 ARRAYS = (
     *("codes", "alphas", "betas", "clip", "bounds"),
@@ -88,7 +88,7 @@ def get(spec, w, acts: tuple, dt: np.dtype, shares: int) -> Plan:
     return plan
 
 
-def _make(spec, w, acts: tuple, dt: np.dtype, shares: int, tile: tuple[int, int]) -> Plan:
+def _make(spec, w, acts: tuple, dt: np.dtype, shares: int, tile: tuple[int, int, int]) -> Plan:
     kind = KIND[spec.cell.name]
     split = kind == 1 and not spec.linear_before_reset
     H = spec.hidden_size
@@ -119,7 +119,7 @@ def _make(spec, w, acts: tuple, dt: np.dtype, shares: int, tile: tuple[int, int]
     arrays["clip"] = np.array([np.inf if spec.clip is None else spec.clip], dt)
     head = {KIND_: kind, SPLIT: split, INPUT_FORGET: bool(spec.input_forget)}
     head |= {FAST: dt == np.float32, WIDTH: widths[0], WIDTH_H: widths[1], WIDTH_R: widths[2]}
-    head |= {ROWS: tile[0], SPAN: tile[1]}
+    head |= {ROWS: tile[0], SPAN: tile[1], DEPTH: tile[2]}
     return Plan(head, arrays)
 
 

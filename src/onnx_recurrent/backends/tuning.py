@@ -1,7 +1,8 @@
 """Choices measured on the CPU the kernels run on (the FFTW and ATLAS way), kept per CPU.
 
 A *plan* here is a few numbers that change speed, never results: the rows of a product
-tile (:data:`.packed.ROWS`), the panels a one- or two-row tile spans
+tile (:data:`.packed.ROWS`), the rows of ``B`` every tile reads in one pass
+(:data:`.packed.DEPTHS`), the panels a one- or two-row tile spans
 (:data:`.packed.SPANS`), and how the threads of a call split one direction (share its
 hidden units or deal its rows, :mod:`..scan`). Each is timed once, the first time it is
 needed, among its candidates on the running CPU (a few seconds: :func:`measure_tiles`,
@@ -37,9 +38,14 @@ from .cache_dirs import first_usable
 #: the environment variable (see the module)
 ENV = "ONNX_RECURRENT_PLAN"
 #: names a plan may hold, with the values each may take
-FIELDS = {"rows": (1, 2, 4, 6, 8, 12), "span": (1, 2, 4), "share": (0, 1)}
+FIELDS = {
+    "rows": (1, 2, 4, 6, 8, 12),
+    "span": (1, 2, 4),
+    "depth": (0, 128, 256, 512),
+    "share": (0, 1),
+}
 #: bump when the candidates or what a name means change: earlier files are ignored
-VERSION = 1
+VERSION = 2
 
 _log = logging.getLogger("onnx_recurrent")
 _lock = threading.RLock()
@@ -83,55 +89,61 @@ def state() -> tuple[bool, str | None]:
     return bool(_read()), None if path is None else str(path)
 
 
-def tiles() -> tuple[int, int]:
-    """``(rows, span)`` of the product tiles on this CPU (:func:`planned`)."""
-    plan = planned(("rows", "span"), measure_tiles)
-    return plan["rows"], plan["span"]
+def tiles() -> tuple[int, int, int]:
+    """``(rows, span, depth)`` of the product tiles on this CPU (:func:`planned`)."""
+    plan = planned(("rows", "span", "depth"), measure_tiles)
+    return plan["rows"], plan["span"], plan["depth"]
 
 
 def measure_tiles() -> dict[str, int]:
     """Time :func:`.packed.mm` for every candidate tile on the shapes that matter: the
     per-step products of a batch (``[32, 384] x [384, 768]``, a GRU's ``[Xt, Ht-1]
-    [W^T; R^T]`` at H=256) and of a large layer (``[64, 1024] x [1024, 1536]``) for the
-    rows; one row against ``R^T`` (``[1, 256] x [256, 1024]``) for the span. Each
-    candidate's median of interleaved rounds; the least total time relative to each
-    shape's best wins."""
+    [W^T; R^T]`` at H=256) and of a large layer (``[64, 1024] x [1024, 1536]``) for
+    the rows and depth (every pair); one row against ``R^T`` (``[1, 256] x [256,
+    1024]``) for the span. Each candidate's median of interleaved rounds; the least
+    total time relative to each shape's best wins."""
+    import itertools
+
     import numpy as np
 
     from . import layout, packed
 
     rng = np.random.default_rng(0)
     dt = np.dtype(np.float32)
-    shapes = {"rows": [(32, 384, 768), (64, 1024, 1536)], "span": [(1, 256, 1024)]}
-    candidates = {"rows": packed.ROWS, "span": packed.SPANS}
+    pairs = list(itertools.product(packed.ROWS, packed.DEPTHS))
+    searches = (  # (names, candidates (rows, span, depth), shapes)
+        (("rows", "depth"), [(r, 1, d) for r, d in pairs], [(32, 384, 768), (64, 1024, 1536)]),
+        (("span",), [(max(packed.ROWS), s, 0) for s in packed.SPANS], [(1, 256, 1024)]),
+    )
     chosen = {}
-    for name, cases in shapes.items():
-        scores = dict.fromkeys(candidates[name], 0.0)
-        for n, K, N in cases:
+    for names, candidates, shapes in searches:
+        scores = dict.fromkeys(candidates, 0.0)
+        for n, K, N in shapes:
             A = rng.standard_normal((n, K)).astype(dt)
             Bp = layout.panels(rng.standard_normal((K, N)).astype(dt), dt)
             C = np.empty((n, layout.columns(N, dt)), dt)
-            times: dict[int, list[float]] = {c: [] for c in candidates[name]}
+            times: dict[tuple, list[float]] = {c: [] for c in candidates}
             repeat = max(1, int(2e6 // (n * K * N)))  # calls of a timed round: ~1 ms and more
-            for _ in range(7):
-                for c in candidates[name]:
-                    rows, span = (c, 1) if name == "rows" else (max(packed.ROWS), c)
-                    times[c].append(_time(packed.time_mm, A, Bp, C, rows, span, repeat))
+            for _ in range(5):
+                for c in candidates:
+                    times[c].append(_time(packed.time_mm, A, Bp, C, *c, repeat))
             medians = {c: sorted(t)[len(t) // 2] for c, t in times.items()}
             _log.debug(
-                "onnx-recurrent: %s at [%d, %d] x [%d, %d]: %s", name, n, K, K, N,
+                "onnx-recurrent: %s at [%d, %d] x [%d, %d]: %s", "/".join(names), n, K, K, N,
                 ", ".join(f"{c}: {1e6 * t / repeat:.1f} us" for c, t in medians.items()),
             )  # fmt: skip
             best = min(medians.values())
             for c, t in medians.items():
                 scores[c] += t / best
-        chosen[name] = min(scores, key=lambda c: (scores[c], c))
+        rows, span, depth = min(scores, key=lambda c: (scores[c], c))
+        tile = {"rows": rows, "span": span, "depth": depth}
+        chosen |= {n: tile[n] for n in names}
     return chosen
 
 
-def _time(kernel, A, Bp, C, rows: int, span: int, repeat: int) -> float:
+def _time(kernel, A, Bp, C, rows: int, span: int, depth: int, repeat: int) -> float:
     started = time.perf_counter()
-    kernel(A, Bp, C, rows, span, repeat)
+    kernel(A, Bp, C, rows, span, depth, repeat)
     return time.perf_counter() - started
 
 
