@@ -174,18 +174,22 @@ def mm(A, lda, K1, A2, lda2, K2, n, Bp, p0, p1, k0, C, ldc, bias, add, rows, spa
     while p < p1:
         g = 4 if G >= 4 and p1 - p >= 4 else 2 if G >= 2 and p1 - p >= 2 else 1
         b0 = bias + (p - p0) * L * size if bias != 0 else 0
-        for kb in range(0, max(Kt, 1), block):
+        kb = 0
+        while kb == 0 or kb < Kt:  # while loops: a range of a variable step may raise
             ke = min(Kt, kb + block)
             k1 = max(0, min(ke, K1) - kb)  # this block's rows from A, then from A2
             k2 = ke - kb - k1
             s1, s2 = min(kb, K1), max(0, kb - K1)
             offset = (p * K + k0 + kb) * L
             start, more = (b0, add) if kb == 0 else (0, True)
-            for b in range(0, n, rows):
+            b = 0
+            while b < n:
                 m = min(rows, n - b)
                 a, a2 = A + (b * lda + s1) * size, A2 + (b * lda2 + s2) * size
                 c = C + (b * ldc + (p - p0) * L) * size
                 _tile(g, m, a, lda, k1, a2, lda2, k2, Bp, offset, c, ldc, start, more)
+                b += rows
+            kb += block
         p += g
 
 

@@ -89,6 +89,20 @@ def state() -> tuple[bool, str | None]:
     return bool(_read()), None if path is None else str(path)
 
 
+def describe() -> str:
+    """The plan in use, e.g. ``rows=12 span=4 depth=0 share=1``: the names kept for this
+    CPU or given by ``ONNX_RECURRENT_PLAN`` (given: marked so), without measuring."""
+    given, _ = _environment()
+    with _lock:
+        kept = dict(_read())
+    parts = [
+        f"{n}={given[n]} (given)" if n in given else f"{n}={kept[n]}"
+        for n in FIELDS
+        if n in given or n in kept
+    ]
+    return " ".join(parts) or "not measured yet"
+
+
 def tiles() -> tuple[int, int, int]:
     """``(rows, span, depth)`` of the product tiles on this CPU (:func:`planned`)."""
     plan = planned(("rows", "span", "depth"), measure_tiles)

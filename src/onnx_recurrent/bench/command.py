@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -56,6 +57,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
     def progress(text: str) -> None:
         print(text, file=sys.stderr, flush=True)
 
+    if args.replan:
+        from ..backends import tuning
+
+        os.environ[tuning.ENV] = "measure"
     note_first_use()
     bench = run_bench(
         ops,
@@ -294,6 +299,12 @@ def add_parser(subparsers: Any) -> None:
         "--plot",
         metavar="FILE.png",
         help="save a bar chart of the ratios (needs matplotlib: pip install onnx-recurrent[plot])",
+    )
+    p.add_argument(
+        "--replan",
+        action="store_true",
+        help="measure the kernels' plan for this CPU again before timing (tile shapes, "
+        "thread split; as ONNX_RECURRENT_PLAN=measure) and keep it for later processes",
     )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
     p.set_defaults(handler=cmd_bench)

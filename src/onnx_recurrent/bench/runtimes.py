@@ -85,6 +85,7 @@ class Ours(Runtime):
 
     def info(self) -> str:
         import onnx_recurrent
+        from onnx_recurrent.backends import tuning
         from onnx_recurrent.threads import num_threads
 
         parts = [f"onnx-recurrent {onnx_recurrent.__version__}", f"NumPy {np.__version__}"]
@@ -92,6 +93,7 @@ class Ours(Runtime):
         if "numba" in sys.modules:
             parts.append(f"numba {sys.modules['numba'].__version__}")
         parts.append(f"own threads {num_threads()}")
+        parts.append(f"plan for this CPU: {tuning.describe()}")
         return ", ".join(parts)
 
 
