@@ -79,6 +79,10 @@ def _pool_threads() -> list[threading.Thread]:
 
 
 def test_num_threads_default_is_the_cpus_this_process_may_use(monkeypatch):
+    """Without a CPU quota (tests/test_cpu_quota.py has those): the affinity."""
+    from onnx_recurrent import quota
+
+    monkeypatch.setattr(quota, "cpus", lambda root="/": None)
     monkeypatch.delenv(threads.ENV, raising=False)
     expected = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
     assert threads.num_threads() == (expected or os.cpu_count())

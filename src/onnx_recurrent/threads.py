@@ -33,7 +33,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import nullcontext
 
-from . import affinity
+from . import affinity, quota
 from .errors import RecurrentError
 
 #: the environment variable that sets the threads of one call
@@ -47,7 +47,15 @@ def num_threads() -> int:
     """Threads for one call.
 
     ``ONNX_RECURRENT_NUM_THREADS`` if set (a positive integer; set but empty counts as
-    unset), else the CPUs this process may run on.
+    unset), else the CPUs this process may run on (its affinity), or its cgroup's CPU
+    quota rounded up where that is smaller (a container's ``--cpus``: cgroup v2
+    ``cpu.max``, v1 ``cpu.cfs_quota_us`` over ``cpu.cfs_period_us``, read once per
+    process; :mod:`onnx_recurrent.quota`).
+
+    Returns
+    -------
+    int
+        At least 1.
 
     Raises
     ------
@@ -62,7 +70,7 @@ def num_threads() -> int:
         return int(value)
     raise RecurrentError(
         f"{ENV}={value!r}: expected a positive integer (the threads of one call, e.g. 4), "
-        f"or the variable unset for the CPUs this process may run on ({_cpus()})"
+        f"or the variable unset for the CPUs this process may use ({_cpus()})"
     )
 
 
@@ -98,6 +106,23 @@ def interrupts_held() -> Iterator[None]:
 
 
 def _cpus() -> int:
+    """The default threads of one call: the CPUs this process may run on
+    (:func:`_usable_cpus`), fewer where its cgroup's CPU quota allows less time
+    (:func:`onnx_recurrent.quota.cpus`: ``cpu.max``, ``cpu.cfs_quota_us``, rounded up).
+
+    Returns
+    -------
+    int
+        The smaller of the two, at least 1.
+    """
+    usable = _usable_cpus()
+    limit = quota.cpus()
+    return usable if limit is None else max(1, min(usable, limit))
+
+
+def _usable_cpus() -> int:
+    """The CPUs this process may run on: its affinity mask (``os.sched_getaffinity``),
+    else ``os.cpu_count()`` where there is no affinity; at least 1."""
     try:
         return max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):  # no affinity on this platform
