@@ -3,7 +3,8 @@
 Faces: prepared layers (:class:`Layer`: weights checked and arranged once, run many
 times), functions on arrays (:func:`gru`, :func:`rnn`, :func:`lstm`, :func:`gru_cell`), an
 onnxruntime-style :class:`InferenceSession` for whole ONNX models, and
-:func:`reference_ops` for ``onnx.reference.ReferenceEvaluator(new_ops=...)``.
+:func:`reference_ops` for ``onnx.reference.ReferenceEvaluator(new_ops=...)``;
+:mod:`onnx_recurrent.backend`, onnx's backend API (``prepare(model).run(inputs)``).
 :class:`StreamingSession` runs any recurrent model chunk by chunk with its states
 carried; :mod:`onnx_recurrent.convert` moves weights between PyTorch, Keras and ONNX.
 """
@@ -18,7 +19,7 @@ from .layers import Layer
 from .ops import gru, gru_cell, lstm, rnn
 
 if TYPE_CHECKING:
-    from . import convert, runtime
+    from . import backend, convert, runtime
     from .runtime import InferenceSession, NodeArg, reference_ops
     from .runtime.streaming import StreamingSession, expose_states
 
@@ -31,7 +32,7 @@ _LAZY = {
     "StreamingSession": "runtime.streaming",
     "expose_states": "runtime.streaming",
 }
-_SUBMODULES = ("convert", "dask", "runtime", "vad")
+_SUBMODULES = ("backend", "convert", "dask", "runtime", "vad")
 
 __all__ = [
     "InferenceSession",
@@ -40,6 +41,7 @@ __all__ = [
     "RecurrentError",
     "RecurrentTypeError",
     "StreamingSession",
+    "backend",
     "convert",
     "dask",
     "expose_states",

@@ -21,8 +21,8 @@ from onnx.external_data_helper import load_external_data_for_model
 from onnx.helper import tensor_dtype_to_np_dtype
 
 from ..errors import RecurrentError, RecurrentTypeError
-from .bound import BoundNode, bind
-from .graph import all_graphs
+from .bound import BoundNode, bind, node_key
+from .graph import INPUTS, all_graphs
 from .hosts import HOSTS, make_host
 
 
@@ -30,8 +30,12 @@ from .hosts import HOSTS, make_host
 class NodeArg:
     """A graph input or output, as onnxruntime's ``NodeArg``.
 
-    ``shape`` lists ints for fixed dims, str for named dims and None for unknown ones;
-    ``type`` is a string like ``'tensor(float)'``.
+    ``type`` is onnxruntime's string: ``'tensor(float)'``, ``'seq(tensor(float))'``,
+    ``'optional(tensor(int64))'``, ``'map(string,tensor(float))'``... ``shape`` lists
+    ints for fixed dims, str for named dims and None for unknown ones, for a tensor or
+    an optional tensor (None: no shape declared); ``[]`` for a sequence or a map, as
+    onnxruntime gives. ``elem_type`` is the ONNX element type of the tensors the value
+    is or holds (a map: of its values).
     """
 
     name: str
@@ -42,19 +46,59 @@ class NodeArg:
     @classmethod
     def of(cls, value_info: onnx.ValueInfoProto) -> NodeArg:
         """Raises ``TypeError`` for an element type that ONNX does not define."""
-        t = value_info.type.tensor_type
-        if t.elem_type not in onnx.TensorProto.DataType.values():
-            raise RecurrentTypeError(
-                f"tensor {value_info.name!r} is declared of an unknown element type {t.elem_type}"
-            )
-        shape = None
-        if t.HasField("shape"):
+        t = value_info.type
+        inner = t.optional_type.elem_type if t.WhichOneof("value") == "optional_type" else t
+        shape = [] if inner.WhichOneof("value") not in (None, "tensor_type") else None
+        if shape is None and inner.tensor_type.HasField("shape"):
             shape = [
                 d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
-                for d in t.shape.dim
+                for d in inner.tensor_type.shape.dim
             ]
-        type_name = onnx.TensorProto.DataType.Name(t.elem_type).lower()
-        return cls(value_info.name, shape, f"tensor({type_name})", t.elem_type)
+        elem = _held_tensor(t).elem_type
+        return cls(value_info.name, shape, _type_text(t, value_info.name), elem)
+
+
+def _held_tensor(t: onnx.TypeProto):
+    """The tensor type that ``t`` is or holds (a map: its values')."""
+    while True:
+        kind = t.WhichOneof("value")
+        if kind == "sequence_type":
+            t = t.sequence_type.elem_type
+        elif kind == "optional_type":
+            t = t.optional_type.elem_type
+        elif kind == "map_type":
+            t = t.map_type.value_type
+        elif kind == "sparse_tensor_type":
+            return t.sparse_tensor_type
+        else:
+            return t.tensor_type
+
+
+def _element_name(elem: int, name: str) -> str:
+    if elem not in onnx.TensorProto.DataType.values():
+        raise RecurrentTypeError(f"tensor {name!r} is declared of an unknown element type {elem}")
+    return onnx.TensorProto.DataType.Name(elem).lower()
+
+
+def _type_text(t: onnx.TypeProto, name: str) -> str:
+    """onnxruntime's name for the type ``t`` of the value ``name``.
+
+    Raises
+    ------
+    TypeError
+        An element type that ONNX does not define.
+    """
+    kind = t.WhichOneof("value")
+    if kind == "sequence_type":
+        return f"seq({_type_text(t.sequence_type.elem_type, name)})"
+    if kind == "optional_type":
+        return f"optional({_type_text(t.optional_type.elem_type, name)})"
+    if kind == "map_type":
+        key = _element_name(t.map_type.key_type, name)
+        return f"map({key},{_type_text(t.map_type.value_type, name)})"
+    if kind == "sparse_tensor_type":
+        return f"sparse_tensor({_element_name(t.sparse_tensor_type.elem_type, name)})"
+    return f"tensor({_element_name(t.tensor_type.elem_type, name)})"
 
 
 def load_model(model: str | os.PathLike | bytes | onnx.ModelProto) -> onnx.ModelProto:
@@ -115,25 +159,211 @@ def _parse(data: bytes, name: str) -> onnx.ModelProto:
     return model
 
 
-def _input(value_info: onnx.ValueInfoProto) -> NodeArg:
-    """A graph input a caller feeds: a tensor of an element type arrays can have."""
+# -- what a feed must be: a tensor, or a sequence, optional or map of them -------------
+
+
+@dataclass(frozen=True)
+class _Tensor:
+    """A tensor feed (or one held in a sequence, optional or map): its element type
+    (``type`` as onnxruntime names it, ``dtype`` as an array's), its declared
+    ``shape`` and, where declared, its fixed dims as ``(axis, size)`` pairs."""
+
+    type: str
+    dtype: np.dtype
+    shape: list[int | str | None] | None
+    fixed: list[tuple[int, int]] | None
+
+
+@dataclass(frozen=True)
+class _Sequence:
+    """A list (or tuple) of values of ``element``; given on as a list."""
+
+    type: str
+    element: _Tensor | _Sequence | _Optional | _Map
+
+
+@dataclass(frozen=True)
+class _Optional:
+    """None, or a value of ``element``."""
+
+    type: str
+    element: _Tensor | _Sequence | _Optional | _Map
+
+
+@dataclass(frozen=True)
+class _Map:
+    """A dict of ``key`` (``str`` or ``int``) to scalars of ``value``'s element type,
+    given on as is (onnxruntime reads Python scalars)."""
+
+    type: str
+    key: type
+    value: _Tensor
+
+
+_Feed = _Tensor | _Sequence | _Optional | _Map
+
+
+def _feed(t: onnx.TypeProto, name: str, outer: str) -> _Feed:
+    """What a feed of type ``t`` for the input ``name`` must be (``outer``: the
+    input's whole type, for the messages).
+
+    Raises
+    ------
+    TypeError
+        A sparse tensor (onnxruntime's ``run`` takes none), an element type that ONNX
+        does not define or that no array can have.
+    """
+    kind = t.WhichOneof("value")
+    text = _type_text(t, name)
+    if kind == "sequence_type":
+        return _Sequence(text, _feed(t.sequence_type.elem_type, name, outer))
+    if kind == "optional_type":
+        return _Optional(text, _feed(t.optional_type.elem_type, name, outer))
+    if kind == "map_type":
+        value = _feed(t.map_type.value_type, name, outer)
+        if not isinstance(value, _Tensor):
+            raise RecurrentTypeError(
+                f"input {name!r} is a {outer}: InferenceSession feeds maps of tensors only"
+            )
+        key = str if t.map_type.key_type == onnx.TensorProto.STRING else int
+        return _Map(text, key, value)
+    if kind == "sparse_tensor_type":
+        raise RecurrentTypeError(
+            f"input {name!r} is a {text}: InferenceSession feeds tensors, sequences, "
+            "optionals and maps (onnxruntime's run takes no sparse tensor)"
+        )
+    t = t.tensor_type
+    try:
+        dtype = np.dtype(tensor_dtype_to_np_dtype(t.elem_type))
+    except KeyError:
+        inside = f" ({outer})" if outer != text else ""
+        raise RecurrentTypeError(
+            f"input {name!r}{inside} has element type {text}, which no array can have"
+        ) from None
+    shape = None
+    if t.HasField("shape"):
+        shape = [
+            d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in t.shape.dim
+        ]
+    fixed = None
+    if shape is not None:
+        fixed = [(axis, d) for axis, d in enumerate(shape) if isinstance(d, int) and d > 0]
+    return _Tensor(text, dtype, shape, fixed)
+
+
+def _input(value_info: onnx.ValueInfoProto) -> tuple[NodeArg, _Feed]:
+    """A graph input a caller feeds, and what its feeds must be."""
     name = value_info.name
     if not name:
         raise RecurrentError("a graph input has no name")
-    kind = value_info.type.WhichOneof("value")
-    if kind not in (None, "tensor_type"):
-        raise RecurrentTypeError(
-            f"input {name!r} is a {kind.removesuffix('_type')}, not a tensor: "
-            "InferenceSession feeds tensors only"
-        )
     arg = NodeArg.of(value_info)
-    try:
-        tensor_dtype_to_np_dtype(arg.elem_type)
-    except KeyError:
+    return arg, _feed(value_info.type, name, arg.type)
+
+
+def _check_recurrent_inputs(
+    graph: onnx.GraphProto,
+    bound: Mapping[tuple[str, ...], BoundNode],
+    inputs: Sequence[tuple[NodeArg, _Feed]],
+) -> None:
+    """No recurrent node of the top level takes a graph input that is no tensor (a
+    model onnxruntime refuses as invalid; onnx.reference would hand the node a list).
+
+    Raises
+    ------
+    TypeError
+        The node, its input and the input's type.
+    """
+    held = {arg.name: arg.type for arg, feed in inputs if type(feed) is not _Tensor}
+    if not held:
+        return
+    top = {node_key(node) for node in graph.node}
+    for key, b in bound.items():
+        if key not in top:
+            continue
+        for role in INPUTS[b.op]:
+            name = b.node.input(role)
+            if name in held:
+                raise RecurrentTypeError(
+                    f"{b.label}: its {role} is the graph input {name!r}, a {held[name]}, "
+                    "not a tensor"
+                )
+
+
+def _checked(spec: _Feed, value: Any, name: str, path: str = "") -> Any:
+    """``value``, fed for the input ``name`` (``path``: where inside it, e.g.
+    ``" element 2"``), as the host takes it: arrays for tensors, lists for sequences.
+
+    Raises
+    ------
+    ValueError
+        A tensor of the wrong rank or fixed dims.
+    TypeError
+        A tensor of the wrong element type; a sequence that is not a list (or tuple),
+        a map that is not a dict, keys or values of the wrong kind. The message names
+        the input and the element, key or value that failed.
+    """
+    if type(spec) is _Tensor:
+        array = value if type(value) is np.ndarray else np.asarray(value)
+        if array.dtype != spec.dtype:
+            raise RecurrentTypeError(
+                f"input {name!r}{path}: expected element type {spec.type} ({spec.dtype}), "
+                f"got {array.dtype}"
+            )
+        shape = spec.shape
+        if spec.fixed is not None:
+            if array.ndim != len(shape):
+                raise RecurrentError(
+                    f"input {name!r}{path}: expected rank {len(shape)} (shape {shape}), "
+                    f"got shape {list(array.shape)}"
+                )
+            for axis, want in spec.fixed:
+                if array.shape[axis] != want:
+                    raise RecurrentError(
+                        f"input {name!r}{path}: expected shape {shape}, "
+                        f"got {list(array.shape)} (axis {axis})"
+                    )
+        return array
+    if type(spec) is _Optional:
+        return None if value is None else _checked(spec.element, value, name, path)
+    if type(spec) is _Sequence:
+        if not isinstance(value, list | tuple):
+            raise RecurrentTypeError(
+                f"input {name!r}{path}: expected a list for {spec.type}, "
+                f"got {type(value).__name__}"
+            )
+        sep = "," if path else ""
+        return [
+            _checked(spec.element, v, name, f"{path}{sep} element {i}")
+            for i, v in enumerate(value)
+        ]
+    if not isinstance(value, Mapping):  # a map
         raise RecurrentTypeError(
-            f"input {name!r} has element type {arg.type}, which no array can have"
-        ) from None
-    return arg
+            f"input {name!r}{path}: expected a dict for {spec.type}, got {type(value).__name__}"
+        )
+    strings = spec.value.dtype == object
+    for k, v in value.items():
+        if not (isinstance(k, str) if spec.key is str else _is_int(k)):
+            raise RecurrentTypeError(
+                f"input {name!r}{path} key {k!r}: expected {spec.key.__name__} keys for "
+                f"{spec.type}, got {type(k).__name__}"
+            )
+        if not (isinstance(v, str) if strings else _is_number(v)):
+            what = "a str" if strings else "a number"
+            raise RecurrentTypeError(
+                f"input {name!r}{path} value at key {k!r}: expected {what} for {spec.type}, "
+                f"got {type(v).__name__}"
+            )
+    return value
+
+
+def _is_int(key: Any) -> bool:
+    return isinstance(key, int | np.integer) and not isinstance(key, bool | np.bool_)
+
+
+def _is_number(value: Any) -> bool:
+    if isinstance(value, int | float | np.integer | np.floating) and not isinstance(value, bool):
+        return True
+    return isinstance(value, np.ndarray) and value.ndim == 0 and value.dtype.kind in "iuf"
 
 
 def _check_text(model: onnx.ModelProto) -> None:
@@ -223,7 +453,10 @@ class InferenceSession:
         Without them, the host's options keep onnxruntime's idle threads from
         spinning long (:data:`~onnx_recurrent.runtime.hosts.onnxruntime.SESSION_CONFIG`);
         with your own, set ``session.intra_op.spin_duration_us`` yourself if a
-        recurrent node runs on several threads.
+        recurrent node runs on several threads. Where ``intra_op_num_threads`` is
+        left 0 (or no options are given) and a cgroup CPU quota allows fewer CPUs
+        than the process may run on, onnxruntime's intra-op threads are the quota's
+        (:func:`onnx_recurrent.quota.cpus`), as onnx-recurrent's own.
     providers : list, optional
         onnxruntime's execution providers (default ``["CPUExecutionProvider"]``).
     host : {"auto", "onnxruntime", "reference"}
@@ -238,13 +471,21 @@ class InferenceSession:
     only, are checked and prepared once, here; a call passes only X, the lengths and
     the states.
 
+    Every kind of graph input and output that onnxruntime's ``run`` takes: tensors
+    (arrays), sequences (lists of arrays), optionals (None, or the value; an optional
+    input may be left out) and maps (dicts of Python scalars, where the operators take
+    them: ``ai.onnx.ml``'s). The feeds are checked under both hosts, the tensors inside
+    a sequence, optional or map included, and an error names the element that failed:
+    ``input 'seq' element 2: expected element type tensor(float) (float32), got int64``.
+
     Raises
     ------
     FileNotFoundError
         ``model`` is a path that does not exist.
     TypeError
-        ``model`` is none of the accepted types; a graph input that is not a tensor, or
-        of an element type no array has; ``sess_options`` not an
+        ``model`` is none of the accepted types; a graph input that is a sparse tensor
+        (onnxruntime's ``run`` takes none), or holds tensors of an element type no
+        array has; ``sess_options`` not an
         ``onnxruntime.SessionOptions`` (where the onnxruntime host is tried).
     ValueError
         An unknown ``host``; a model that cannot be read (corrupt, not UTF-8 names, an
@@ -282,26 +523,19 @@ class InferenceSession:
         _check_text(self._model)
         graph = self._model.graph
         initializers = {i.name for i in graph.initializer}
-        self._inputs = [_input(v) for v in graph.input if v.name not in initializers]
-        # per input, checked on every run: the element type and the fixed dims
-        self._feed_checks = {
-            arg.name: (
-                arg,
-                np.dtype(tensor_dtype_to_np_dtype(arg.elem_type)),
-                None
-                if arg.shape is None
-                else [
-                    (axis, d) for axis, d in enumerate(arg.shape) if isinstance(d, int) and d > 0
-                ],
-            )
-            for arg in self._inputs
-        }
+        inputs = [_input(v) for v in graph.input if v.name not in initializers]
+        self._inputs = [arg for arg, _ in inputs]
+        # per input, checked on every run: what its feeds must be
+        self._feed_checks = {arg.name: feed for arg, feed in inputs}
+        #: optional inputs, which a caller may leave out (fed None)
+        self._optional = [arg.name for arg, feed in inputs if type(feed) is _Optional]
         self._outputs = [NodeArg.of(v) for v in graph.output]
         self._output_names = [o.name for o in self._outputs]
         for i, v in enumerate(graph.output):
             if not v.name:
                 raise RecurrentError(f"graph output {i} has no name")
         self._bound = bind(self._model, zero_size_states=_zero_size_states)
+        _check_recurrent_inputs(graph, self._bound, inputs)
         self._host, why = make_host(host, self._model, self._bound, sess_options, providers)
         if why:
             warnings.warn(
@@ -346,7 +580,7 @@ class InferenceSession:
         metadata."""
         return ModelMetadata.of(self._model)
 
-    def _check_feeds(self, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    def _check_feeds(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
         if type(feeds) is not dict and not isinstance(feeds, Mapping):
             raise TypeError(
                 f"feeds must be a dict of input name to array, got {type(feeds).__name__}"
@@ -358,32 +592,17 @@ class InferenceSession:
                 raise RecurrentError(
                     f"unknown input name(s) {unknown}; the model's inputs are {list(known)}"
                 )
-            missing = [name for name in known if name not in feeds]
-            raise RecurrentError(
-                f"missing input(s) {missing}; the model's inputs are {list(known)}"
-            )
+            missing = [n for n in known if n not in feeds and n not in self._optional]
+            if missing:
+                raise RecurrentError(
+                    f"missing input(s) {missing}; the model's inputs are {list(known)}"
+                )
         checked = {}
         for name, value in feeds.items():
-            arg, expected, fixed = known[name]
-            array = value if type(value) is np.ndarray else np.asarray(value)
-            checked[name] = array
-            if array.dtype != expected:
-                raise RecurrentTypeError(
-                    f"input {name!r}: expected element type {arg.type} ({expected}), "
-                    f"got {array.dtype}"
-                )
-            if fixed is not None:
-                if array.ndim != len(arg.shape):
-                    raise RecurrentError(
-                        f"input {name!r}: expected rank {len(arg.shape)} (shape {arg.shape}), "
-                        f"got shape {list(array.shape)}"
-                    )
-                for axis, want in fixed:
-                    if array.shape[axis] != want:
-                        raise RecurrentError(
-                            f"input {name!r}: expected shape {arg.shape}, got {list(array.shape)} "
-                            f"(axis {axis})"
-                        )
+            checked[name] = _checked(known[name], value, name)
+        for name in self._optional:  # left out: empty, as onnxruntime takes it
+            if name not in checked:
+                checked[name] = None
         return checked
 
     def run(
@@ -391,30 +610,39 @@ class InferenceSession:
         output_names: Sequence[str] | None,
         input_feed: Mapping[str, Any],
         run_options: Any = None,
-    ) -> list[np.ndarray]:
+    ) -> list[Any]:
         """Run the model.
 
         Parameters
         ----------
         output_names : list of str or None
             The outputs to return, in this order; None for all, in graph order.
-        input_feed : dict of str to ndarray
-            One array per graph input, of the declared element type and rank.
+        input_feed : dict of str to ndarray, list, dict or None
+            One value per graph input: an array of the declared element type, rank and
+            fixed dims for a tensor; a list (or tuple) of such arrays for a sequence;
+            None or the value for an optional (which may be left out); a dict of
+            Python scalars for a map.
         run_options : onnxruntime.RunOptions, optional
             Passed to onnxruntime under its host; ignored by the reference host.
 
         Returns
         -------
-        list of ndarray
+        list
+            One value per output: an ndarray for a tensor, a list of them for a
+            sequence, None for an empty optional, a dict for a map (as onnxruntime
+            returns them).
 
         Raises
         ------
         ValueError
-            A missing or unknown input name, a wrong rank or fixed dimension, an
+            A missing or unknown input name, a wrong rank or fixed dimension (of an
+            array fed, or held in a sequence, optional or map: the message names it), an
             unknown output name; a recurrent node's (``sequence_lens`` out of range...),
             naming the node, the same under both hosts.
         TypeError
-            ``output_names`` a string, a feed of the wrong element type.
+            ``output_names`` a string, a feed of the wrong element type, a sequence
+            fed other than as a list (or tuple), a map other than as a dict of keys and
+            scalars of the declared types.
         KeyboardInterrupt
             Ctrl-C during the call; the session stays usable.
         """

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
 import signal as signal_module
 import threading
 import weakref
@@ -30,6 +31,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
+from ... import threads
 from ...errors import RecurrentTypeError
 from ...threads import interrupts_held
 from ..bound import BoundNode, node_key
@@ -40,6 +42,8 @@ from .native import DOMAIN, OP_TYPES
 #: calls expected shorter than this run without the SIGINT watch (3 µs a call): a
 #: Ctrl-C then waits at most for the call's end
 UNGUARDED_SECONDS = 0.02
+#: onnxruntime's own variable for its default intra-op threads (1.32 reads it): left to it
+ORT_THREADS_ENV = "ORT_INTRA_OP_NUM_THREADS"
 #: onnxruntime's session options under this host when the caller gives none, and why
 SESSION_CONFIG = {
     # idle pool threads spin 200 µs, not onnxruntime's default (longer), before they
@@ -247,7 +251,8 @@ def _session_options(sess_options):
     Copied: every attribute onnxruntime lets one read and write
     (``intra_op_num_threads``, ``graph_optimization_level``, ``log_severity_level``...,
     ``execution_mode`` excepted: the graph runs sequentially) and the configuration
-    entries of :data:`SESSION_CONFIG_KEYS` that are set.
+    entries of :data:`SESSION_CONFIG_KEYS` that are set. ``intra_op_num_threads`` left
+    0 (or no options) becomes :func:`_intra_op_num_threads` where that is not 0.
 
     Raises
     ------
@@ -272,6 +277,11 @@ def _session_options(sess_options):
         key: tuple = ()
     else:
         key = _copy_options(sess_options, options)
+    if not options.intra_op_num_threads:  # 0: onnxruntime's default, left to us
+        count = _intra_op_num_threads()
+        if count:
+            options.intra_op_num_threads = count
+            key += (("intra_op_num_threads (CPU quota)", str(count)),)
     # a node's Python path runs on the thread that called run (errors are per thread)
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     with _setup_lock:
@@ -282,6 +292,28 @@ def _session_options(sess_options):
             options.register_custom_ops_library(library)
             known = _options[key] = options
     return known
+
+
+def _intra_op_num_threads() -> int:
+    """onnxruntime's intra-op threads under this host where the caller sets none.
+
+    onnxruntime sizes its pool from the CPUs the process may run on (one thread per
+    physical core) and ignores a cgroup's CPU quota: in a container with less CPU time
+    than CPUs, its threads wait for each other at every parallel step.
+
+    Returns
+    -------
+    int
+        The default threads of onnx-recurrent's own calls (the CPUs the process may
+        run on, fewer under a CPU quota: :func:`onnx_recurrent.quota.cpus`) where the
+        quota makes them fewer than those CPUs; else 0 (onnxruntime's own default,
+        unchanged), and 0 where ``ORT_INTRA_OP_NUM_THREADS`` is set (onnxruntime
+        sizes its default pool from it).
+    """
+    if os.environ.get(ORT_THREADS_ENV, "").strip():
+        return 0
+    cpus = threads._cpus()
+    return cpus if cpus < threads._usable_cpus() else 0
 
 
 #: the host's SessionOptions by the caller's settings copied (:func:`_copy_options`;
@@ -345,7 +377,7 @@ class OnnxruntimeHost:
         try:
             _setup()  # HostUnavailable where a package is missing
             edges = [*model.graph.input, *model.graph.output]
-            if any(v.type.tensor_type.elem_type == TensorProto.BFLOAT16 for v in edges):
+            if any(_held_elem_type(v.type) == TensorProto.BFLOAT16 for v in edges):
                 raise HostUnavailable("onnxruntime's Python API takes no bfloat16 arrays")
             rewritten = rewrite(model, bound, keys)
             used = {
@@ -396,7 +428,10 @@ class OnnxruntimeHost:
         # taken from it by the end of that call: it is clear when a call starts
         nbytes = 0
         for value in feeds.values():
-            nbytes += value.nbytes
+            try:
+                nbytes += value.nbytes
+            except AttributeError:  # a sequence, map or empty optional
+                nbytes += _nbytes(value)
         if (
             self._rate * (nbytes or 1) < UNGUARDED_SECONDS
             or _get_ident() != threading.main_thread().ident
@@ -445,6 +480,23 @@ class OnnxruntimeHost:
         if interrupted:
             raise KeyboardInterrupt
         return outputs
+
+
+def _nbytes(value: Any) -> int:
+    """The bytes of the arrays a feed holds (a sequence's, a map's values')."""
+    if isinstance(value, list):
+        return sum(_nbytes(v) for v in value)
+    if isinstance(value, dict):
+        return 8 * len(value)
+    return getattr(value, "nbytes", 0)
+
+
+def _held_elem_type(t: onnx.TypeProto) -> int:
+    """The element type of the tensors that a value of type ``t`` is or holds."""
+    while t.WhichOneof("value") in ("sequence_type", "optional_type", "map_type"):
+        kind = t.WhichOneof("value")
+        t = t.map_type.value_type if kind == "map_type" else getattr(t, kind).elem_type
+    return t.tensor_type.elem_type
 
 
 def _on_sigint(signum, frame):
