@@ -1,7 +1,7 @@
 """Slow, obviously-correct float64 reference for the ONNX GRU, RNN and LSTM operators.
 
 Written straight from the equations of the ONNX specification (GRU-22, RNN-22, LSTM-22)
-and the decisions of ``SEMANTICS.md``; independent of the library. Every batch entry and
+and the decisions of ``docs/semantics.md``; independent of the library. Every batch entry and
 every time step is a plain Python loop iteration; all arithmetic is in float64.
 
 ``computing_in(np.float32)`` runs the same transcription with float32 rounding (the

@@ -56,7 +56,7 @@ def test_oracle_vs_onnx_node_cases(case):
             np.testing.assert_allclose(got, exp, rtol=1e-5, atol=1e-5)
 
 
-#: SEMANTICS.md's defaults, (alpha, beta), of the activations that take parameters
+#: docs/semantics.md's defaults, (alpha, beta), of the activations that take parameters
 DEFAULTS = {
     "Affine": (1.0, 0.0),
     "LeakyRelu": (0.01, None),
@@ -72,7 +72,7 @@ DEFAULTS = {
 @settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_oracle_default_parameters(op, name, data):
-    """The oracle without alpha/beta equals onnxruntime given SEMANTICS.md's defaults."""
+    """The oracle without alpha/beta equals onnxruntime given docs/semantics.md's defaults."""
     case = data.draw(cases(op, dtypes=[np.float32], layouts=[0], opset=14))
     k, n_dir = OPS[op][1], 2 if case.attrs["direction"] == "bidirectional" else 1
     position = data.draw(st.integers(0, k - 1))

@@ -134,7 +134,7 @@ def test_inputs_untouched_and_memory_layout_irrelevant(op, data):
 
 
 def _corrupt(case, how):
-    """Make ``case`` invalid in one way (see SEMANTICS.md)."""
+    """Make ``case`` invalid in one way (see docs/semantics.md)."""
     inputs, attrs = case.inputs, case.attrs
     n_dir = 2 if attrs["direction"] == "bidirectional" else 1
     layout = attrs.get("layout", 0)

@@ -1,5 +1,5 @@
 """Differential tests of the library against onnxruntime on the subspace it computes like
-the spec: float32, layout 0, every alpha/beta given (see SEMANTICS.md)."""
+the spec: float32, layout 0, every alpha/beta given (see docs/semantics.md)."""
 
 import numpy as np
 import pytest

@@ -143,10 +143,6 @@ def resolve(
     names: Sequence[str],
     alpha: Sequence[float] | None,
     beta: Sequence[float] | None,
-    *,
-    attribute: str = "activations",
-    alpha_attribute: str = "activation_alpha",
-    beta_attribute: str = "activation_beta",
 ) -> tuple[Activation, ...]:
     """Bind names and the flat alpha/beta lists into activations.
 
@@ -168,7 +164,7 @@ def resolve(
         if kind is None:
             known = ", ".join(k.name for k in TABLE.values())
             raise RecurrentError(
-                f"{attribute}: unknown activation {key!r}; expected one of {known}"
+                f"activations: unknown activation {key!r}; expected one of {known}"
             )
         a = b = 0.0
         if kind.alpha is not None:
@@ -178,7 +174,7 @@ def resolve(
             b = betas[ib] if ib < len(betas) else kind.beta
             ib += 1
         bound.append(Activation(kind, a, b))
-    for given, used, attr in ((alphas, ia, alpha_attribute), (betas, ib, beta_attribute)):
+    for given, used, attr in ((alphas, ia, "activation_alpha"), (betas, ib, "activation_beta")):
         if len(given) > used:
             raise RecurrentError(
                 f"{attr} has {len(given)} values but activations "

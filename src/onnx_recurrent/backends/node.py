@@ -23,7 +23,7 @@ from numba.core import types
 from ..scan import BLOCK_BYTES, BLOCK_MACS, MIN_BLOCK  # the skeleton's block, in compiled code
 from .jit_cache import jit, prepare
 from .numba_backend import PROJECT_BELOW, _block, block_scratch, load_plan
-from .views import allocate, part, release, unowned
+from .views import INTS, allocate, part, release, unowned
 
 _jit = jit(fastmath={"contract", "nsz"}, nogil=True, error_model="numpy")
 
@@ -38,7 +38,6 @@ def block_steps(gates, N, I, H, itemsize):
 
 #: what :func:`run_node` returns
 DONE, ABORTED, FAILED = 0, 1, 2
-_INTS = np.zeros(0, np.int64)  # the dtype of the call's integers
 
 
 @_jit
@@ -78,7 +77,7 @@ def run_node(address0, address1, D, reverse, layout, X, lens, has_lens, h0, has_
     block = block_steps(gates, N, I, H, Yh.itemsize)
     project = N < PROJECT_BELOW
     # one allocation each for the integers and the floats of the call (views below)
-    ints = allocate(2 * N + max(T, 1) + T + 1, _INTS)
+    ints = allocate(2 * N + max(T, 1) + T + 1, INTS)
     if ints.shape[0] == 0:
         return FAILED
     L, order = ints[:N], ints[N : 2 * N]

@@ -26,7 +26,7 @@ from . import packed, plans
 from .jit_cache import jit, prepare
 from .plans import ARRAYS, HEAD
 from .sync import Sync, claim, cycles, finish, wait
-from .views import keep, part, unowned, view
+from .views import INTS, keep, part, unowned, view
 
 _f32 = np.float32
 #: rows below which a block's ``Xt W^T`` is one product ahead of its steps: a product
@@ -474,7 +474,7 @@ _CODES, _ALPHAS, _BETAS, _CLIP, _BOUNDS, _F, _PF, _BF, _FH, _PFH, _BFH, _FR, _PF
 def load_plan(address, like):
     """The :class:`PlanView` of the record at ``address`` (:class:`.plans.Plan`), its
     floats of ``like``'s dtype: views without an owner, made without allocating."""
-    r = view(address, (plans.WORDS,), _INTS)
+    r = view(address, (plans.WORDS,), INTS)
     return PlanView(
         r[plans.KIND_], r[plans.SPLIT] != 0, r[plans.INPUT_FORGET] != 0, r[plans.FAST] != 0,
         r[plans.WIDTH], r[plans.WIDTH_H], r[plans.WIDTH_R], r[plans.ROWS], r[plans.SPAN],
@@ -490,9 +490,6 @@ def load_plan(address, like):
         view(r[_PFR], (r[_PFR + 1],), r), view(r[_BFR], (r[_BFR + 1],), like),
         view(r[_P], (r[_P + 1], r[_P + 2]), like),
     )  # fmt: skip
-
-
-_INTS = np.zeros(0, np.int64)  # the dtype of a plan's integer views
 
 
 @functools.cache

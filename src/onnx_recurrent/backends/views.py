@@ -16,9 +16,13 @@ allocator lives in numba's runtime.
 from __future__ import annotations
 
 import numba
+import numpy as np
 from llvmlite import ir
 from numba.core import cgutils, types
 from numba.core.extending import intrinsic, overload
+
+#: an empty int64 array: the ``like`` of views and allocations of int64 words
+INTS = np.zeros(0, np.int64)
 
 
 @intrinsic

@@ -9,7 +9,6 @@ states (and weights the graph computes at run time) come per call. Errors name t
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 
 import ml_dtypes
@@ -108,7 +107,6 @@ class BoundNode:
         self.dynamic = present if dynamic else {}
         self.layer: Layer | None = None
         #: X's dtype in the model, where the node computes on X cast to another
-        self.source_dtype: np.dtype | None = None
         #: a state of size 0 means zeros (a stream's first step)
         self.zero_size_states = False
         if not self.dynamic:
@@ -120,20 +118,6 @@ class BoundNode:
                 self.layer = Layer(self.op, W, R, B, self.attributes, P, prepare=False)
             except (RecurrentError, RecurrentTypeError) as e:
                 raise _named(self.label, e) from None
-
-    def computing(self, dtype: np.dtype, source_dtype: np.dtype) -> BoundNode:
-        """This node computing on ``dtype`` inputs cast from ``source_dtype`` (same
-        result: onnx-recurrent computes float16 and bfloat16 in float32 inside)."""
-        other = copy.copy(self)
-        other.source_dtype = np.dtype(source_dtype)
-        if self.layer is not None and self.layer.dtype != dtype:
-            layer = self.layer
-            W, R, B, P = (
-                None if a is None else a.astype(dtype)
-                for a in (layer.W, layer.R, layer.B, layer.P)
-            )
-            other.layer = Layer(self.op, W, R, B, self.attributes, P, prepare=False)
-        return other
 
     def __repr__(self) -> str:
         how = "bound" if self.layer is not None else f"dynamic {sorted(self.dynamic)}"
@@ -177,7 +161,7 @@ class BoundNode:
             initial_c = None if initial_c is not None and initial_c.size == 0 else initial_c
             self._check_stream_batch(X, initial_h, initial_c)
         try:
-            dtype = self.source_dtype or X.dtype
+            dtype = X.dtype
             if dtype == ml_dtypes.bfloat16 and self.node.version < 22:
                 raise RecurrentTypeError(
                     f"X: bfloat16 needs {self.op} version 22, "

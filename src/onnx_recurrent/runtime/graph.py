@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 from onnx import numpy_helper
-from onnx.helper import get_attribute_value, tensor_dtype_to_np_dtype
+from onnx.helper import get_attribute_value
 
 from ..errors import RecurrentError
 
@@ -42,12 +42,50 @@ def is_default_domain(domain: str) -> bool:
     return domain in ("", "ai.onnx")
 
 
-def opset_version(model: onnx.ModelProto) -> int:
-    """The model's opset of the default domain (the latest known if it imports none)."""
+def opset_version(model: onnx.ModelProto) -> int | None:
+    """The model's opset of the default domain (``''`` or ``'ai.onnx'``); None if it
+    imports none."""
     for entry in model.opset_import:
         if is_default_domain(entry.domain):
             return entry.version
-    return onnx.defs.onnx_opset_version()
+    return None
+
+
+def node_label(node: onnx.NodeProto) -> str:
+    """How errors name a node: ``LSTM node 'name'``."""
+    return f"{node.op_type} node {node.name!r}"
+
+
+def check_opset_imports(model: onnx.ModelProto) -> None:
+    """The model imports an opset, and the default domain's where a node of that domain
+    is in it (any graph): onnxruntime refuses a model that imports none ("Missing opset
+    in the model"); without the default domain's version, which version of each
+    operator a node is (a GRU-1 computes otherwise than a GRU-7) cannot be told.
+
+    Raises
+    ------
+    ValueError
+        No opset import at all; or a node of the default domain and no import of
+        ``''`` or ``'ai.onnx'`` (the message names the nodes and the imports there
+        are).
+    """
+    fix = "add the one the model was made for, e.g. onnx.helper.make_opsetid('', 22)"
+    if not model.opset_import:
+        raise RecurrentError(
+            "model: it imports no opset (its opset_import is empty), which onnxruntime "
+            f"refuses too: {fix}"
+        )
+    if opset_version(model) is not None:
+        return
+    users = [node_label(node) for _, node in walk(model.graph) if is_default_domain(node.domain)]
+    if users:
+        more = f" and {len(users) - 3} more" if len(users) > 3 else ""
+        imports = ", ".join(f"{o.domain!r} {o.version}" for o in model.opset_import)
+        raise RecurrentError(
+            "model: no opset import for the default domain ('' or 'ai.onnx'), which "
+            f"{', '.join(users[:3])}{more} need(s) (the model imports only {imports}): "
+            f"{fix}"
+        )
 
 
 def node_version(op: str, opset: int) -> int:
@@ -166,7 +204,7 @@ class RecurrentNode:
     @property
     def label(self) -> str:
         """How errors name the node: ``LSTM node 'name'``."""
-        return f"{self.node.op_type} node {self.node.name!r}"
+        return node_label(self.node)
 
     def input(self, name: str) -> str:
         """The tensor name feeding spec input ``name`` ('' if absent)."""
@@ -185,14 +223,29 @@ def recurrent_nodes(model: onnx.ModelProto) -> list[RecurrentNode]:
     Raises
     ------
     ValueError
-        A recurrent node whose operator has no version as old as the model's opset.
+        A recurrent node whose operator has no version as old as the model's opset,
+        of an opset newer than the installed onnx knows or selecting a version newer
+        than onnx-recurrent implements, or in a model that imports no opset of the
+        default domain; the message names the node (``GRU node 'gru1': ...``).
     """
     opset = opset_version(model)
-    return [
-        RecurrentNode(node, graph, node_version(node.op_type, opset))
-        for graph, node in walk(model.graph)
-        if node.op_type in VERSIONS and is_default_domain(node.domain)
-    ]
+    found = []
+    for graph, node in walk(model.graph):
+        if node.op_type not in VERSIONS or not is_default_domain(node.domain):
+            continue
+        if opset is None:
+            raise RecurrentError(
+                f"{node_label(node)}: the model imports no opset of the default domain "
+                "('' or 'ai.onnx'), so which version of the operator the node is cannot "
+                "be told: add the one the model was made for, e.g. "
+                "onnx.helper.make_opsetid('', 22)"
+            )
+        try:
+            version = node_version(node.op_type, opset)
+        except RecurrentError as e:
+            raise RecurrentError(f"{node_label(node)}: {e}") from None
+        found.append(RecurrentNode(node, graph, version))
+    return found
 
 
 _TYPE_NAMES = {
@@ -241,9 +294,17 @@ def node_attributes(op: str, version: int, node: onnx.NodeProto) -> dict:
     ValueError
         An attribute the operator's version does not have, or of another type than
         its schema's (as the onnx checker has it: ``clip`` a float, ``hidden_size`` an
-        int, ``direction`` a string, ...).
+        int, ``direction`` a string, ...), or set more than once (which the checker
+        and onnxruntime refuse).
     """
     schema = onnx.defs.get_schema(op, version)
+    names = [a.name for a in node.attribute]
+    if len(set(names)) < len(names):
+        twice = sorted({n for n in names if names.count(n) > 1})
+        raise RecurrentError(
+            f"attribute(s) {twice} set more than once (onnx's checker and onnxruntime "
+            "refuse such a node)"
+        )
     unknown = {a.name for a in node.attribute} - set(schema.attributes)
     if unknown:
         raise RecurrentError(
@@ -264,9 +325,20 @@ def node_attributes(op: str, version: int, node: onnx.NodeProto) -> dict:
     return given
 
 
-def _initializers(graph: onnx.GraphProto, main: bool) -> dict[str, onnx.TensorProto]:
-    fed = {i.name for i in graph.input} if main else set()
-    # a main-graph initializer that is also an input is a default the caller may replace
+def overridable_initializers(model: onnx.ModelProto) -> list[str]:
+    """The main graph's inputs that are also initializers, in graph order: onnxruntime's
+    *overridable initializers*, which a caller may feed (the feed replaces the
+    initializer's value for that run). Only from IR version 4: before, every
+    initializer had to be listed as an input too, and onnxruntime takes them all as
+    constants."""
+    if model.ir_version < 4:
+        return []
+    initializers = {t.name for t in model.graph.initializer}
+    return [i.name for i in model.graph.input if i.name in initializers]
+
+
+def _initializers(graph: onnx.GraphProto, fed: set[str]) -> dict[str, onnx.TensorProto]:
+    # an overridable initializer is a default the caller may replace: not a constant
     return {t.name: t for t in graph.initializer if t.name not in fed}
 
 
@@ -277,13 +349,17 @@ def tensor_array(tensor: onnx.TensorProto, what: str = "") -> np.ndarray:
     Raises
     ------
     ValueError
-        The tensor's data cannot be read: an unknown element type, data that disagree
-        with its dims or type, or data in an external file that was not read (the
-        message names the tensor).
+        The tensor's data cannot be read: an unknown element type, a negative dim, data
+        that disagree with its dims or type, or data in an external file that was not
+        read (the message names the tensor).
     """
     what = what or f"tensor {tensor.name!r}"
     if tensor.data_type not in onnx.TensorProto.DataType.values():
         raise RecurrentError(f"{what} has an unknown element type {tensor.data_type}")
+    if any(d < 0 for d in tensor.dims):  # numpy would read -1 as "the rest"
+        raise RecurrentError(
+            f"{what} has a negative dim: dims {list(tensor.dims)} (onnxruntime refuses it)"
+        )
     if tensor.data_location == onnx.TensorProto.EXTERNAL:
         location = next((e.value for e in tensor.external_data if e.key == "location"), "")
         raise RecurrentError(
@@ -302,8 +378,8 @@ def tensor_array(tensor: onnx.TensorProto, what: str = "") -> np.ndarray:
 def constant_values(model: onnx.ModelProto, names: Iterable[str]) -> dict[str, np.ndarray]:
     """The values of those ``names`` that are computed from initializers only.
 
-    A tensor is constant if it is an initializer (not one the main graph also lists as
-    an input, which a caller may replace), or the output of a deterministic
+    A tensor is constant if it is an initializer (not an overridable one, which a
+    caller may replace: :func:`overridable_initializers`), or the output of a deterministic
     default-domain node without subgraphs whose inputs are all constant. The ones asked
     for are computed together by onnx.reference; those that are not constant, or whose
     computation fails, are left out.
@@ -314,10 +390,10 @@ def constant_values(model: onnx.ModelProto, names: Iterable[str]) -> dict[str, n
         An initializer asked for whose data cannot be read (:func:`tensor_array`).
     """
     producers: dict[str, onnx.NodeProto] = {}
-    tensors: dict[str, onnx.TensorProto] = _initializers(model.graph, main=True)
+    tensors = _initializers(model.graph, set(overridable_initializers(model)))
     for graph, node in walk(model.graph):
         if graph is not model.graph:
-            tensors.update(_initializers(graph, main=False))
+            tensors.update(_initializers(graph, set()))
         for out in node.output:
             if out:
                 producers[out] = node
@@ -414,36 +490,40 @@ def element_types(model: onnx.ModelProto) -> dict[str, int]:
     return types
 
 
-def np_dtype(elem_type: int) -> np.dtype:
-    return np.dtype(tensor_dtype_to_np_dtype(elem_type))
-
-
 def prune(model: onnx.ModelProto) -> None:
     """Remove, in place, the nodes whose outputs nothing uses and the initializers no
     node uses (a bound layer's weights and the nodes that computed them), in every
-    graph. Nodes with subgraphs and random ones stay. One pass from the outputs back
-    (an ONNX graph lists its nodes in topological order)."""
+    graph. Nodes with subgraphs and random ones stay. Passes from the outputs back
+    until none keeps another node: one, and one to confirm it, where the nodes are in
+    topological order (a main graph may list them in any order: onnxruntime sorts it)."""
     _prune_graph(model.graph)
 
 
 def _prune_graph(graph: onnx.GraphProto) -> set[str]:
     """:func:`prune` of one graph; the names it reads (outer-scope ones included)."""
     used = {o.name for o in graph.output}
-    keep = []
-    for node in reversed(graph.node):
-        subs = list(subgraphs(node))
-        if (
-            subs
-            or node.op_type in _RANDOM
-            or not is_default_domain(node.domain)
-            or any(o in used for o in node.output)
-        ):
-            keep.append(node)
-            used.update(node.input)
-            for sub in subs:
-                used |= _prune_graph(sub)
-    if len(keep) < len(graph.node):
-        keep.reverse()
+    kept: set[int] = set()
+    grown = True
+    while grown:
+        grown = False
+        for index in reversed(range(len(graph.node))):
+            if index in kept:
+                continue
+            node = graph.node[index]
+            subs = list(subgraphs(node))
+            if (
+                subs
+                or node.op_type in _RANDOM
+                or not is_default_domain(node.domain)
+                or any(o in used for o in node.output)
+            ):
+                kept.add(index)
+                grown = True
+                used.update(node.input)
+                for sub in subs:
+                    used |= _prune_graph(sub)
+    if len(kept) < len(graph.node):
+        keep = [node for index, node in enumerate(graph.node) if index in kept]
         del graph.node[:]
         graph.node.extend(keep)
     fed = {i.name for i in graph.input}

@@ -19,7 +19,7 @@ from numba.core import types
 from ...backends.jit_cache import cfunc, cfunc_code, jit
 from ...backends.node import ABORTED, DONE, run_node
 from ...backends.sync import c_call
-from ...backends.views import address, allocate, part, pointer, release
+from ...backends.views import INTS, address, allocate, part, pointer, release
 from .native_block import (  # the block's words
     ABORT,
     CALLS,
@@ -160,7 +160,6 @@ def _failed(k, fn, result):
     return c_call(fn[CREATE_STATUS], ORT_FAIL, message, 0, 0, 0, 0)
 
 
-_INTS = np.zeros(0, np.int64)  # the dtype of the call's words
 OWN = 33  # OrtApi's results, the inputs, a shape, the states, the finals, a mark
 
 
@@ -170,7 +169,7 @@ def compute(kernel, context, dtype):
     its memory from ``malloc`` (:mod:`onnx_recurrent.backends.views`)."""
     k = numba.carray(pointer(kernel), WORDS, np.int64)
     fn = numba.carray(pointer(k[FUNCTIONS]), len(FUNCTION_NAMES), np.int64)
-    own = allocate(OWN, _INTS)
+    own = allocate(OWN, INTS)
     if own.shape[0] == 0:
         return _failed(k, fn, 2)
     own[:] = 0
@@ -297,7 +296,7 @@ def _outputs(k, fn, kernel, context, dtype, own, X, xp, d0, d1, lens, has_lens, 
     Yc = numba.carray(pointer(finals[1 if lstm else 0]), (s0, s1, H), dtype)
     if Dn * slices > 1:  # directions and slices of rows on onnxruntime's threads
         total = Dn * slices
-        task = allocate(T_RESULTS + total, _INTS)
+        task = allocate(T_RESULTS + total, INTS)
         if task.shape[0] == 0:
             return _failed(k, fn, 2)
         task[:] = 0
