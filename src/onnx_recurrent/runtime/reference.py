@@ -34,7 +34,10 @@ class RecurrentOp(OpRun):
             opset = run_params.get("opsets", {}).get("", max(cls.versions))
             known = [v for v in cls.versions if v <= opset]
             if not known:
-                raise NotImplementedError(f"{cls.__name__} has no version <= opset {opset}")
+                raise NotImplementedError(
+                    f"{onnx_node.op_type} node {onnx_node.name!r}: {cls.__name__} has no "
+                    f"version <= opset {opset}"
+                )
             cls = cls.versions[max(known)]
         return super().__new__(cls)
 

@@ -22,7 +22,7 @@ from onnx.helper import tensor_dtype_to_np_dtype
 
 from ..errors import RecurrentError, RecurrentTypeError
 from .bound import BoundNode, bind, node_key
-from .graph import INPUTS, all_graphs
+from .graph import INPUTS, all_graphs, check_opset_imports, overridable_initializers
 from .hosts import HOSTS, make_host
 
 
@@ -478,6 +478,13 @@ class InferenceSession:
     a sequence, optional or map included, and an error names the element that failed:
     ``input 'seq' element 2: expected element type tensor(float) (float32), got int64``.
 
+    An initializer that the graph also lists as an input is onnxruntime's *overridable
+    initializer* (IR version 4 and later): :meth:`get_inputs` leaves it out,
+    :meth:`get_overridable_initializers` lists it, and ``run`` takes a feed of its name,
+    which replaces its value for that call (a recurrent node's W, R, B or P among them:
+    such a node reads its weights on every call, never a layer prepared from the
+    initializer).
+
     Raises
     ------
     FileNotFoundError
@@ -490,8 +497,13 @@ class InferenceSession:
     ValueError
         An unknown ``host``; a model that cannot be read (corrupt, not UTF-8 names, an
         unnamed graph input or output, an initializer whose data do not fit its dims);
-        a recurrent node with a bad attribute or constant weights that disagree (the
-        message names the node).
+        a model that imports no opset, or none of the default domain (``''`` or
+        ``'ai.onnx'``) while nodes of that domain are in it; a recurrent node with a
+        bad attribute, constant weights that disagree, or of an opset whose version of
+        its operator onnx-recurrent does not implement (the message names the node:
+        ``GRU node 'gru1': the model imports opset 30, ...``); under the reference host,
+        a model that ``onnx.checker.check_model`` refuses, where onnxruntime would
+        refuse it too (the checker's message).
     RuntimeError
         ``host="onnxruntime"`` where onnxruntime or onnxruntime-extensions is missing,
         ``sess_options`` hold execution providers, or onnxruntime refuses the model
@@ -521,12 +533,18 @@ class InferenceSession:
             raise RecurrentError(f"host must be one of {list(HOSTS)}, got {host!r}")
         self._model = load_model(model)
         _check_text(self._model)
+        check_opset_imports(self._model)
         graph = self._model.graph
         initializers = {i.name for i in graph.initializer}
         inputs = [_input(v) for v in graph.input if v.name not in initializers]
         self._inputs = [arg for arg, _ in inputs]
         # per input, checked on every run: what its feeds must be
         self._feed_checks = {arg.name: feed for arg, feed in inputs}
+        overridable = set(overridable_initializers(self._model))
+        replaceable = [_input(v) for v in graph.input if v.name in overridable]
+        self._overridable = [arg for arg, _ in replaceable]
+        #: the initializers a feed may replace, and what such a feed must be
+        self._override_checks = {arg.name: feed for arg, feed in replaceable}
         #: optional inputs, which a caller may leave out (fed None)
         self._optional = [arg.name for arg, feed in inputs if type(feed) is _Optional]
         self._outputs = [NodeArg.of(v) for v in graph.output]
@@ -566,6 +584,14 @@ class InferenceSession:
         """The graph inputs a caller feeds (initializers excluded), in graph order."""
         return list(self._inputs)
 
+    def get_overridable_initializers(self) -> list[NodeArg]:
+        """The initializers that are also graph inputs, in graph order, as onnxruntime's
+        ``get_overridable_initializers``: a feed of one of these names replaces the
+        initializer's value for that run, under either host; left out, the initializer
+        is used. None before IR version 4, where onnxruntime takes every initializer as
+        a constant."""
+        return list(self._overridable)
+
     def get_outputs(self) -> list[NodeArg]:
         """The graph outputs, in graph order."""
         return list(self._outputs)
@@ -586,11 +612,13 @@ class InferenceSession:
                 f"feeds must be a dict of input name to array, got {type(feeds).__name__}"
             )
         known = self._feed_checks
+        overrides = self._override_checks
         if feeds.keys() != known.keys():
-            unknown = sorted(set(feeds) - set(known))
+            unknown = sorted(set(feeds) - set(known) - set(overrides))
             if unknown:
                 raise RecurrentError(
                     f"unknown input name(s) {unknown}; the model's inputs are {list(known)}"
+                    + self._unknown_hint(unknown)
                 )
             missing = [n for n in known if n not in feeds and n not in self._optional]
             if missing:
@@ -599,11 +627,26 @@ class InferenceSession:
                 )
         checked = {}
         for name, value in feeds.items():
-            checked[name] = _checked(known[name], value, name)
+            spec = known[name] if name in known else overrides[name]
+            checked[name] = _checked(spec, value, name)
         for name in self._optional:  # left out: empty, as onnxruntime takes it
             if name not in checked:
                 checked[name] = None
         return checked
+
+    def _unknown_hint(self, unknown: list[str]) -> str:
+        """What an error about feeds of unknown names adds: the initializers a feed may
+        replace, or why one named may not be."""
+        if self._override_checks:
+            return f" (and the overridable initializers {list(self._override_checks)})"
+        constants = {t.name for t in self._model.graph.initializer} & set(unknown)
+        if constants:
+            return (
+                f"; {sorted(constants)} are initializers, which a feed replaces only where "
+                "the graph lists them as inputs too, from IR version 4 (this model: IR "
+                f"{self._model.ir_version}), as onnxruntime has it"
+            )
+        return ""
 
     def run(
         self,
@@ -621,7 +664,9 @@ class InferenceSession:
             One value per graph input: an array of the declared element type, rank and
             fixed dims for a tensor; a list (or tuple) of such arrays for a sequence;
             None or the value for an optional (which may be left out); a dict of
-            Python scalars for a map.
+            Python scalars for a map. Also, where wanted, a value for an overridable
+            initializer (:meth:`get_overridable_initializers`), checked against its
+            graph input's type, which replaces the initializer for this call.
         run_options : onnxruntime.RunOptions, optional
             Passed to onnxruntime under its host; ignored by the reference host.
 
@@ -635,9 +680,10 @@ class InferenceSession:
         Raises
         ------
         ValueError
-            A missing or unknown input name, a wrong rank or fixed dimension (of an
-            array fed, or held in a sequence, optional or map: the message names it), an
-            unknown output name; a recurrent node's (``sequence_lens`` out of range...),
+            A missing or unknown input name (an initializer that is not overridable
+            included), a wrong rank or fixed dimension (of an array fed, or held in a
+            sequence, optional or map: the message names it), an unknown output name;
+            a recurrent node's (``sequence_lens`` out of range...),
             naming the node, the same under both hosts.
         TypeError
             ``output_names`` a string, a feed of the wrong element type, a sequence
@@ -656,7 +702,9 @@ class InferenceSession:
         if (
             type(input_feed) is dict
             and host.checks_feeds
-            and len(input_feed) == len(self._feed_checks)  # no initializer fed
+            # no initializer fed (or one fed and an input left out: the host refuses
+            # the call, and ours words it)
+            and len(input_feed) == len(self._feed_checks)
         ):  # the host checks arrays: ours word its refusal (the same errors, less code
             # on a call's path: 1 µs, 40 µs when a call finds the caches cold)
             refused = self._check_feeds

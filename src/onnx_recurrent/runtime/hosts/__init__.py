@@ -24,7 +24,12 @@ def make_host(
     Raises
     ------
     RuntimeError
-        ``host="onnxruntime"`` and that host cannot run the model here.
+        ``host="onnxruntime"`` and that host cannot run the model here; onnx.reference
+        cannot load it (the reference host, the message naming the node).
+    ValueError
+        The reference host (``"reference"``, or ``"auto"`` falling back to it): a
+        tensor whose data cannot be read, or a model that ``onnx.checker.check_model``
+        refuses (its message).
     """
     if host == "reference":
         from .reference import ReferenceHost

@@ -5,12 +5,24 @@ onnxruntime-extensions. ``Loop`` is onnx-recurrent's (:mod:`..loop`): onnx.refer
 runs a ``Loop`` whose ``cond`` input is omitted for zero iterations.
 
 Broken models: a tensor whose data cannot be read is named before onnx.reference
-loads the model; what onnx.reference raises as ``AttributeError``, ``IndexError``,
-``KeyError``... on a malformed node is raised as a ``RuntimeError`` naming the node.
+loads the model; then ``onnx.checker.check_model`` checks it, and a model it refuses is
+refused with its message (a ``ValueError``), as onnxruntime refuses such models when it
+loads them (its own graph checks, and onnx's node checks); what onnx.reference raises as
+``AttributeError``, ``IndexError``, ``KeyError``... on a malformed node is raised as a
+``RuntimeError`` naming the node.
+
+The checker is stricter than onnxruntime in a few ways, which the copy it checks
+smooths over (the model run is not changed by it): graph inputs and outputs declared
+without a shape or without a type, a graph without a name, an IR version below 4 (an
+initializer that is not a graph input, opset imports under IR 2), duplicate metadata
+keys, a tensor holding its data in two fields (onnxruntime reads ``raw_data``, or the
+data type's field). The main graph's nodes out of topological order, which onnxruntime
+sorts, are sorted here too (a subgraph's, which it refuses, are not).
 """
 
 from __future__ import annotations
 
+import heapq
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -19,8 +31,9 @@ import numpy as np
 import onnx
 from onnx.reference import ReferenceEvaluator
 
+from ...errors import RecurrentError
 from ..bound import BoundNode, node_key
-from ..graph import all_graphs, tensor_array, walk
+from ..graph import all_graphs, subgraphs, tensor_array, walk
 from ..loop import reference_fixes
 from ..reference import reference_ops
 
@@ -53,17 +66,27 @@ def _bound_ops(bound: Mapping[tuple[str, ...], BoundNode]) -> list[type]:
 
 
 class ReferenceHost:
-    """onnx.reference's evaluator with the session's bound recurrent nodes."""
+    """onnx.reference's evaluator with the session's bound recurrent nodes.
+
+    Raises
+    ------
+    ValueError
+        A tensor whose data cannot be read (:func:`_read_tensors`); a model that
+        ``onnx.checker.check_model`` refuses (:func:`check`).
+    RuntimeError
+        onnx.reference cannot load the model (the message names the node).
+    """
 
     name = "reference"
     checks_feeds = False  # the session checks them first
 
     def __init__(self, model: onnx.ModelProto, bound: Mapping[tuple[str, ...], BoundNode]):
         _read_tensors(model)
+        model = _sorted(_default_domain(model))
+        check(model)
         for node in bound.values():  # every node runs its layer: compiled now
             if node.layer is not None:
                 node.layer.prepare()
-        model = _default_domain(model)
         try:
             self._evaluator = ReferenceEvaluator(
                 model, new_ops=[*_bound_ops(bound), *reference_fixes()]
@@ -106,6 +129,172 @@ def _default_domain(model: onnx.ModelProto) -> onnx.ModelProto:
         imports.setdefault("", version)
         del copied.opset_import[:]
         copied.opset_import.extend(onnx.helper.make_opsetid(d, v) for d, v in imports.items())
+    return copied
+
+
+def check(model: onnx.ModelProto) -> None:
+    """``onnx.checker.check_model`` on (a copy of) ``model``, where onnxruntime checks
+    the same when it loads a model: node schemas (attributes, input and output counts),
+    the opset imports, SSA form, initializers' fields, the IR version.
+
+    The copy smooths over what the checker refuses and onnxruntime takes
+    (:func:`_for_checker`); a model of 2 GiB or more, which the checker cannot take
+    whole, is not checked.
+
+    Raises
+    ------
+    ValueError
+        The checker's message, e.g. ``model: onnx.checker refuses it (onnxruntime would
+        too): Unrecognized attribute: bogus for operator Relu ==> Context: Bad node spec
+        for node. Name: r OpType: Relu``.
+    """
+    checked = _for_checker(model)
+    if checked.ByteSize() >= onnx.checker.MAXIMUM_PROTOBUF:
+        return
+    try:
+        onnx.checker.check_model(checked)
+    except onnx.checker.ValidationError as e:
+        text = " ".join(line.strip() for line in str(e).splitlines() if line.strip())
+        raise RecurrentError(
+            f"model: onnx.checker refuses it (onnxruntime would too): {text}"
+        ) from None
+
+
+#: the tensor fields that hold data (one of them, the checker says)
+_DATA_FIELDS = (
+    "float_data",
+    "int32_data",
+    "string_data",
+    "int64_data",
+    "raw_data",
+    "double_data",
+    "uint64_data",
+)
+
+
+def _one_data_field(tensor: onnx.TensorProto) -> None:
+    """Leave ``tensor`` (a copy) the data field onnxruntime reads where it has several:
+    ``raw_data``, else its data type's."""
+    present = [f for f in _DATA_FIELDS if len(getattr(tensor, f))]
+    if len(present) > 1:
+        try:
+            typed = onnx.helper.tensor_dtype_to_field(tensor.data_type)
+        except (KeyError, ValueError):  # an unknown data type: the checker says so
+            typed = present[0]
+        keep = "raw_data" if "raw_data" in present else typed
+        for f in present:
+            if f != keep:
+                tensor.ClearField(f)
+
+
+def _for_checker(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of ``model`` for ``onnx.checker.check_model``, without what the checker
+    refuses and onnxruntime takes: graph inputs and outputs without a shape or a type
+    (given an empty shape, an undefined element type), graphs without a name (named),
+    IR versions below 4 (made 4: under IR 3 every initializer had to be an input, under
+    IR 2 no opset could be imported), duplicate metadata keys (the last kept), tensors
+    with data in several fields (the one onnxruntime reads kept)."""
+    checked = onnx.ModelProto()
+    checked.CopyFrom(model)
+    metadata = {p.key: p.value for p in model.metadata_props}
+    del checked.metadata_props[:]
+    for key, value in metadata.items():
+        checked.metadata_props.add(key=key, value=value)
+    checked.ir_version = max(checked.ir_version, 4)
+    for value in (*checked.graph.input, *checked.graph.output):
+        kind = value.type.WhichOneof("value")
+        if kind is None:
+            value.type.tensor_type.elem_type = onnx.TensorProto.UNDEFINED
+            kind = "tensor_type"
+        if kind in ("tensor_type", "sparse_tensor_type"):
+            declared = getattr(value.type, kind)
+            if not declared.HasField("shape"):
+                declared.shape.SetInParent()
+    for graph in all_graphs(checked.graph):
+        if not graph.name:
+            graph.name = "graph"
+        for tensor in graph.initializer:
+            _one_data_field(tensor)
+        for node in graph.node:
+            for a in node.attribute:
+                if a.HasField("t"):
+                    _one_data_field(a.t)
+                for tensor in a.tensors:
+                    _one_data_field(tensor)
+    return checked
+
+
+def _given(graph: onnx.GraphProto) -> set[str]:
+    """The names a graph's inputs and initializers give."""
+    names = {v.name for v in graph.input} | {t.name for t in graph.initializer}
+    return names | {t.values.name for t in graph.sparse_initializer}
+
+
+def _free_names(graph: onnx.GraphProto) -> set[str]:
+    """The names ``graph`` (a subgraph) reads from the graphs around it."""
+    defined = _given(graph)
+    used: set[str] = set()
+    for node in graph.node:
+        used.update(name for name in node.input if name)
+        for sub in subgraphs(node):
+            used |= _free_names(sub)
+        defined.update(node.output)
+    return used - defined
+
+
+def _order(graph: onnx.GraphProto) -> list[int] | None:
+    """The order in which to run the nodes of ``graph`` so that each comes after those
+    computing its inputs and the names its subgraphs read, each as early as that
+    allows; None where the nodes are in such an order already, where two nodes compute
+    one name, or where they form a cycle (the checker says which)."""
+    producer: dict[str, int] = {}
+    for i, node in enumerate(graph.node):
+        for name in node.output:
+            if name:
+                if name in producer:
+                    return None
+                producer[name] = i
+    needs: list[set[int]] = []
+    for i, node in enumerate(graph.node):
+        names = {name for name in node.input if name}
+        for sub in subgraphs(node):
+            names |= _free_names(sub)
+        needs.append({producer[n] for n in names if n in producer} - {i})
+    if all(all(j < i for j in need) for i, need in enumerate(needs)):
+        return None
+    waiting = [len(need) for need in needs]
+    users: list[list[int]] = [[] for _ in needs]
+    for i, need in enumerate(needs):
+        for j in need:
+            users[j].append(i)
+    ready = [i for i, n in enumerate(waiting) if n == 0]
+    heapq.heapify(ready)
+    order: list[int] = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(i)
+        for user in users[i]:
+            waiting[user] -= 1
+            if waiting[user] == 0:
+                heapq.heappush(ready, user)
+    return order if len(order) == len(needs) else None
+
+
+def _sorted(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model``, or a copy of it whose main graph's nodes are sorted where some are out
+    of topological order: onnxruntime sorts them, onnx.reference runs them in the order
+    given. A subgraph's are not (onnxruntime refuses them out of order, as the checker
+    does)."""
+    order = _order(model.graph)
+    if order is None:
+        return model
+    copied = onnx.ModelProto()
+    copied.CopyFrom(model)
+    nodes = [onnx.NodeProto() for _ in order]
+    for target, i in zip(nodes, order, strict=True):
+        target.CopyFrom(model.graph.node[i])
+    del copied.graph.node[:]
+    copied.graph.node.extend(nodes)
     return copied
 
 
