@@ -162,6 +162,15 @@ class Cell:
         work: dict[str, np.ndarray],
         probe: Probe | None = None,
     ) -> None:
+        """One time step of the NumPy backend, in place: ``states`` (``Ht-1`` and, for
+        an LSTM, ``Ct-1``; each ``[rows, hidden_size]`` in the compute dtype) become
+        ``Ht`` (and ``Ct``) of ``rows`` running rows, from ``xw`` ``[rows, gates *
+        hidden_size + pad]``, the step's ``Xt W^T + b`` (biases as :meth:`prepare`
+        arranged them), the weights ``w`` and the activations ``acts`` (``spec``'s of
+        this direction). ``work``: :meth:`workspace` buffers, sliced to ``rows``;
+        ``probe``: each gate's values, for ``onnx-recurrent check --trace``.
+        The specification's equations of the operator (docs/semantics.md settles
+        what it leaves open)."""
         raise NotImplementedError
 
 

@@ -34,10 +34,28 @@ _chosen: contextvars.ContextVar[str | None] = contextvars.ContextVar("backend", 
 
 
 class Backend(Protocol):
+    """What the skeleton (:mod:`onnx_recurrent.scan`) and :class:`onnx_recurrent.Layer`
+    call. Required: ``name``, ``calls_blas``, :meth:`supports`, :meth:`run_block`.
+    Optional, found with ``getattr`` where a backend has them:
+
+    - ``prepare(spec, w, acts, dtype, shares=1)``: make (and compile) now, on the
+      calling thread, everything a call of one direction will run (the numba backend:
+      the direction's :class:`.plans.Plan`, its entries);
+    - ``shares(spec, rows, dtype, shares)``: buffers for ``shares`` threads that share
+      one direction's hidden units, passed back as ``run_block``'s ``shared`` (None
+      or absent: the skeleton splits rows instead);
+    - ``small_call(spec, directions, dtype)``: a callable ``call(X, h0, c0,
+      output_sequence) -> (Y or None, Y_h[, Y_c])`` running a whole full-length call
+      as one compiled call (:meth:`onnx_recurrent.Layer.prepare` makes it once).
+    """
+
     name: str
     calls_blas: bool  # NumPy's BLAS, to keep on one thread while our threads split work
 
-    def supports(self, spec: RecSpec, dtype: np.dtype) -> str | None: ...
+    def supports(self, spec: RecSpec, dtype: np.dtype) -> str | None:
+        """Why this backend cannot run calls of ``spec`` computing in ``dtype``, or
+        None if it can (the automatic choice takes the first that can)."""
+        ...
 
     def run_block(
         self,
