@@ -157,6 +157,10 @@ class RecurrentBackendRep(BackendRep):
         return {names[0]: inputs}
 
 
+#: what :meth:`RecurrentBackend.prepare` and ``run_model`` take as the model
+ModelLike = onnx.ModelProto | str | os.PathLike | bytes | InferenceSession | RecurrentBackendRep
+
+
 class RecurrentBackend(Backend):
     """onnx's backend API (:class:`onnx.backend.base.Backend`) over
     :class:`~onnx_recurrent.InferenceSession`, as ``onnxruntime.backend`` over
@@ -199,12 +203,7 @@ class RecurrentBackend(Backend):
     @classmethod
     def prepare(
         cls,
-        model: onnx.ModelProto
-        | str
-        | os.PathLike
-        | bytes
-        | InferenceSession
-        | RecurrentBackendRep,
+        model: ModelLike,
         device: str = DEVICE,
         **kwargs: Any,
     ) -> RecurrentBackendRep:
@@ -263,12 +262,7 @@ class RecurrentBackend(Backend):
     @classmethod
     def run_model(
         cls,
-        model: onnx.ModelProto
-        | str
-        | os.PathLike
-        | bytes
-        | InferenceSession
-        | RecurrentBackendRep,
+        model: ModelLike,
         inputs: Any,
         device: str = DEVICE,
         **kwargs: Any,

@@ -72,3 +72,25 @@ def first_usable(kind: str) -> tuple[str | None, list[str]]:
         if (not shared or private(os.path.dirname(root))) and writable(root):
             return root, tried
     return None, tried
+
+
+def write_atomic(path: str | os.PathLike, data: bytes) -> bool:
+    """Keep ``data`` at ``path``: a temporary file beside it renamed over it (a reader
+    sees the old file or the new one, never half of one); whether it was kept (a
+    failure keeps nothing and raises nothing)."""
+    directory = os.path.dirname(os.fspath(path)) or "."
+    try:
+        fd, temporary = tempfile.mkstemp(dir=directory, prefix=".tmp-")
+    except OSError:
+        return False
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(temporary, path)
+        return True
+    except OSError:
+        try:
+            os.unlink(temporary)
+        except OSError:
+            pass
+        return False

@@ -27,9 +27,7 @@ import functools
 import hashlib
 import importlib.metadata
 import json
-import os
 import re
-import tempfile
 import threading
 import warnings
 from collections.abc import Callable
@@ -38,7 +36,7 @@ from pathlib import Path
 import llvmlite
 import llvmlite.binding as ll
 
-from .cache_dirs import CompileCacheWarning, first_usable
+from .cache_dirs import CompileCacheWarning, first_usable, write_atomic
 
 MAGIC = b"onnx-recurrent native code 1\n"
 #: symbols the code names that only numba's runtime defines: given a trapping body
@@ -232,19 +230,6 @@ def _read(path: Path) -> tuple[str, bytes] | None:
 
 
 def _write(path: Path, symbol: str, obj: bytes) -> None:
-    """Keep ``obj`` at ``path``: a temporary file renamed over it (a reader sees the
-    old file or the new one, never half of one); a failure keeps nothing."""
+    """Keep ``obj`` at ``path`` with its header (:func:`.cache_dirs.write_atomic`)."""
     header = json.dumps({"symbol": symbol, "sha256": hashlib.sha256(obj).hexdigest()})
-    try:
-        fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".o")
-    except OSError:
-        return
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(MAGIC + header.encode() + b"\n" + obj)
-        os.replace(temporary, path)
-    except OSError:
-        try:
-            os.unlink(temporary)
-        except OSError:
-            pass
+    write_atomic(path, MAGIC + header.encode() + b"\n" + obj)

@@ -23,7 +23,6 @@ import hashlib
 import json
 import logging
 import os
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -33,7 +32,7 @@ import llvmlite
 import llvmlite.binding as ll
 
 from ..errors import RecurrentError
-from .cache_dirs import first_usable
+from .cache_dirs import first_usable, write_atomic
 
 #: the environment variable (see the module)
 ENV = "ONNX_RECURRENT_PLAN"
@@ -201,24 +200,11 @@ def _read() -> dict[str, int]:
 
 
 def _write(kept: dict[str, int]) -> None:
-    """Keep ``kept`` (a temporary file renamed over the old: readers see one or the
-    other); no writable cache: kept for this process only."""
+    """Keep ``kept`` (:func:`.cache_dirs.write_atomic`); no writable cache: kept for
+    this process only."""
     path = _path()
-    if path is None:
-        return
-    try:
-        fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
-    except OSError:
-        return
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump({"key": _identity(), **kept}, f)
-        os.replace(temporary, path)
-    except OSError:
-        try:
-            os.unlink(temporary)
-        except OSError:
-            pass
+    if path is not None:
+        write_atomic(path, json.dumps({"key": _identity(), **kept}).encode())
 
 
 def _identity() -> str:
