@@ -159,3 +159,62 @@ else:
     costly = ("onnx_recurrent.convert", "onnx_recurrent.runtime")
     assert not [m for m in loaded if _is_tool(m) or m == "onnx" or m.startswith(costly)]
     assert "onnx_recurrent.ops" in loaded and "onnx_recurrent.layers" in loaded
+
+
+OPERATORS = ("GRU", "LSTM", "RNN")
+
+
+def _operator_tables(tree: ast.AST) -> list[int]:
+    """Lines of dict displays keyed by two or more operator names whose values are
+    literals (numbers, strings, tuples or dicts of them): operator facts written down."""
+
+    def literal(node: ast.AST) -> bool:
+        if isinstance(node, ast.Constant):
+            return True
+        if isinstance(node, ast.Tuple | ast.List):
+            return all(literal(e) for e in node.elts)
+        if isinstance(node, ast.Dict):
+            pairs = zip(node.keys, node.values, strict=True)
+            return all(k is not None and literal(k) and literal(v) for k, v in pairs)
+        return False
+
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Dict):
+            keys = [k.value for k in node.keys if isinstance(k, ast.Constant)]
+            if sum(k in OPERATORS for k in keys) >= 2 and all(literal(v) for v in node.values):
+                found.append(node.lineno)
+    return found
+
+
+def test_operator_facts_live_in_the_cells():
+    """Gates, activation slots, outputs, states, peepholes and the compiled step's code
+    of each operator are written in cells.py only; the backends, the runtime and the
+    tools read them there (cells.CELLS). Where they are read, so that adding an
+    operator is its cell plus its compiled step: listed below."""
+    # PyTorch's and Keras' gate orders, PyTorch's modes: the frameworks' facts
+    interop = {"onnx_recurrent.convert": 2}  # _ORDERS, _TORCH_MODES
+    tables = {
+        name: lines
+        for name, path in MODULES.items()
+        if name != "onnx_recurrent.cells"
+        and len(lines := _operator_tables(ast.parse(path.read_text()))) > interop.get(name, 0)
+    }
+    assert not tables, f"operator facts written outside cells.py: {tables}"
+    readers = {
+        name
+        for name, path in MODULES.items()
+        if "CELLS" in path.read_text() and name != "onnx_recurrent.cells"
+    }
+    expected = {
+        "onnx_recurrent.backends.plans",  # the compiled step's code (kind)
+        "onnx_recurrent.runtime.graph",  # versions, inputs by position
+        "onnx_recurrent.runtime.streaming",  # which inputs and outputs are states
+        "onnx_recurrent.convert",  # gates, default activations, own attribute
+        "onnx_recurrent.runtime.hosts.native",  # the nodes' outputs
+        "onnx_recurrent.bench.cases",  # gates (multiply-adds), outputs
+        "onnx_recurrent.check.probes",  # outputs, functions, default activations
+        "onnx_recurrent.check.dims",  # outputs
+        "onnx_recurrent.check.trace",  # gate letters and activation slots
+    }
+    assert expected <= readers, expected - readers

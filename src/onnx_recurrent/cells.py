@@ -12,8 +12,10 @@ Gate letters follow the spec: GRU ``z r h``, LSTM ``i o f c``, RNN ``i``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
+from types import MappingProxyType
 from typing import ClassVar
 
 import numpy as np
@@ -134,10 +136,20 @@ class Cell:
 
     name: ClassVar[str]
     n_gates: ClassVar[int]
+    #: gate letters in ``W``'s order (the spec's), each with its activation slot
+    #: (0: f, 1: g, 2: h)
+    gates: ClassVar[Mapping[str, int]]
     n_activations: ClassVar[int]
     default_activations: ClassVar[tuple[str, ...]]
     state_names: ClassVar[tuple[str, ...]] = ("initial_h",)
+    #: the operator's inputs by position, and its outputs, as the spec names them
+    inputs: ClassVar[tuple[str, ...]] = ("X", "W", "R", "B", "sequence_lens", "initial_h")
+    outputs: ClassVar[tuple[str, ...]] = ("Y", "Y_h")
+    #: the operator's versions in the default domain
+    versions: ClassVar[tuple[int, ...]] = (1, 7, 14, 22)
     n_peepholes: ClassVar[int] = 0
+    #: the compiled step's code for this cell (``numba_backend._share``; a plan's ``kind``)
+    kind: ClassVar[int]
     #: attributes beyond the ones every operator has
     own_attributes: ClassVar[tuple[str, ...]] = ()
 
@@ -179,6 +191,8 @@ class RNNCell(Cell):
 
     name = "RNN"
     n_gates = 1
+    gates = MappingProxyType({"i": 0})
+    kind = 0
     n_activations = 1
     default_activations = ("Tanh",)
 
@@ -196,6 +210,9 @@ class GRUCell(Cell):
 
     name = "GRU"
     n_gates = 3
+    gates = MappingProxyType({"z": 0, "r": 0, "h": 1})
+    kind = 1
+    versions = (1, 3, 7, 14, 22)
     n_activations = 2
     default_activations = ("Sigmoid", "Tanh")
     own_attributes = ("linear_before_reset",)
@@ -260,9 +277,13 @@ class LSTMCell(Cell):
 
     name = "LSTM"
     n_gates = 4
+    gates = MappingProxyType({"i": 0, "o": 0, "f": 0, "c": 1})
+    kind = 2
     n_activations = 3
     default_activations = ("Sigmoid", "Tanh", "Tanh")
     state_names = ("initial_h", "initial_c")
+    inputs = (*Cell.inputs, "initial_c", "P")
+    outputs = ("Y", "Y_h", "Y_c")
     n_peepholes = 3
     own_attributes = ("input_forget",)
 

@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from .cells import CELLS
 from .errors import RecurrentError, RecurrentTypeError
 from .layers import Layer
 from .spec import as_float_array
@@ -59,10 +60,20 @@ class _Kind:
     attribute: str | None  # the op's own attribute, beyond the common ones
 
 
+#: ONNX gate g is PyTorch's gate ``[g]`` and Keras' gate ``[g]`` (the frameworks' orders)
+_ORDERS = {
+    "GRU": ((1, 0, 2), (0, 1, 2)),
+    "LSTM": ((0, 3, 1, 2), (0, 3, 1, 2)),
+    "RNN": ((0,), (0,)),
+}
 _KINDS = {
-    "GRU": _Kind(3, (1, 0, 2), (0, 1, 2), ("sigmoid", "tanh"), "linear_before_reset"),
-    "LSTM": _Kind(4, (0, 3, 1, 2), (0, 3, 1, 2), ("sigmoid", "tanh", "tanh"), "input_forget"),
-    "RNN": _Kind(1, (0,), (0,), ("tanh",), None),
+    name: _Kind(
+        cell.n_gates,
+        *_ORDERS[name],
+        tuple(a.lower() for a in cell.default_activations),
+        cell.own_attributes[0] if cell.own_attributes else None,
+    )
+    for name, cell in CELLS.items()
 }
 #: ``torch.nn.RNNBase.mode`` -> (ONNX op, activation of every direction or None for default)
 _TORCH_MODES = {

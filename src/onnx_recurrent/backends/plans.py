@@ -26,13 +26,14 @@ import itertools
 import numpy as np
 
 from ..activations import TABLE
+from ..cells import CELLS
 from ..threads import interrupts_held
 from . import layout, tuning
 
 #: activation name (lower case) -> its code, as the compiled ``_apply`` reads it
 CODES = {name: int(kind.code) for name, kind in TABLE.items()}
-#: operator -> the record's ``kind``
-KIND = {"RNN": 0, "GRU": 1, "LSTM": 2}
+#: operator -> the record's ``kind`` (the cell's)
+KIND = {name: cell.kind for name, cell in CELLS.items()}
 
 #: the record's scalar words
 KIND_, SPLIT, INPUT_FORGET, FAST, WIDTH, WIDTH_H, WIDTH_R, ROWS, SPAN, DEPTH = range(10)

@@ -9,9 +9,12 @@ from typing import Any
 
 import numpy as np
 
+from ..cells import CELLS
+
 OPS = ("gru", "lstm", "rnn")
-GATES = {"GRU": 3, "LSTM": 4, "RNN": 1}
-OUTPUTS = {"GRU": ("Y", "Y_h"), "LSTM": ("Y", "Y_h", "Y_c"), "RNN": ("Y", "Y_h")}
+#: gates and outputs of each operator (its cell's)
+GATES = {name: cell.n_gates for name, cell in CELLS.items()}
+OUTPUTS = {name: cell.outputs for name, cell in CELLS.items()}
 
 
 @dataclass(frozen=True)

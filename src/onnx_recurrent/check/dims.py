@@ -32,6 +32,7 @@ import numpy as np
 import onnx
 
 from ..arguments import dim_key, free_dims
+from ..cells import CELLS
 from ..runtime.graph import (
     INPUTS,
     all_graphs,
@@ -79,7 +80,7 @@ _ROLES = {
     "dirs": "num_directions",
     "hidden": "hidden_size",
 }
-_OUTPUTS = ("Y", "Y_h", "Y_c")
+_OUTPUTS = max((cell.outputs for cell in CELLS.values()), key=len)  # every operator's: a prefix
 
 #: operators whose inputs broadcast against each other (numpy style)
 _BROADCAST = frozenset(

@@ -42,9 +42,9 @@ T, N, I, H = 4, 3, 2, 3
 LENGTHS = (4, 1, 2)
 #: the clip of the CLIP probe; its inputs are scaled well past it
 CLIP_VALUE = 0.5
-OUTPUTS = {"GRU": ("Y", "Y_h"), "RNN": ("Y", "Y_h"), "LSTM": ("Y", "Y_h", "Y_c")}
-FUNCTIONS: dict[str, Callable[..., Any]] = {"GRU": ops.gru, "RNN": ops.rnn, "LSTM": ops.lstm}
-CELLS = {"GRU": cells.GRU, "RNN": cells.RNN, "LSTM": cells.LSTM}
+CELLS = cells.CELLS
+OUTPUTS = {name: cell.outputs for name, cell in CELLS.items()}
+FUNCTIONS: dict[str, Callable[..., Any]] = {name: getattr(ops, name.lower()) for name in CELLS}
 
 #: the features probed on top of a node's form, by name
 FORM = ("form",)

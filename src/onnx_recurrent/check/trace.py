@@ -20,12 +20,8 @@ from ..spec import RecSpec, make_spec
 from .lint import CELLS, bound_activations
 from .peers import PEERS, one_line
 
-#: gate letters in W order, and the activation slot (0 f, 1 g, 2 h) of each
-GATES = {
-    "GRU": {"z": 0, "r": 0, "h": 1},
-    "RNN": {"i": 0},
-    "LSTM": {"i": 0, "o": 0, "f": 0, "c": 1},
-}
+#: gate letters in W order, and the activation slot (0 f, 1 g, 2 h) of each (the cells')
+GATES = {name: cell.gates for name, cell in CELLS.items()}
 
 
 @dataclass(frozen=True)

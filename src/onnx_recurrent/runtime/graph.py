@@ -21,17 +21,14 @@ import onnx
 from onnx import numpy_helper
 from onnx.helper import get_attribute_value
 
+from ..cells import CELLS
 from ..errors import RecurrentError
 
-#: the recurrent operators and their versions
-VERSIONS = {"GRU": (1, 3, 7, 14, 22), "RNN": (1, 7, 14, 22), "LSTM": (1, 7, 14, 22)}
+#: the recurrent operators and their versions (the cells')
+VERSIONS = {name: cell.versions for name, cell in CELLS.items()}
 RECURRENT_OPS = frozenset(VERSIONS)
-#: inputs by position, as the spec names them
-INPUTS = {
-    "GRU": ("X", "W", "R", "B", "sequence_lens", "initial_h"),
-    "RNN": ("X", "W", "R", "B", "sequence_lens", "initial_h"),
-    "LSTM": ("X", "W", "R", "B", "sequence_lens", "initial_h", "initial_c", "P"),
-}
+#: inputs by position, as the spec names them (the cells')
+INPUTS = {name: cell.inputs for name, cell in CELLS.items()}
 WEIGHTS = ("W", "R", "B", "P")
 #: operators whose result is not a function of their inputs
 _RANDOM = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike"}

@@ -31,6 +31,7 @@ import onnx
 from onnx import helper
 from onnx.helper import tensor_dtype_to_np_dtype
 
+from ..cells import CELLS
 from ..errors import RecurrentError
 from .bound import StateBatchError
 from .graph import RECURRENT_OPS, Namer, all_graphs, attributes, element_types, subgraphs, walk
@@ -38,9 +39,11 @@ from .session import InferenceSession, NodeArg, _not_picklable, load_model
 
 #: per operator: (input index, input name, output index, output name) of each state
 STATE_SLOTS = {
-    "GRU": ((5, "initial_h", 1, "Y_h"),),
-    "RNN": ((5, "initial_h", 1, "Y_h"),),
-    "LSTM": ((5, "initial_h", 1, "Y_h"), (6, "initial_c", 2, "Y_c")),
+    name: tuple(
+        (cell.inputs.index(state), state, 1 + i, cell.outputs[1 + i])
+        for i, state in enumerate(cell.state_names)
+    )
+    for name, cell in CELLS.items()
 }
 
 __all__ = ["StateInfo", "StreamingSession", "expose_states"]

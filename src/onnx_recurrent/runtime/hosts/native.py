@@ -50,6 +50,7 @@ from onnx import TensorProto
 
 from ... import threads
 from ...backends import native_code, plans
+from ...cells import CELLS
 from ...scan import PARALLEL_MACS
 from ..bound import BoundNode
 from . import native_block as nc
@@ -63,8 +64,8 @@ OP_TYPES = {
     TensorProto.BFLOAT16: "OnnxRecurrentBFloat16",
 }
 #: the operators' inputs, by position (LSTM's; the others use a prefix)
-INPUTS = ("X", "W", "R", "B", "sequence_lens", "initial_h", "initial_c", "P")
-OUTPUTS = ("Y", "Y_h", "Y_c")
+INPUTS = max((cell.inputs for cell in CELLS.values()), key=len)  # every operator's: a prefix
+OUTPUTS = max((cell.outputs for cell in CELLS.values()), key=len)  # every operator's: a prefix
 _X, _W, _R, _B, _LENS, _H0, _C0, _P = range(8)
 
 #: indices in onnxruntime's ``OrtApi`` (onnxruntime_c_api.h; the struct only grows)
