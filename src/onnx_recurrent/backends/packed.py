@@ -166,9 +166,13 @@ def mm(A, lda, K1, A2, lda2, K2, n, Bp, p0, p1, k0, C, ldc, bias, add, rows, spa
     results do not depend on ``rows``, ``span`` or ``depth``."""
     K, L = Bp.shape[1], Bp.shape[2]
     size = Bp.itemsize
+    Kt = K1 + K2
+    if p1 - p0 == 1 and 0 < n <= 2 and (depth <= 0 or depth >= Kt):  # one tile: a step's
+        offset = (p0 * K + k0) * L  # product of a small layer, without the loops
+        _tile(1, n, A, lda, K1, A2, lda2, K2, Bp, offset, C, ldc, bias, add)
+        return
     rows = min(max(rows, 1), 12)
     G = span if n <= 2 else 1
-    Kt = K1 + K2
     block = depth if 0 < depth < Kt else max(Kt, 1)
     p = p0
     while p < p1:
