@@ -228,6 +228,24 @@ def test_threads_split_directions_and_rows(monkeypatch, threads, op, layout):
         np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.parametrize("threads", [2, 3])
+def test_ragged_rows_dealt_evenly_between_threads(monkeypatch, threads):
+    """Ragged rows go to the threads by length there and back: with lengths 48, 47, ..., 1
+    every slice gets the same total length (round-robin gave the first slice the longer
+    row of each pair: 8 and 16 steps more here)."""
+    from onnx_recurrent import scan
+
+    monkeypatch.setattr(scan, "PARALLEL_MACS", 0)
+    feeds = random_inputs("GRU", T=48, N=48, I=2, H=4, D=1, seed=0)
+    feeds["sequence_lens"] = np.random.default_rng(0).permutation(np.arange(1, 49)).astype(np.int32)
+    spec, x = _spec_and_inputs("GRU", feeds, 0, "forward")
+    units, _, shares = scan._units(spec, x, threads)
+    totals = [int(x.sequence_lens[rows].sum()) for _, rows in units]
+    assert shares == 1 and len(units) == threads
+    assert sorted(np.concatenate([rows for _, rows in units]).tolist()) == list(range(48))
+    assert max(totals) == min(totals), totals
+
+
 @pytest.mark.parametrize("direction", ["forward", "reverse"])
 @pytest.mark.parametrize("op", FUNCTIONS)
 @pytest.mark.parametrize("flag", [False, True])

@@ -110,8 +110,8 @@ def _units(
     share its hidden units (every thread's product keeps every row; the weights are
     split between the threads' caches, a meeting per step) or take slices of its rows,
     whichever was measured faster on this CPU (:func:`planned_share`; ``share``: that
-    choice given); otherwise the rows of a direction are dealt round-robin by length,
-    so every slice gets a fair share of long and short sequences (with ragged lengths
+    choice given); otherwise the rows of a direction are dealt by length, there and
+    back, so every slice gets a fair share of long and short sequences (with ragged lengths
     the rows' products shrink and a meeting per step no longer pays, measured).
     """
     T, N, I = x.X.shape
@@ -126,8 +126,13 @@ def _units(
         slices = min(N, -(-workers // D))
     if slices <= 1:
         return [(d, np.arange(N)) for d in range(D)], large, 1
+    # Dealt by length there and back (1 2 2 1 1 2 ...): the slices' total lengths
+    # differ by less than one row's (round-robin gave the first slice the longer row
+    # of every pair: 11% more work at M ragged, measured).
     by_length = np.argsort(-x.sequence_lens, kind="stable")
-    units = [(d, np.sort(by_length[i::slices])) for d in range(D) for i in range(slices)]
+    turn = np.arange(N) % (2 * slices)
+    slice_of = np.minimum(turn, 2 * slices - 1 - turn)
+    units = [(d, np.sort(by_length[slice_of == i])) for d in range(D) for i in range(slices)]
     return units, large, 1
 
 
