@@ -237,7 +237,8 @@ def test_ragged_rows_dealt_evenly_between_threads(monkeypatch, threads):
 
     monkeypatch.setattr(scan, "PARALLEL_MACS", 0)
     feeds = random_inputs("GRU", T=48, N=48, I=2, H=4, D=1, seed=0)
-    feeds["sequence_lens"] = np.random.default_rng(0).permutation(np.arange(1, 49)).astype(np.int32)
+    lengths = np.random.default_rng(0).permutation(np.arange(1, 49))
+    feeds["sequence_lens"] = lengths.astype(np.int32)
     spec, x = _spec_and_inputs("GRU", feeds, 0, "forward")
     units, _, shares = scan._units(spec, x, threads)
     totals = [int(x.sequence_lens[rows].sum()) for _, rows in units]
