@@ -186,4 +186,4 @@ def test_numba_choice_kept_where_it_can_write(tmp_path, monkeypatch, numba_cache
         kernel = jit_cache.jit(nogil=True)(_function_in(tmp_path / "src"))
     assert jit_cache._plans == {str(tmp_path / "src"): ""}
     where = tmp_path / "numba" if numba_cache_dir else tmp_path / "src" / "__pycache__"
-    assert Path(kernel._cache._cache_path).is_relative_to(where)
+    assert Path(kernel.stats.cache_path).is_relative_to(where)

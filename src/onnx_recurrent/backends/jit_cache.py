@@ -11,7 +11,8 @@ directory of the decorated functions' source, on the first function decorated:
 2. else a per-user directory of ours: ``onnx-recurrent/numba`` in the platform's user
    cache directory (``$XDG_CACHE_HOME`` or ``~/.cache`` on Linux), then
    ``onnx-recurrent-<uid>/numba`` in the temporary directory, private to the user (a
-   cache is loaded as code: a directory others can write is refused);
+   cache is loaded as code: a directory others can write is refused), handed to numba
+   through its process-wide ``CACHE_DIR`` while it decorates (:func:`numba_cache_dir`);
 3. else no cache, with one :class:`CompileCacheWarning` naming the directories tried.
 
 It also owns when compiling happens. The kernels that Python calls (the *entries*)
@@ -24,11 +25,13 @@ never compiles on a call's path.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import os
 import threading
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 import numba
 from numba.core import caching, config
@@ -36,7 +39,19 @@ from numba.core import caching, config
 from ..threads import interrupts_held
 from .cache_dirs import CompileCacheWarning, first_usable
 
-__all__ = ["CompileCacheWarning", "cache_state", "cfunc", "cfunc_code", "jit", "prepare"]
+if TYPE_CHECKING:
+    from numba.core.dispatcher import Dispatcher
+
+__all__ = [
+    "CompileCacheWarning",
+    "cache_index",
+    "cache_state",
+    "cfunc",
+    "cfunc_code",
+    "jit",
+    "numba_cache_dir",
+    "prepare",
+]
 
 
 _lock = threading.Lock()
@@ -86,19 +101,37 @@ def _cached_compile(make: Callable, func: Callable, options: dict):
     with _lock:
         root = _plan(func)
         if root is not None:
-            saved = config.CACHE_DIR
-            if root:  # numba reads CACHE_DIR when it builds the function's locator
-                config.CACHE_DIR = root
             try:
-                compiled = make(cache=True, **options)(func)
+                with numba_cache_dir(root or None):
+                    compiled = make(cache=True, **options)(func)
                 if make is numba.njit:
                     _cached.append(compiled)
                 return compiled
             except RuntimeError:  # a directory found writable was taken away since
                 _warn([root] if root else _numba_dirs(inspect.getfile(func)), 4)
-            finally:
-                config.CACHE_DIR = saved
         return make(cache=False, **options)(func)
+
+
+@contextlib.contextmanager
+def numba_cache_dir(root: str | None) -> Iterator[None]:
+    """``numba.config.CACHE_DIR`` (``NUMBA_CACHE_DIR``) set to ``root`` for the block,
+    then restored (None: left as it is).
+
+    numba has no per-function cache directory: it reads this process-wide setting
+    when it builds a function's cache (on ``cache=True``). For the block, another
+    thread's numba function decorated with ``cache=True`` caches in ``root`` too;
+    :func:`jit` and :func:`cfunc` hold it only while they decorate (a cfunc compiles
+    then), and only where numba's own choice is not writable.
+    """
+    if root is None:
+        yield
+        return
+    saved = config.CACHE_DIR
+    config.CACHE_DIR = root
+    try:
+        yield
+    finally:
+        config.CACHE_DIR = saved
 
 
 def prepare(dispatcher, signature: tuple) -> None:
@@ -135,13 +168,21 @@ def cache_state() -> tuple[bool, str | None]:
     them: none on first use), and the cache directory (None: no cache)."""
     found, where = False, None
     for dispatcher in _cached:
-        try:  # numba's cache internals: a missing or stale index loads as {}
-            cache = dispatcher._cache
-            where = cache._cache_path
-            found = found or bool(cache._cache_file._load_index())
+        try:
+            where = dispatcher.stats.cache_path
+            found = found or bool(cache_index(dispatcher))
         except Exception:  # another numba: say it is cached rather than guess
             return True, where
     return found, where
+
+
+def cache_index(dispatcher: Dispatcher) -> dict:
+    """numba's cache index of ``dispatcher`` ({} when missing or stale).
+
+    numba has no public API for whether a function has code in its cache: this reads
+    its private index, guarded by tests/test_foreign_names.py.
+    """
+    return dispatcher._cache._cache_file._load_index()
 
 
 def _plan(func: Callable) -> str | None:

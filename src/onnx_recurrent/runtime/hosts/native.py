@@ -453,7 +453,9 @@ _CALLBACKS = {
 
 def extensions_library() -> str:
     """The path of onnxruntime-extensions' shared library, found without importing the
-    package (its ``__init__`` imports torch where torch is installed: 0.8 s).
+    package (its ``__init__`` imports torch where torch is installed: 0.8 s): the
+    file of its private module ``_extensions_pydll``, what the public
+    ``onnxruntime_extensions.get_library_path()`` returns (tests/test_foreign_names.py).
 
     Raises
     ------

@@ -22,8 +22,8 @@ import os
 import signal as signal_module
 import threading
 import weakref
-from _thread import get_ident as _get_ident
 from collections.abc import Callable, Mapping, Sequence
+from threading import get_ident as _get_ident
 from time import perf_counter as _clock
 from typing import Any
 
@@ -53,7 +53,8 @@ SESSION_CONFIG = {
     "session.intra_op.spin_duration_us": "200",
 }
 
-# the C module under ``signal``: ``signal.signal`` wraps numbers in enums (11 µs a run)
+# the C module under ``signal``: ``signal.signal`` wraps numbers in enums (11 µs a run);
+# private to Python, guarded by tests/test_foreign_names.py
 _signal = getattr(signal_module, "_signal", signal_module)
 _SIGINT = int(signal_module.SIGINT)
 _keys = itertools.count()
