@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "onnx_recurrent"
-#: modules and packages of the tool layer (``arguments``: the commands' shared options)
-TOOLS = ("cli", "__main__", "arguments", "check", "bench", "vad", "dask")
+#: the tool layer: ``tools/``, ``__main__`` and the tools' old paths (aliases)
+TOOLS = ("tools", "__main__", "cli", "check", "bench", "vad", "dask")
 
 
 def _modules() -> dict[str, Path]:
@@ -212,9 +212,9 @@ def test_operator_facts_live_in_the_cells():
         "onnx_recurrent.runtime.streaming",  # which inputs and outputs are states
         "onnx_recurrent.convert",  # gates, default activations, own attribute
         "onnx_recurrent.runtime.hosts.native",  # the nodes' outputs
-        "onnx_recurrent.bench.cases",  # gates (multiply-adds), outputs
-        "onnx_recurrent.check.probes",  # outputs, functions, default activations
-        "onnx_recurrent.check.dims",  # outputs
-        "onnx_recurrent.check.trace",  # gate letters and activation slots
+        "onnx_recurrent.tools.bench.cases",  # gates (multiply-adds), outputs
+        "onnx_recurrent.tools.check.probes",  # outputs, functions, default activations
+        "onnx_recurrent.tools.check.dims",  # outputs
+        "onnx_recurrent.tools.check.trace",  # gate letters and activation slots
     }
     assert expected <= readers, expected - readers

@@ -24,7 +24,8 @@ if TYPE_CHECKING:
     from .runtime.streaming import StreamingSession, expose_states
 
 #: attribute -> the module that holds it, imported on first use (PEP 562): the runtime
-#: needs onnx, convert the frameworks' conventions, vad and dask (tools) audio I/O and Dask
+#: needs onnx, convert the frameworks' conventions; ``vad`` and ``dask`` are the old paths
+#: of two tools (``onnx_recurrent.tools``, aliases there), which need audio I/O and Dask
 _LAZY = {
     "InferenceSession": "runtime",
     "NodeArg": "runtime",

@@ -58,7 +58,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         print(text, file=sys.stderr, flush=True)
 
     if args.replan:
-        from ..backends import tuning
+        from ...backends import tuning
 
         os.environ[tuning.ENV] = "measure"
     note_first_use()

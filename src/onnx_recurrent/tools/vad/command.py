@@ -10,7 +10,7 @@ options are silero's ``get_speech_timestamps`` ones, with its defaults. ``--work
 N`` / ``--scheduler ADDRESS`` spread the files over a Dask cluster; ``--plot DIR``
 draws each recording.
 
-Registered by :mod:`onnx_recurrent.cli` through :func:`add_parser`; :func:`cmd_vad`
+Registered by :mod:`onnx_recurrent.tools.cli` through :func:`add_parser`; :func:`cmd_vad`
 runs it.
 """
 

@@ -30,7 +30,7 @@ def _run_reference(model: onnx.ModelProto, feeds, names):
     """
     from onnx.reference import ReferenceEvaluator
 
-    from ..runtime.loop import reference_fixes
+    from ...runtime.loop import reference_fixes
 
     return ReferenceEvaluator(model, new_ops=reference_fixes()).run(list(names), dict(feeds))
 

@@ -19,9 +19,9 @@ from typing import Any
 import numpy as np
 from onnx.helper import tensor_dtype_to_np_dtype
 
-from .errors import RecurrentError
-from .runtime.hosts import HOSTS
-from .runtime.session import NodeArg
+from ..errors import RecurrentError
+from ..runtime.hosts import HOSTS
+from ..runtime.session import NodeArg
 
 
 def add_model_inputs(parser: argparse.ArgumentParser) -> None:
@@ -224,11 +224,11 @@ def note_first_use(layers: bool = True) -> None:
     yet (first use: compiling takes seconds). ``layers``: the command runs layers
     (numba's kernels: the reference host, the bench, the check's peers) besides the
     native nodes of a session under onnxruntime (their machine code's own cache)."""
-    from .backends import native_code
+    from ..backends import native_code
 
     cached, where = native_code.cached("compute-float32")
     if layers:
-        from .backends import jit_cache, numba_backend  # noqa: F401  (decorates the kernels)
+        from ..backends import jit_cache, numba_backend  # noqa: F401  (decorates the kernels)
 
         numba_cached, numba_where = jit_cache.cache_state()
         cached, where = cached and numba_cached, where if where is not None else numba_where

@@ -14,7 +14,7 @@ with the reason (:meth:`ModelCase.missing`). Ours runs through
 (onnxruntime runs the graph, the recurrent nodes are custom ops computed by
 onnx-recurrent) and ``host="reference"`` (onnx.reference runs the graph). The
 competitors run the same model alone: onnxruntime, OpenVINO and onnx.reference. A
-runtime alone that :func:`onnx_recurrent.check.lint.lint` probes to get a model wrong
+runtime alone that :func:`onnx_recurrent.tools.check.lint.lint` probes to get a model wrong
 is skipped with that reason (:func:`~.runtimes.known_wrong`).
 
 The timing is the operator bench's (:func:`~.timing.prepare_calls`,
@@ -213,7 +213,7 @@ def voice(samples: int, streams: int = 1, seed: int = 0) -> np.ndarray:
 
 def silero_feeds(streams: int, seed: int = 0) -> dict[str, np.ndarray]:
     """One call's feeds of Silero VAD at 16 kHz for ``streams`` streams, as
-    :func:`onnx_recurrent.vad.speech_probabilities` makes them: ``input`` (streams,
+    :func:`onnx_recurrent.tools.vad.speech_probabilities` makes them: ``input`` (streams,
     64 + 512), a 512-sample chunk with the previous chunk's last 64 samples in front
     (:func:`voice`), ``state`` (2, streams, 128) zeros and ``sr`` 16000."""
     audio = voice(SILERO_CONTEXT + SILERO_CHUNK, streams, seed)
@@ -278,7 +278,7 @@ def _silero(streams: int) -> Callable[[int], tuple[Any, dict[str, np.ndarray]]]:
     def build(seed: int):
         import onnx
 
-        from onnx_recurrent import vad
+        from .. import vad
 
         return onnx.load(vad.silero_model_path()), silero_feeds(streams, seed)
 

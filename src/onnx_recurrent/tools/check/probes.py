@@ -32,8 +32,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from .. import cells, ops
-from ..activations import TABLE
+from ... import cells, ops
+from ...activations import TABLE
 from .peers import PEERS, one_line
 
 #: the probes' sizes: steps, batch (T != N, so that a layout mix-up shows), input, hidden
@@ -338,7 +338,7 @@ def probe(peer: str, form: Form, feature: tuple) -> Probed:
     Parameters
     ----------
     peer : str
-        A name from :data:`~onnx_recurrent.check.peers.PEERS`; its package must be
+        A name from :data:`~onnx_recurrent.tools.check.peers.PEERS`; its package must be
         importable.
     form : Form
     feature : tuple

@@ -295,7 +295,7 @@ def read_audio(path: str | os.PathLike[str]) -> Audio:
 
     The recording is held whole (4 bytes per sample at 16 kHz: 230 MB for 2 h); to
     go through a long one in bounded memory, read it in blocks with
-    :func:`open_audio`, as :func:`~onnx_recurrent.vad.detect` does.
+    :func:`open_audio`, as :func:`~onnx_recurrent.tools.vad.detect` does.
 
     Parameters
     ----------

@@ -31,9 +31,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 
-from ..arguments import dim_key, free_dims
-from ..cells import CELLS
-from ..runtime.graph import (
+from ...cells import CELLS
+from ...runtime.graph import (
     INPUTS,
     all_graphs,
     attributes,
@@ -42,7 +41,8 @@ from ..runtime.graph import (
     subgraphs,
     walk,
 )
-from ..runtime.session import NodeArg
+from ...runtime.session import NodeArg
+from ..arguments import dim_key, free_dims
 
 __all__ = ["Dims", "solve_dims"]
 
@@ -162,7 +162,7 @@ def solve_dims(
     inputs : sequence of NodeArg
         The model's inputs (those of :meth:`InferenceSession.get_inputs`).
     given : dict of str to int
-        ``--dim`` values, by ``--dim`` name (:func:`~onnx_recurrent.arguments.dim_key`).
+        ``--dim`` values, by ``--dim`` name (:func:`~onnx_recurrent.tools.arguments.dim_key`).
     feeds : dict of str to ndarray
         The inputs given (``-i``): their shapes size the dims they share.
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from ..cells import CELLS
+from ...cells import CELLS
 
 OPS = ("gru", "lstm", "rnn")
 #: gates and outputs of each operator (its cell's)

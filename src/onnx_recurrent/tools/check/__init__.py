@@ -26,6 +26,8 @@ from typing import Any
 import numpy as np
 import onnx
 
+from ...errors import RecurrentError, RecurrentTypeError
+from ...runtime.session import InferenceSession, load_model
 from ..arguments import (
     add_host,
     add_model_inputs,
@@ -36,8 +38,6 @@ from ..arguments import (
     parse_pairs,
     random_feeds,
 )
-from ..errors import RecurrentError, RecurrentTypeError
-from ..runtime.session import InferenceSession, load_model
 from .dims import Dims, solve_dims
 from .lint import Finding, lint
 from .peers import PEERS, installed_peers, one_line

@@ -18,8 +18,8 @@ from typing import Any
 import onnx
 from onnx import numpy_helper
 
-from ..activations import TABLE
-from ..runtime.graph import RECURRENT_OPS, attributes, element_types, walk_paths
+from ...activations import TABLE
+from ...runtime.graph import RECURRENT_OPS, attributes, element_types, walk_paths
 from . import probes
 from .peers import PEERS, installed_peers
 from .probes import CELLS
@@ -253,7 +253,7 @@ def lint(model: onnx.ModelProto, peers: Sequence[str] | None = None) -> list[Fin
     """What each peer gets wrong for the model's recurrent nodes, probed.
 
     Every GRU, RNN and LSTM node is visited, subgraphs included. For each, the probes
-    its attributes call for (:mod:`onnx_recurrent.check.probes`) run once per process
+    its attributes call for (:mod:`onnx_recurrent.tools.check.probes`) run once per process
     on each peer, in the node's form: its operator version, element type, direction,
     ``linear_before_reset``, whether X's dims are all fixed and whether its weights are
     constant. A peer is named only where a probe's outputs differ from onnx-recurrent's

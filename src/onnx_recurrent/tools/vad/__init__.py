@@ -9,7 +9,7 @@ parts that surround the model, and runs it over many files:
 
 * :func:`detect` finds the speech segments of audio files and directories, in this
   process (:func:`detect_files`, batched) or on a Dask cluster (``client=``);
-  ``onnx-recurrent vad`` is its command line (:mod:`onnx_recurrent.vad.command`);
+  ``onnx-recurrent vad`` is its command line (:mod:`onnx_recurrent.tools.vad.command`);
 * :func:`open_audio` reads WAV, FLAC or OGG at any rate (from
   :data:`MIN_SAMPLE_RATE`) and channel count as 16 kHz mono, block by block in bounded
   memory (soundfile, soxr), :func:`read_audio` a whole recording; :func:`read_wav`

@@ -266,7 +266,7 @@ def stream_probabilities(
     recordings : iterable of (key, array_like or iterator of arrays)
         ``(key, samples)`` pairs, the samples mono: an array as for
         :func:`speech_probabilities`, or an iterator of 1-D blocks of samples (any
-        sizes, e.g. an :class:`~onnx_recurrent.vad.audio.AudioReader`), pulled as the
+        sizes, e.g. an :class:`~onnx_recurrent.tools.vad.audio.AudioReader`), pulled as the
         stream needs them, so that a recording is never held whole (an iterator with
         a ``close`` method is closed when its recording ends or fails). Consumed
         lazily: the next recording is taken only when a row is free, so at most

@@ -11,12 +11,12 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from .. import cells
-from ..activations import TABLE, Activation
-from ..runtime.graph import RECURRENT_OPS, Namer, attributes, element_types, walk_paths
-from ..runtime.loop import reference_fixes
-from ..runtime.reference import reference_ops
-from ..spec import RecSpec, make_spec
+from ... import cells
+from ...activations import TABLE, Activation
+from ...runtime.graph import RECURRENT_OPS, Namer, attributes, element_types, walk_paths
+from ...runtime.loop import reference_fixes
+from ...runtime.reference import reference_ops
+from ...spec import RecSpec, make_spec
 from .lint import CELLS, bound_activations
 from .peers import PEERS, one_line
 

@@ -5,7 +5,7 @@ out, in the order given. Without a Dask client it runs :func:`detect_files` here
 files decoded in order by a second thread, block by block just ahead of the model, and
 joining the batch as rows free up; the model called once per chunk position for up to
 ``batch`` recordings);
-with one it hands the work to :func:`onnx_recurrent.dask.detect`. :func:`analyse_files`
+with one it hands the work to :func:`onnx_recurrent.tools.dask.detect`. :func:`analyse_files`
 is the same run with the probabilities and durations too (the command line's plots and
 progress use them).
 """
@@ -33,7 +33,7 @@ Segments = list[tuple[float, float]]
 #: ``Exception`` (an unreadable file, a ``MemoryError``...), not Ctrl-C.
 FILE_ERRORS = (Exception,)
 #: Files opened ahead of the model, each with its first block decoded
-#: (:data:`~onnx_recurrent.vad.audio.BLOCK_SAMPLES` samples at most).
+#: (:data:`~onnx_recurrent.tools.vad.audio.BLOCK_SAMPLES` samples at most).
 READ_AHEAD = 4
 
 
@@ -76,7 +76,7 @@ def analyse_files(
     ----------
     paths : path or iterable of paths
         Audio files (WAV, FLAC, OGG; any rate from 4000 Hz, any channels: see
-        :func:`~onnx_recurrent.vad.open_audio`), taken as given: directories are not
+        :func:`~onnx_recurrent.tools.vad.open_audio`), taken as given: directories are not
         walked here (:func:`detect` walks them).
     batch : int, default 64
         The most recordings in one model call.
@@ -90,7 +90,7 @@ def analyse_files(
     progress : callable, optional
         Called with seconds of audio as they are processed.
     **segment_options
-        Options of :func:`~onnx_recurrent.vad.speech_segments` (silero's
+        Options of :func:`~onnx_recurrent.tools.vad.speech_segments` (silero's
         ``get_speech_timestamps`` names: ``threshold``, ``min_speech_duration_ms``,
         ``min_silence_duration_ms``, ``speech_pad_ms``, ...).
 
@@ -110,10 +110,10 @@ def analyse_files(
 
     Notes
     -----
-    Each file is decoded and resampled in blocks (:func:`~onnx_recurrent.vad.open_audio`)
+    Each file is decoded and resampled in blocks (:func:`~onnx_recurrent.tools.vad.open_audio`)
     as the model consumes it, so memory does not grow with the recordings' length: at
     most ``batch`` recordings in the model's batch and :data:`READ_AHEAD` opened ahead,
-    each holding about two blocks of :data:`~onnx_recurrent.vad.audio.BLOCK_SAMPLES`
+    each holding about two blocks of :data:`~onnx_recurrent.tools.vad.audio.BLOCK_SAMPLES`
     float32 samples (32 KiB each) and, for a file not at 16 kHz, a soxr resampler
     (about 0.2 MB), plus its probabilities so far (4 bytes per 32 ms chunk: 0.45 MB per
     hour of audio).
@@ -304,7 +304,7 @@ def detect_files(
     iterator of (str, list of (float, float) or Exception)
         Per file, in the order given: its path and its speech segments (start, end in
         seconds), or the exception that made it fail (``OSError``, ``ValueError``
-        such as :class:`~onnx_recurrent.vad.AudioError`, ``MemoryError``... any
+        such as :class:`~onnx_recurrent.tools.vad.AudioError`, ``MemoryError``... any
         ``Exception``); the other files complete.
 
     Raises
@@ -336,7 +336,7 @@ def detect(
         walked for files ending in ``.wav``, ``.flac`` or ``.ogg`` (sorted).
     client : distributed.Client, optional
         Spread the files over this client's workers
-        (:func:`onnx_recurrent.dask.detect`). Default: run here
+        (:func:`onnx_recurrent.tools.dask.detect`). Default: run here
         (:func:`detect_files`).
     batch : int, default 64
         The most recordings in one model call (per worker with a client).
@@ -346,7 +346,7 @@ def detect(
         The Silero model; default: the installed ``silero-vad``'s (on each worker,
         with a client).
     **segment_options
-        Options of :func:`~onnx_recurrent.vad.speech_segments`, silero's
+        Options of :func:`~onnx_recurrent.tools.vad.speech_segments`, silero's
         ``get_speech_timestamps`` names and defaults: ``threshold=0.5``,
         ``min_speech_duration_ms=250``, ``min_silence_duration_ms=100``,
         ``speech_pad_ms=30``, ...

@@ -272,7 +272,7 @@ def known_wrong(
     runtimes: Iterable[str] | None = None,
 ) -> dict[str, str]:
     """What each runtime alone gets wrong in ``model``, as check's lint probes it
-    (:func:`onnx_recurrent.check.lint.lint`), by runtime name: the reason to skip it.
+    (:func:`onnx_recurrent.tools.check.lint.lint`), by runtime name: the reason to skip it.
 
     ``handled``: runtime name -> the lint features (``Finding.feature``) that the
     runtime works around itself, not reasons to skip it. ``runtimes``: probe only
@@ -282,7 +282,7 @@ def known_wrong(
     if not names:
         return {}
     try:
-        from onnx_recurrent.check.lint import lint
+        from ..check.lint import lint
 
         findings = lint(model, list(names.values()))
     except Exception:

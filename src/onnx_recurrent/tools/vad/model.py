@@ -1,6 +1,6 @@
 """The Silero VAD model: where its file is, its chunk sizes and its inputs.
 
-Shared by the rest of :mod:`onnx_recurrent.vad`: the chunk and context sizes at each
+Shared by the rest of :mod:`onnx_recurrent.tools.vad`: the chunk and context sizes at each
 native sample rate, the shape of one stream's recurrent state, silero's handling of
 the sample rate, and a session over the model.
 """
@@ -36,7 +36,7 @@ def silero_model_path(name: str = "silero_vad.onnx") -> Path:
     ----------
     name : str, default "silero_vad.onnx"
         File name inside ``silero_vad/data``. The default is the opset-16 streaming
-        model that :func:`~onnx_recurrent.vad.speech_probabilities` drives.
+        model that :func:`~onnx_recurrent.tools.vad.speech_probabilities` drives.
 
     Returns
     -------
@@ -115,7 +115,7 @@ def open_session(model_path: str | Path | None = None, host: str = "auto") -> An
     ModuleNotFoundError
         If no ``model_path`` is given and ``silero-vad`` is not installed.
     """
-    from ..runtime.session import InferenceSession
+    from ...runtime.session import InferenceSession
 
     path = silero_model_path() if model_path is None else Path(model_path)
     return InferenceSession(str(path), host=host)

@@ -1,0 +1,5 @@
+"""The old path of :mod:`onnx_recurrent.tools.check`: the same module (and submodules)."""
+
+from .tools._aliases import alias
+
+alias(__name__)

@@ -1,0 +1,208 @@
+"""The ``onnx-recurrent`` command line: a thin front on the library.
+
+Each subcommand is loaded when it is used (``run`` is here; ``check``, ``bench`` and
+``vad`` are their packages'), so that a command does not pay for the others; ``--help``
+lists them all from :data:`COMMANDS`. A usage error (a bad file or argument, a model
+that cannot run) is one line on stderr and exit status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import os
+import signal
+import sys
+import time
+import warnings
+from collections.abc import Sequence
+from importlib import resources
+from importlib.util import find_spec
+from pathlib import Path
+from typing import Any, NoReturn
+
+import numpy as np
+
+from ..errors import RecurrentError, RecurrentTypeError
+from ..runtime.session import InferenceSession
+from .arguments import add_host, add_model_inputs, model_feeds, note_first_use, writable
+
+EXAMPLE = "example_gru.onnx"
+
+#: subcommand -> (the module whose ``add_parser`` registers it, its one-line help)
+COMMANDS = {
+    "run": (__name__, "run a model (the bundled example if none is given)"),
+    "check": (
+        "onnx_recurrent.tools.check",
+        "compare a model's outputs on onnx-recurrent and every installed peer",
+    ),
+    "bench": (
+        "onnx_recurrent.tools.bench.command",
+        "time GRU/LSTM/RNN against onnxruntime, OpenVINO and onnx.reference",
+    ),
+    "vad": (
+        "onnx_recurrent.tools.vad.command",
+        "find the speech in recordings (Silero VAD): one row per speech segment",
+    ),
+}
+
+
+def _data(name: str) -> Path:
+    return Path(str(resources.files("onnx_recurrent") / "data" / name))
+
+
+def _preview(array: np.ndarray, count: int = 5) -> str:
+    flat = np.asarray(array, dtype=np.float64).ravel()[:count]
+    more = " ..." if array.size > count else ""
+    return "[" + ", ".join(f"{v:.6g}" for v in flat) + more + "]"
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    expected = None
+    if args.output:
+        writable(args.output, "-o")
+    if args.model is None:
+        if args.input or args.dim:
+            given = "-i" if args.input else "--dim"
+            raise RecurrentError(
+                f"{given} needs a model path (the bundled example runs on its own input)"
+            )
+        model = _data(EXAMPLE)
+        print(
+            f"model: bundled example {model.name} (PyTorch 2-layer bidirectional "
+            "batch-first nn.GRU + linear head)"
+        )
+        given = {"x": np.load(_data("example_input.npy"))}
+        with np.load(_data("example_expected.npz")) as f:
+            expected = dict(f)
+    else:
+        model = args.model
+        print(f"model: {model}")
+        given = None
+    # a session compiles its kernels when it is made; the reference host runs layers
+    note_first_use(layers=args.host == "reference" or not find_spec("onnxruntime"))
+    session = InferenceSession(model, host=args.host)
+    print(f"host: {session.host}")
+    if not session.recurrent_nodes:
+        print(
+            "note: the model has no GRU, RNN or LSTM node: onnx-recurrent computes nothing "
+            f"in it ({session.host} runs all of it)"
+        )
+    if given is None:
+        feeds, drawn = model_feeds(args, session.get_inputs())
+    else:
+        feeds, drawn = given, set()
+    for name, value in feeds.items():
+        how = f"random (seed {args.seed})" if name in drawn else "given"
+        print(f"input {name}: shape {list(value.shape)} {value.dtype}, {how}")
+    start = time.perf_counter()
+    outputs = session.run(None, feeds)
+    elapsed = time.perf_counter() - start
+    names = [o.name for o in session.get_outputs()]
+    for name, value in zip(names, outputs, strict=True):
+        print(f"output {name}: shape {list(value.shape)} {value.dtype} {_preview(value)}")
+    print(f"wall time: {elapsed * 1e3:.1f} ms")
+    status = 0
+    if expected is not None:
+        diff = max(
+            float(np.max(np.abs(out.astype(np.float64) - expected[name])))
+            for name, out in zip(names, outputs, strict=True)
+        )
+        print(f"max |difference| from PyTorch's output: {diff:.3g}")
+        status = 0 if diff <= 1e-5 else 1
+    if args.output:
+        np.savez(args.output, **dict(zip(names, outputs, strict=True)))
+        print(f"saved: {args.output}")
+    return status
+
+
+def add_parser(sub: Any) -> None:
+    """Register the ``run`` subcommand."""
+    run = sub.add_parser("run", help=COMMANDS["run"][1])
+    run.add_argument(
+        "model", nargs="?", help="path to an .onnx model; omit for the bundled example"
+    )
+    add_model_inputs(run)
+    run.add_argument("-o", "--output", metavar="OUT.npz", help="save the outputs")
+    add_host(run)
+    run.set_defaults(handler=cmd_run)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a usage error in one line on stderr (status 2, as argparse's)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser, with ``command``'s subcommand loaded in full (the others listed with
+    their help only; all of them in full when ``command`` is None)."""
+    parser = _Parser(
+        prog="onnx-recurrent",
+        description="Run ONNX models; onnx-recurrent computes their GRU, RNN and LSTM nodes.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, (module, summary) in COMMANDS.items():
+        if command is not None and name != command:
+            sub.add_parser(name, help=summary)
+        else:
+            importlib.import_module(module).add_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``onnx-recurrent``; returns the exit status.
+
+    A bad file or argument, or a model that cannot run, is one line on stderr (no
+    traceback) and status 2; so is each warning, on a line of its own. A closed stdout
+    (``| head``) ends the command quietly with status 141, as SIGPIPE ends Unix tools.
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = next((a for a in argv if not a.startswith("-")), None)
+    args = build_parser(command if command in COMMANDS else None).parse_args(argv)
+    prog = f"onnx-recurrent {args.command}"
+    with warnings.catch_warnings():
+        warnings.showwarning = lambda message, *_, **__: print(
+            f"{prog}: warning: {_squeeze(str(message)).removeprefix('onnx-recurrent: ')}",
+            file=sys.stderr,
+        )
+        try:
+            status = args.handler(args)
+            sys.stdout.flush()  # a reader gone away shows here, not at exit
+            return status
+        except BrokenPipeError:  # `onnx-recurrent ... | head`: stop quietly
+            return _stdout_closed()
+        except (RecurrentError, RecurrentTypeError, OSError) as e:
+            print(f"{prog}: error: {_one_line(e)}", file=sys.stderr)
+        except Exception as e:  # a model its host cannot run (onnxruntime, onnx.reference)
+            print(f"{prog}: error: {type(e).__name__}: {_one_line(e)}", file=sys.stderr)
+    return 2
+
+
+def _stdout_closed() -> int:
+    """Stop as a Unix tool killed by SIGPIPE does: no message, the status a shell
+    reports for it (128 + 13 = 141); stdout pointed at devnull, as Python's docs advise,
+    so that flushing it at exit fails no more."""
+    with contextlib.suppress(OSError, ValueError):  # no file descriptor (a test's capture)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    return 128 + getattr(signal, "SIGPIPE", 13)
+
+
+def _one_line(e: BaseException) -> str:
+    if isinstance(e, OSError) and e.filename is not None and e.strerror:
+        return f"{e.filename}: {e.strerror}"
+    lines = [line for line in str(e).splitlines() if line.strip()]
+    return _squeeze(lines[0]) if lines else type(e).__name__
+
+
+def _squeeze(text: str, width: int = 400) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+if __name__ == "__main__":
+    sys.exit(main())
