@@ -1,4 +1,4 @@
-"""Scaling of ``onnx_recurrent.dask.detect``: files per second on one vs two Dask workers.
+"""Scaling of VAD on a cluster (``vad.cluster.detect``): files per second, 1 vs 2 workers.
 
 The issue's target (a 2-core machine): two single-threaded Dask workers process the
 same corpus at >= 1.6x the files per second of one. For each worker count, a fresh
@@ -49,7 +49,7 @@ def make_corpus(directory: Path, count: int, seed: int = 0) -> list[str]:
     import soundfile
     import soxr
 
-    from onnx_recurrent.vad import read_audio
+    from onnx_recurrent.tools.vad import read_audio
 
     pieces = [
         read_audio(p).samples for p in sorted(SOURCES) if p.suffix in (".wav", ".flac", ".ogg")
@@ -78,7 +78,7 @@ def measure(files, workers, *, batch, group_size, host, rounds, warm) -> dict:
     """``rounds`` runs of the corpus on a fresh cluster of ``workers`` (median seconds)."""
     import distributed
 
-    from onnx_recurrent import dask as ordask
+    from onnx_recurrent.tools.vad import cluster as vad_cluster
 
     env = {"ONNX_RECURRENT_NUM_THREADS": "1"}
     with (
@@ -93,12 +93,12 @@ def measure(files, workers, *, batch, group_size, host, rounds, warm) -> dict:
     ):
         client.wait_for_workers(workers)
         # each worker: its session made, the model run once (compiled code loaded)
-        client.run(ordask._detect_group, [warm], batch, host, None, {})
+        client.run(vad_cluster._detect_group, [warm], batch, host, None, {})
         times = []
         for _ in range(rounds):
             start = time.perf_counter()
             results = list(
-                ordask.detect(client, files, batch=batch, group_size=group_size, host=host)
+                vad_cluster.detect(client, files, batch=batch, group_size=group_size, host=host)
             )
             times.append(time.perf_counter() - start)
     failed = [(p, r) for p, r in results if isinstance(r, BaseException)]
@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=None, help="write the results here")
     args = parser.parse_args(argv)
 
-    from onnx_recurrent.vad.audio import audio_duration, find_audio_files
+    from onnx_recurrent.tools.vad.audio import audio_duration, find_audio_files
 
     with tempfile.TemporaryDirectory(prefix="bench-dask-vad-") as tmp:
         if args.paths:

@@ -1,4 +1,5 @@
-"""The Dask faces: ``run`` over arrays chunked on the batch, ``detect`` over many files.
+"""The Dask faces: ``dask.run`` over arrays chunked on the batch, and VAD on a cluster
+(``vad.cluster.detect``) over many files.
 
 One local cluster of two single-threaded worker processes serves the module. ``run``
 must equal one session over the whole batch; ``detect`` must equal the single-process
@@ -22,8 +23,10 @@ distributed = pytest.importorskip("distributed")
 import dask.array as da  # noqa: E402
 
 import onnx_recurrent  # noqa: E402
-from onnx_recurrent import dask as ordask  # noqa: E402
 from onnx_recurrent.errors import RecurrentError  # noqa: E402
+from onnx_recurrent.tools import dask as ordask  # noqa: E402
+from onnx_recurrent.tools import workers  # noqa: E402
+from onnx_recurrent.tools.vad import cluster  # noqa: E402
 
 from models import node_model, random_inputs  # noqa: E402
 
@@ -106,7 +109,7 @@ def test_run_gru_layout_1_equals_one_session(client):
 
 @needs_silero
 def test_run_silero_streams_equals_one_session(client):
-    from onnx_recurrent.vad import silero_model_path
+    from onnx_recurrent.tools.vad import silero_model_path
 
     path = silero_model_path()
     rng = np.random.default_rng(0)
@@ -167,7 +170,7 @@ def recordings() -> list[str]:
 @pytest.fixture(scope="module")
 def expected():
     """Each recording's segments from the single-process detect_files."""
-    from onnx_recurrent.vad import detect_files
+    from onnx_recurrent.tools.vad import detect_files
 
     return dict(detect_files(recordings(), host="onnxruntime"))
 
@@ -175,12 +178,12 @@ def expected():
 @needs_vad
 def test_detect_equals_detect_files_in_input_order(client, expected):
     files = [os.path.relpath(recordings()[0]), *recordings() * 3]  # relative: as given
-    got = list(ordask.detect(client, files, group_size=2, host="onnxruntime"))
+    got = list(cluster.detect(client, files, group_size=2, host="onnxruntime"))
     assert [path for path, _ in got] == files
     assert [segments for _, segments in got] == [expected[os.path.abspath(f)] for f in files]
     # one session per worker, kept from one run to the next
-    list(ordask.detect(client, files[:4], group_size=1, host="onnxruntime"))
-    counts = client.run(lambda: sum(k[0] == "vad" for k in ordask._sessions))
+    list(cluster.detect(client, files[:4], group_size=1, host="onnxruntime"))
+    counts = client.run(lambda: sum(k[0] == "vad" for k in workers.SESSIONS))
     assert set(counts.values()) == {1}
 
 
@@ -190,7 +193,7 @@ def test_detect_unreadable_file_among_good_ones(client, expected, tmp_path):
     broken.write_bytes(b"RIFF not really")
     files = recordings()
     files = [files[0], str(broken), *files[1:], str(tmp_path / "missing.flac")]
-    got = list(ordask.detect(client, files, group_size=2, host="onnxruntime"))
+    got = list(cluster.detect(client, files, group_size=2, host="onnxruntime"))
     assert [path for path, _ in got] == files
     for path, found in got:
         if path in expected:
@@ -202,7 +205,7 @@ def test_detect_unreadable_file_among_good_ones(client, expected, tmp_path):
 
 def _install_killer(victim: str, marker: str) -> None:
     """On a worker: the first group holding ``victim`` kills its worker process."""
-    import onnx_recurrent.vad as vad
+    from onnx_recurrent.tools.vad import files as vad
 
     original = vad.detect_files
 
@@ -217,7 +220,7 @@ def _install_killer(victim: str, marker: str) -> None:
 
 
 def _remove_killer() -> None:
-    import onnx_recurrent.vad as vad
+    from onnx_recurrent.tools.vad import files as vad
 
     vad.detect_files = getattr(vad.detect_files, "original", vad.detect_files)
 
@@ -233,7 +236,7 @@ def test_detect_survives_a_worker_killed_mid_run(client, expected, tmp_path):
     before = set(client.scheduler_info(n_workers=-1)["workers"])
     client.run(_install_killer, victim, str(marker))
     try:
-        got = list(ordask.detect(client, files, group_size=2, host="onnxruntime"))
+        got = list(cluster.detect(client, files, group_size=2, host="onnxruntime"))
     finally:
         client.run(_remove_killer)
         cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
@@ -247,13 +250,22 @@ def test_detect_survives_a_worker_killed_mid_run(client, expected, tmp_path):
 @needs_vad
 def test_detect_whole_group_failure_is_each_files_error(client):
     files = recordings()[:3]
-    got = list(ordask.detect(client, files, model_path="/no/such/model.onnx", retries=0))
+    got = list(cluster.detect(client, files, model_path="/no/such/model.onnx", retries=0))
     assert [path for path, _ in got] == files
     assert all(isinstance(found, FileNotFoundError) for _, found in got)
 
 
 def test_detect_checks_its_options_at_the_call(client):
     with pytest.raises(TypeError, match="unknown speech segment option"):
-        ordask.detect(client, ["a.wav"], treshold=0.4)
+        cluster.detect(client, ["a.wav"], treshold=0.4)
     with pytest.raises(ValueError, match="group_size must be an int >= 1"):
-        ordask.detect(client, ["a.wav"], group_size=0)
+        cluster.detect(client, ["a.wav"], group_size=0)
+
+
+def test_the_old_path_of_detect_is_the_vad_one():
+    """``onnx_recurrent.dask.detect`` (before VAD on a cluster moved to the vad package)
+    is ``vad.cluster.detect`` itself; ``dask`` lists ``run`` only."""
+    import onnx_recurrent.dask
+
+    assert onnx_recurrent.dask.detect is cluster.detect
+    assert ordask.__all__ == ["run"]

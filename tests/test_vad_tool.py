@@ -279,7 +279,7 @@ def test_read_ahead_is_bounded_and_stops_with_the_consumer(session, monkeypatch)
     import importlib
     import threading
 
-    detect_module = importlib.import_module("onnx_recurrent.vad.detect")
+    detect_module = importlib.import_module("onnx_recurrent.tools.vad.files")
 
     reads: list[str] = []
     real = detect_module.open_audio

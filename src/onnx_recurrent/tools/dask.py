@@ -1,18 +1,18 @@
-"""Dask faces: a model over Dask arrays chunked on the batch axis, and VAD over many files.
+"""Any ONNX model over Dask arrays chunked on their batch axis.
 
-A tool: it imports the library, nothing in the library imports it, and ``dask`` (and
-``distributed`` for :func:`detect`) are imported here only, when a function is called.
+A tool: it imports the library, nothing in the library imports it, and ``dask`` is
+imported here only, when :func:`run` is called.
 
-* :func:`run` scores any ONNX model over Dask arrays chunked along their batch axis and
-  returns Dask arrays of its outputs, chunked the same way. Each block runs through an
-  :class:`~onnx_recurrent.InferenceSession` made once per worker process and kept there
-  (keyed by the model's hash, the host and the session options); the model's bytes are
-  one key of the graph, so Dask sends them to a worker once.
-* :func:`detect` runs Silero VAD (:func:`onnx_recurrent.tools.vad.detect_files`) over many
-  recordings on a ``distributed`` cluster: files go to the workers in groups, results
-  come back as groups finish and are yielded in input order. A worker that dies
-  mid-run costs nothing: the scheduler runs its groups elsewhere, and every file is
-  yielded exactly once.
+:func:`run` scores any ONNX model over Dask arrays chunked along their batch axis and
+returns Dask arrays of its outputs, chunked the same way. Each block runs through an
+:class:`~onnx_recurrent.InferenceSession` made once per worker process and kept there
+(keyed by the model's hash, the host and the session options:
+:mod:`onnx_recurrent.tools.workers`); the model's bytes are one key of the graph, so
+Dask sends them to a worker once.
+
+Silero VAD on a cluster is the vad tool's: ``vad.detect(paths, client=client)``
+(:mod:`onnx_recurrent.tools.vad.cluster`). ``detect`` here, its old path, is that
+module's :func:`~onnx_recurrent.tools.vad.cluster.detect` (the same function).
 
 Examples
 --------
@@ -21,109 +21,21 @@ Examples
 >>> x = da.from_array(X, chunks=(-1, 64, -1))  # doctest: +SKIP
 >>> Y, Y_h = ordask.run("lstm.onnx", {"X": x}, {"X": 1})  # doctest: +SKIP
 >>> Y.compute()  # doctest: +SKIP
-
->>> from distributed import Client
->>> client = Client(n_workers=2, threads_per_worker=1)  # doctest: +SKIP
->>> for path, segments in ordask.detect(client, paths):  # doctest: +SKIP
-...     print(path, segments)
 """
 
 from __future__ import annotations
 
 import hashlib
-import importlib
-import importlib.util
-import math
 import os
-import pickle
-import threading
-import uuid
-from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from ..errors import RecurrentError
+from .workers import kept_session, options_record, require, session_options
 
-__all__ = ["detect", "run"]
-
-_INSTALL_HINT = "pip install dask distributed"
-
-#: onnxruntime ``SessionOptions`` attributes carried to the workers (the object itself
-#: does not pickle)
-_OPTION_ATTRIBUTES = (
-    "enable_cpu_mem_arena",
-    "enable_mem_pattern",
-    "enable_mem_reuse",
-    "enable_profiling",
-    "execution_mode",
-    "execution_order",
-    "graph_optimization_level",
-    "inter_op_num_threads",
-    "intra_op_num_threads",
-    "log_severity_level",
-    "log_verbosity_level",
-    "logid",
-    "optimized_model_filepath",
-    "profile_file_prefix",
-    "use_deterministic_compute",
-)
-#: onnxruntime session configuration entries carried to the workers when set
-_OPTION_ENTRIES = (
-    "session.intra_op.spin_duration_us",
-    "session.intra_op.allow_spinning",
-    "session.inter_op.allow_spinning",
-)
-#: sessions kept per worker process, least recently used dropped first
-_MAX_SESSIONS = 4
-_sessions: OrderedDict[tuple, Any] = OrderedDict()
-_sessions_lock = threading.Lock()
-
-
-def _require(module: str) -> Any:
-    try:
-        return importlib.import_module(module)
-    except ModuleNotFoundError as e:
-        raise ModuleNotFoundError(
-            f"onnx_recurrent.dask needs {e.name}, which is not installed: {_INSTALL_HINT}",
-            name=e.name,
-        ) from None
-
-
-# --- sessions on the workers ------------------------------------------------------------
-
-
-def _options_record(sess_options: Any) -> tuple | None:
-    """The picklable part of onnxruntime ``SessionOptions``: attributes, config entries."""
-    if sess_options is None:
-        return None
-    attributes = tuple(
-        (name, getattr(sess_options, name))
-        for name in _OPTION_ATTRIBUTES
-        if hasattr(sess_options, name)
-    )
-    entries = []
-    for entry in _OPTION_ENTRIES:
-        try:
-            entries.append((entry, sess_options.get_session_config_entry(entry)))
-        except Exception:  # not set: onnxruntime raises
-            pass
-    return attributes, tuple(entries)
-
-
-def _session_options(record: tuple | None) -> Any:
-    if record is None:
-        return None
-    import onnxruntime
-
-    attributes, entries = record
-    options = onnxruntime.SessionOptions()
-    for name, value in attributes:
-        setattr(options, name, value)
-    for entry, value in entries:
-        options.add_session_config_entry(entry, value)
-    return options
+__all__ = ["run"]
 
 
 def _session(model: bytes, key: tuple[str, str, tuple | None]) -> Any:
@@ -136,23 +48,9 @@ def _session(model: bytes, key: tuple[str, str, tuple | None]) -> Any:
     def make() -> Any:
         from ..runtime.session import InferenceSession
 
-        return InferenceSession(model, _session_options(options), host=host)
+        return InferenceSession(model, session_options(options), host=host)
 
-    return _kept_session(key, make)
-
-
-def _kept_session(key: tuple, make: Callable[[], Any]) -> Any:
-    """The session kept in this process under ``key``, made by ``make()`` the first
-    time; the least recently used beyond :data:`_MAX_SESSIONS` are dropped."""
-    with _sessions_lock:
-        session = _sessions.get(key)
-        if session is None:
-            session = _sessions[key] = make()
-            while len(_sessions) > _MAX_SESSIONS:
-                _sessions.popitem(last=False)
-        else:
-            _sessions.move_to_end(key)
-    return session
+    return kept_session(key, make)
 
 
 def _feeds(
@@ -275,8 +173,8 @@ def run(
     element through the model, then two copies of it): under a ``distributed`` client
     it runs on a worker, whose session is then ready for the blocks.
     """
-    dask = _require("dask")
-    da = _require("dask.array")
+    dask = require("dask", "onnx_recurrent.dask")
+    da = require("dask.array", "onnx_recurrent.dask")
     from ..runtime.session import NodeArg, load_model
 
     proto = load_model(model)
@@ -344,7 +242,7 @@ def run(
         raise RecurrentError(f"the batch is empty (inputs {names} have 0 along their axis)")
     static = {n: np.asarray(v) for n, v in feeds.items() if n not in batch_axes}
 
-    options = _options_record(sess_options)
+    options = options_record(sess_options)
     token = dask.base.tokenize(
         digest, host, options, static, names, axes, [x.name for x in arrays]
     )
@@ -419,198 +317,11 @@ def _output_axes(
     return axes
 
 
-# --- detect: Silero VAD over many files on a cluster --------------------------------------
+def __getattr__(name: str) -> Any:
+    """``detect``, the old path of VAD on a cluster: the vad tool's
+    :func:`onnx_recurrent.tools.vad.cluster.detect` itself."""
+    if name == "detect":
+        from .vad.cluster import detect
 
-
-def _vad_session(model_path: str | None, host: str) -> Any:
-    """This worker's session over the Silero model, made on first use and kept.
-
-    onnxruntime runs it on one thread: a worker's parallelism is its Dask threads
-    (each running a group), as Dask's nannies set ``OMP_NUM_THREADS=1``.
-    """
-
-    def make() -> Any:
-        from ..runtime.session import InferenceSession
-        from .vad.model import silero_model_path
-
-        path = silero_model_path() if model_path is None else model_path
-        options = None
-        if host != "reference" and importlib.util.find_spec("onnxruntime") is not None:
-            options = _session_options(
-                ((("intra_op_num_threads", 1), ("inter_op_num_threads", 1)), ())
-            )
-        return InferenceSession(path, options, host=host)
-
-    return _kept_session(("vad", model_path, host), make)
-
-
-def _picklable(value: Any) -> Any:
-    """A file's error as it can travel back to the client (else its text, as such)."""
-    if not isinstance(value, BaseException):
-        return value
-    try:
-        pickle.loads(pickle.dumps(value))
-    except Exception:
-        return RuntimeError(f"{type(value).__name__}: {value}")
-    return value
-
-
-def _detect_group(
-    paths: list[str],
-    batch: int,
-    host: str,
-    model_path: str | None,
-    segment_options: dict[str, Any],
-) -> list[tuple[str, Any]]:
-    """One group of files on a worker: ``(path, segments or error)`` each, in order."""
-    from .vad import detect_files
-
-    found = detect_files(
-        paths,
-        batch=batch,
-        session=_vad_session(model_path, host),
-        **segment_options,
-    )
-    return [(path, _picklable(value)) for path, value in found]
-
-
-def detect(
-    client: Any,
-    paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]],
-    *,
-    batch: int = 64,
-    host: str = "auto",
-    model_path: str | os.PathLike[str] | None = None,
-    group_size: int | None = None,
-    retries: int = 1,
-    **segment_options: Any,
-) -> Iterator[tuple[str, Any]]:
-    """Find the speech in audio files on a Dask cluster; results in input order.
-
-    The files are cut into groups (consecutive in input order) and each group is one
-    task: :func:`onnx_recurrent.tools.vad.detect_files` on a worker, batched, through a
-    session over the model made once per worker process and kept there. Groups run as
-    workers free up; their results are yielded as soon as every earlier file's are.
-
-    A worker that dies mid-run costs nothing: the scheduler runs its groups on another
-    worker (or the one its nanny restarts), and every file is yielded exactly once. A
-    group whose task fails as a whole (after ``retries``; or whose workers keep dying,
-    Dask's ``KilledWorker``) yields that error for each of its files; the other groups
-    complete.
-
-    Parameters
-    ----------
-    client : distributed.Client
-        The cluster's client.
-    paths : path or iterable of paths
-        Audio files (directories are not walked here: :func:`onnx_recurrent.tools.vad.detect`
-        walks them). The workers get them as absolute paths, which must name the same
-        files on their machines (a shared file system); they are yielded as given.
-    batch : int, default 64
-        The most recordings in one model call, on each worker.
-    host : {"auto", "onnxruntime", "reference"}, default "auto"
-        Who runs the model graph's other nodes.
-    model_path : path, optional
-        The Silero model (made absolute, as the files); default: each worker's
-        installed ``silero-vad``'s.
-    group_size : int, optional
-        Files per task. Default: about four groups per worker thread, at most
-        ``batch`` files each (smaller groups spread better and cost less when a
-        worker dies; larger ones batch more recordings per model call).
-    retries : int, default 1
-        How many times Dask reruns a group whose task raised.
-    **segment_options
-        Options of :func:`onnx_recurrent.tools.vad.speech_segments` (silero's
-        ``get_speech_timestamps`` names and defaults), checked here.
-
-    Returns
-    -------
-    iterator of (str, list of (float, float) or Exception)
-        Per file, in input order: the path and its speech segments (start, end in
-        seconds), or the exception that made it fail.
-
-    Raises
-    ------
-    TypeError, ValueError
-        At the call: an unknown or bad segment option, a ``batch``, ``group_size`` or
-        ``retries`` that is not a positive (non-negative for ``retries``) int.
-    ModuleNotFoundError
-        ``distributed`` is not installed.
-
-    Notes
-    -----
-    The workers' sessions run onnxruntime on one thread; for the recurrent nodes to
-    use one thread too, start the workers with ``ONNX_RECURRENT_NUM_THREADS=1`` (for a
-    local cluster: ``LocalCluster(..., env={"ONNX_RECURRENT_NUM_THREADS": "1"})``).
-    The results come back to the client as each group ends; the iterator holds those
-    that wait for an earlier group. Stopping the iteration cancels the groups not done.
-    """
-    distributed = _require("distributed")
-    from .vad.segments import check_segment_options
-
-    options = check_segment_options(segment_options)
-    for name, value, least in (("batch", batch, 1), ("retries", retries, 0)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < least:
-            raise RecurrentError(f"{name} must be an int >= {least}, got {value!r}")
-    if isinstance(paths, str | os.PathLike):
-        paths = [paths]
-    files = [os.fspath(p) for p in paths]
-    if group_size is None:
-        threads = max(1, sum(client.nthreads().values()))
-        group_size = max(1, min(batch, math.ceil(len(files) / (4 * threads))))
-    elif isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1:
-        raise RecurrentError(f"group_size must be an int >= 1, got {group_size!r}")
-    groups = [files[i : i + group_size] for i in range(0, len(files), group_size)]
-    model = None if model_path is None else os.path.abspath(model_path)
-    run_id = uuid.uuid4().hex
-    futures = [
-        client.submit(
-            _detect_group,
-            [os.path.abspath(p) for p in group],  # the workers' working folder may differ
-            batch,
-            host,
-            model,
-            options,
-            key=f"onnx-recurrent-vad-{run_id}-{index}",
-            retries=retries,
-        )
-        for index, group in enumerate(groups)
-    ]
-    return _in_input_order(distributed, futures, groups)
-
-
-def _in_input_order(
-    distributed: Any, futures: list[Any], groups: list[list[str]]
-) -> Iterator[tuple[str, Any]]:
-    """Each group's results as it completes, yielded in input order, each file once."""
-    index = {future.key: i for i, future in enumerate(futures)}
-    done: dict[int, list[tuple[str, Any]]] = {}
-    next_group = 0
-    try:
-        for future in distributed.as_completed(futures):
-            i = index[future.key]
-            if i in done or i < next_group:  # a group reported twice: already counted
-                continue
-            done[i] = _group_results(future, groups[i])
-            futures[i] = None  # let the cluster forget it
-            while next_group in done:
-                yield from done.pop(next_group)
-                next_group += 1
-    finally:
-        pending = [f for f in futures if f is not None and not f.done()]
-        if pending:  # the caller stopped early
-            pending[0].client.cancel(pending)
-
-
-def _group_results(future: Any, group: list[str]) -> list[tuple[str, Any]]:
-    try:
-        found = future.result()
-    except Exception as e:  # the task failed after its retries, or its workers kept dying
-        return [(path, e) for path in group]
-    results = []
-    for k, path in enumerate(group):
-        if k < len(found) and found[k][0] == os.path.abspath(path):
-            results.append((path, found[k][1]))
-        else:
-            results.append((path, RuntimeError(f"{path}: no result came back for this file")))
-    return results
+        return detect
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -8,7 +8,8 @@ branches), but its own Python helpers need torch. This package redoes, on NumPy,
 parts that surround the model, and runs it over many files:
 
 * :func:`detect` finds the speech segments of audio files and directories, in this
-  process (:func:`detect_files`, batched) or on a Dask cluster (``client=``);
+  process (:func:`detect_files`, batched) or on a Dask cluster (``client=``,
+  :mod:`onnx_recurrent.tools.vad.cluster`);
   ``onnx-recurrent vad`` is its command line (:mod:`onnx_recurrent.tools.vad.command`);
 * :func:`open_audio` reads WAV, FLAC or OGG at any rate (from
   :data:`MIN_SAMPLE_RATE`) and channel count as 16 kHz mono, block by block in bounded
@@ -53,7 +54,8 @@ from .audio import (
     read_audio,
     read_wav,
 )
-from .detect import FileResult, analyse_files, detect, detect_files
+from .detect import detect
+from .files import FileResult, analyse_files, detect_files
 from .model import CHUNK_SAMPLES, CONTEXT_SAMPLES, MODEL_RATE, STATE_SHAPE, silero_model_path
 from .segments import SEGMENT_OPTIONS, speech_segments
 from .streams import speech_probabilities, stream_probabilities

@@ -339,7 +339,7 @@ class _Plotter:
 def _local_results(
     files: list[str], args: argparse.Namespace, options: dict[str, Any], bar: _Progress
 ) -> Iterator[tuple[str, Any, Any]]:
-    from .detect import analyse_files
+    from .files import analyse_files
 
     results = analyse_files(
         files,

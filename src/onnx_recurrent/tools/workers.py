@@ -1,0 +1,108 @@
+"""What the Dask tools keep in each worker process: sessions made once, and Dask itself.
+
+:func:`kept_session` holds a few sessions per process, keyed by what made them
+(:func:`onnx_recurrent.tools.dask.run`: the model's hash, host and options; the VAD on
+a cluster, :mod:`onnx_recurrent.tools.vad.cluster`: its model); :func:`options_record`
+and :func:`session_options` carry onnxruntime ``SessionOptions`` (which do not pickle)
+to the workers; :func:`require` imports ``dask`` or ``distributed`` when a tool is
+called, or says how to install them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+INSTALL_HINT = "pip install dask distributed"
+
+#: onnxruntime ``SessionOptions`` attributes carried to the workers (the object itself
+#: does not pickle)
+_OPTION_ATTRIBUTES = (
+    "enable_cpu_mem_arena",
+    "enable_mem_pattern",
+    "enable_mem_reuse",
+    "enable_profiling",
+    "execution_mode",
+    "execution_order",
+    "graph_optimization_level",
+    "inter_op_num_threads",
+    "intra_op_num_threads",
+    "log_severity_level",
+    "log_verbosity_level",
+    "logid",
+    "optimized_model_filepath",
+    "profile_file_prefix",
+    "use_deterministic_compute",
+)
+#: onnxruntime session configuration entries carried to the workers when set
+_OPTION_ENTRIES = (
+    "session.intra_op.spin_duration_us",
+    "session.intra_op.allow_spinning",
+    "session.inter_op.allow_spinning",
+)
+#: sessions kept per worker process, least recently used dropped first
+MAX_SESSIONS = 4
+#: the sessions kept in this process, by key
+SESSIONS: OrderedDict[tuple, Any] = OrderedDict()
+_sessions_lock = threading.Lock()
+
+
+def require(module: str, tool: str) -> Any:
+    """Import ``module`` (``dask``, ``distributed``...) for ``tool``, or say how to
+    install it (``ModuleNotFoundError``)."""
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        raise ModuleNotFoundError(
+            f"{tool} needs {e.name}, which is not installed: {INSTALL_HINT}", name=e.name
+        ) from None
+
+
+def options_record(sess_options: Any) -> tuple | None:
+    """The picklable part of onnxruntime ``SessionOptions``: attributes, config entries."""
+    if sess_options is None:
+        return None
+    attributes = tuple(
+        (name, getattr(sess_options, name))
+        for name in _OPTION_ATTRIBUTES
+        if hasattr(sess_options, name)
+    )
+    entries = []
+    for entry in _OPTION_ENTRIES:
+        try:
+            entries.append((entry, sess_options.get_session_config_entry(entry)))
+        except Exception:  # not set: onnxruntime raises
+            pass
+    return attributes, tuple(entries)
+
+
+def session_options(record: tuple | None) -> Any:
+    """onnxruntime ``SessionOptions`` made from :func:`options_record`'s record."""
+    if record is None:
+        return None
+    import onnxruntime
+
+    attributes, entries = record
+    options = onnxruntime.SessionOptions()
+    for name, value in attributes:
+        setattr(options, name, value)
+    for entry, value in entries:
+        options.add_session_config_entry(entry, value)
+    return options
+
+
+def kept_session(key: tuple, make: Callable[[], Any]) -> Any:
+    """The session kept in this process under ``key``, made by ``make()`` the first
+    time; the least recently used beyond :data:`MAX_SESSIONS` are dropped."""
+    with _sessions_lock:
+        session = SESSIONS.get(key)
+        if session is None:
+            session = SESSIONS[key] = make()
+            while len(SESSIONS) > MAX_SESSIONS:
+                SESSIONS.popitem(last=False)
+        else:
+            SESSIONS.move_to_end(key)
+    return session
