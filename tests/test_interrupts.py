@@ -139,3 +139,32 @@ def test_interrupt_at_random_moments(phase, mode, delay):
     latency = float(out.split("interrupted after ")[1].split()[0])
     if phase != "create":  # during a run: within 0.5 s (creation: after the compile)
         assert latency <= 0.5, out
+
+
+def test_a_sigint_read_late_stops_no_later_call():
+    """The watcher thread may read a SIGINT's byte after the call it interrupted has
+    ended (seen under load: the next call, short and unwatched, then stopped with a
+    second KeyboardInterrupt). In the window a byte sets ABORT; read after it, none."""
+    import time
+
+    from onnx_recurrent.runtime.hosts import native
+
+    def abort_within(seconds: float) -> bool:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if native.ABORT[0]:
+                return True
+            time.sleep(0.005)
+        return False
+
+    previous = native.interrupt_watch_start()
+    try:
+        os.write(native._watch[1], bytes([signal.SIGINT]))  # as Python's C handler does
+        assert abort_within(5.0), "the watcher did not see a SIGINT in the window"
+    finally:
+        assert native.interrupt_watch_end(previous) is True
+    assert not native.ABORT[0]
+    previous = native.interrupt_watch_start()
+    assert native.interrupt_watch_end(previous) is False
+    os.write(native._watch[1], bytes([signal.SIGINT]))  # read after the window
+    assert not abort_within(0.5), "a SIGINT read after its call's window set ABORT"

@@ -551,6 +551,9 @@ def compiled_address(kind: str, dt: np.dtype) -> int:
 
 _watch_lock = threading.Lock()
 _watch: tuple[int, int] | None = None  # (pid, the pipe's write end)
+#: whether a SIGINT now stops the nodes (:func:`interrupt_watch_start` to ``_end``);
+#: read and written under ``_watch_lock``
+_watching = False
 
 
 def _watcher(fd: int) -> None:
@@ -566,7 +569,9 @@ def _watcher(fd: int) -> None:
         if not data:
             return
         if sigint in data:
-            ABORT[0] = 1
+            with _watch_lock:  # read late, after the call's window: no longer ours
+                if _watching:
+                    ABORT[0] = 1
 
 
 def _wakeup_fd() -> int:
@@ -589,15 +594,25 @@ def interrupt_watch_start() -> int:
     """On the main thread, before ``run``: SIGINT sets :data:`ABORT` (the compiled
     loops stop within a block) as well as calling Python's handler later. Returns the
     previous wake-up fd, for :func:`interrupt_watch_end`."""
-    ABORT[0] = 0
+    global _watching
     fd = _watch[1] if _watch is not None and _watch[0] == os.getpid() else _wakeup_fd()
+    with _watch_lock:
+        ABORT[0] = 0
+        _watching = True
     return _set_wakeup_fd(fd, warn_on_full_buffer=False)
 
 
 def interrupt_watch_end(previous: int) -> bool:
-    """The previous wake-up fd back; whether a SIGINT stopped or would stop a node."""
+    """The previous wake-up fd back; whether a SIGINT stopped or would stop a node.
+    :data:`ABORT` is clear after it, whenever the watcher reads the pipe (a SIGINT
+    read late would otherwise stop the next call, unwatched: seen under load)."""
+    global _watching
     _set_wakeup_fd(previous)
-    return bool(ABORT[0])
+    with _watch_lock:
+        _watching = False
+        aborted = bool(ABORT[0])
+        ABORT[0] = 0
+    return aborted
 
 
 _set_wakeup_fd = signal.set_wakeup_fd
