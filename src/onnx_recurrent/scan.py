@@ -192,44 +192,84 @@ def scan(
     Returns ``(Y, *final_states)`` in the caller's layout and X's dtype; ``Y`` is None
     when ``output_sequence`` is false (and is then never materialised).
     """
-    cell = spec.cell
-    T, N, I = x.X.shape
-    D, H = spec.num_directions, spec.hidden_size
-    ct = x.compute_dtype
-    ragged = x.ragged
+    return Scan(spec, directions, x, output_sequence).run(share)
 
-    # Outputs in the caller's layout, written through time-major views.
-    Y = Y_tm = None
-    if output_sequence:
-        shape = (N, T, D, H) if spec.layout else (T, D, N, H)
-        Y = (np.zeros if ragged else np.empty)(shape, x.dtype)
-        Y_tm = Y.transpose(1, 2, 0, 3) if spec.layout else Y
-    finals = [np.empty((N, D, H) if spec.layout else (D, N, H), x.dtype) for _ in cell.state_names]
-    finals_tm = [f.transpose(1, 0, 2) if spec.layout else f for f in finals]
-    backend = backends.select(spec, ct)
-    block = block_steps(spec, N, I, ct)
 
-    def initial(d: int, s: Schedule) -> tuple[np.ndarray, ...]:
-        rows = slice(None) if s.whole else s.order
+class Scan:
+    """One call of :func:`scan`: its outputs, made up front, and the ways its units of
+    work run (:meth:`run`): one after another on this thread, from a queue on the
+    pool's threads, or one unit whose hidden units the threads share."""
+
+    def __init__(
+        self, spec: RecSpec, directions: tuple[Weights, ...], x: Inputs, output_sequence: bool
+    ) -> None:
+        self.spec, self.directions, self.x = spec, directions, x
+        T, N, I = x.X.shape
+        D, H = spec.num_directions, spec.hidden_size
+        # Outputs in the caller's layout, written through time-major views.
+        self.Y = self.Y_tm = None
+        if output_sequence:
+            shape = (N, T, D, H) if spec.layout else (T, D, N, H)
+            self.Y = (np.zeros if x.ragged else np.empty)(shape, x.dtype)
+            self.Y_tm = self.Y.transpose(1, 2, 0, 3) if spec.layout else self.Y
+        shape = (N, D, H) if spec.layout else (D, N, H)
+        self.finals = [np.empty(shape, x.dtype) for _ in spec.cell.state_names]
+        self.finals_tm = [f.transpose(1, 0, 2) if spec.layout else f for f in self.finals]
+        self.backend = backends.select(spec, x.compute_dtype)
+        self.block = block_steps(spec, N, I, x.compute_dtype)
+
+    def run(self, share: bool | None = None) -> tuple[np.ndarray | None, ...]:
+        """Every unit (:func:`_units`), then the states of empty sequences zeroed:
+        ``(Y, *final_states)``."""
+        spec, x, backend = self.spec, self.x, self.backend
+        workers = threads.num_threads()
+        units, large, shares = _units(spec, x, workers, share=share)
+        shared = None
+        if shares > 1:
+            make = getattr(backend, "shares", None)
+            shared = None if make is None else make(spec, x.X.shape[1], x.compute_dtype, shares)
+            if shared is None:  # this backend cannot share hidden units
+                units, large, shares = _units(spec, x, workers, can_share=False)
+        prepare = getattr(backend, "prepare", None)  # here, on the calling thread, not in the pool
+        for d in sorted({d for d, _ in units}) if prepare is not None else ():
+            prepare(spec, self.directions[d], spec.activations[d], x.compute_dtype, shares)
+        if shared is not None:
+            self._shared(units[0], shared)
+        elif len(units) == 1 or workers == 1 or not large:
+            for unit in units:
+                self._finish(unit[0], *self._unit(unit))
+        else:
+            self._queued(units, workers)
+        if x.ragged or x.X.shape[0] == 0:  # no step ran: zeros, not initial_h (docs/semantics.md)
+            empty = x.sequence_lens == 0
+            for final in self.finals_tm:
+                final[:, empty] = 0
+        return (self.Y, *self.finals)
+
+    def _initial(self, d: int, s: Schedule) -> tuple[np.ndarray, ...]:
+        """Direction ``d``'s initial states for the rows of ``s``, in the compute type."""
+        x, rows = self.x, slice(None) if s.whole else s.order
         return tuple(
-            np.zeros((len(s.order), H), ct)
+            np.zeros((len(s.order), self.spec.hidden_size), x.compute_dtype)
             if init is None
-            else np.array(init[d][rows], dtype=ct, order="C")
+            else np.array(init[d][rows], dtype=x.compute_dtype, order="C")
             for init in x.initial_states
         )
 
-    def run(unit, states=None, shared=None, stopped=lambda: False):
+    def _unit(self, unit, states=None, shared=None, stopped=lambda: False):
         """One unit's steps, block by block (``shared``: with other threads, see
         :mod:`.backends.sync`); returns its states and schedule."""
+        spec, x, Y_tm = self.spec, self.x, self.Y_tm
         d, rows = unit
-        s = Schedule.of(rows, x.sequence_lens, T, ragged)
+        T, H, ct = x.X.shape[0], spec.hidden_size, x.compute_dtype
+        s = Schedule.of(rows, x.sequence_lens, T, x.ragged)
         reverse = spec.direction == "reverse" or d == 1
-        states = initial(d, s) if states is None else states
+        states = self._initial(d, s) if states is None else states
         direct = s.whole and ct == x.dtype  # Y written in place
-        for k0 in range(0, s.steps, block):
+        for k0 in range(0, s.steps, self.block):
             if stopped():
                 break
-            k1 = min(s.steps, k0 + block)
+            k1 = min(s.steps, k0 + self.block)
             n0 = int(s.active[k0])
             xb = s.inputs(x.X, k0, k1, n0, reverse)
             Yb = None
@@ -239,8 +279,8 @@ def scan(
                     if direct
                     else np.empty((k1 - k0, n0, H), ct)
                 )
-            backend.run_block(
-                spec, directions[d], spec.activations[d], xb, states, s.active[k0:k1], Yb,
+            self.backend.run_block(
+                spec, self.directions[d], spec.activations[d], xb, states, s.active[k0:k1], Yb,
                 shared, k0,
             )  # fmt: skip
             if Yb is not None and not direct:
@@ -250,54 +290,40 @@ def scan(
                     s.store(Y_tm, d, Yb, k0, k1, reverse)
         return states, s
 
-    def finish(d: int, states, s: Schedule) -> None:
-        for final, state in zip(finals_tm, states, strict=True):
+    def _finish(self, d: int, states, s: Schedule) -> None:
+        """A unit's final states into the outputs."""
+        for final, state in zip(self.finals_tm, states, strict=True):
             final[d, slice(None) if s.whole else s.order] = state
 
-    workers = threads.num_threads()
-    units, large, shares = _units(spec, x, workers, share=share)
-    if shares > 1:
-        make = getattr(backend, "shares", None)
-        shared = None if make is None else make(spec, N, ct, shares)
-        if shared is None:  # this backend cannot share hidden units
-            units, large, shares = _units(spec, x, workers, can_share=False)
-    prepare = getattr(backend, "prepare", None)  # here, on the calling thread, not in the pool
-    for d in sorted({d for d, _ in units}) if prepare is not None else ():
-        prepare(spec, directions[d], spec.activations[d], ct, shares)
-    if shares > 1:
-        unit = units[0]
-        whole = Schedule.of(unit[1], x.sequence_lens, T, ragged)
-        states = initial(0, whole)
+    def _shared(self, unit, shared) -> None:
+        """One unit, its hidden units shared by ``shared.shares`` threads."""
+        whole = Schedule.of(unit[1], self.x.sequence_lens, self.x.X.shape[0], self.x.ragged)
+        states = self._initial(unit[0], whole)
 
         def party(i: int) -> None:
-            run(unit, states, shared, lambda: shared.aborted)
+            self._unit(unit, states, shared, lambda: shared.aborted)
 
-        threads.run(shares, party, shared.abort, placement=PIN_SHARES)
-        shared.settle(states, T)
-        finish(0, states, whole)
-    elif len(units) == 1 or workers == 1 or not large:
-        for unit in units:
-            finish(unit[0], *run(unit))
-    else:
-        queue = iter(units)  # taken by whichever thread is free (next() holds the GIL)
+        threads.run(shared.shares, party, shared.abort, placement=PIN_SHARES)
+        shared.settle(states, whole.steps)
+        self._finish(unit[0], states, whole)
+
+    def _queued(self, units, workers: int) -> None:
+        """The units taken from a queue by whichever of ``workers`` threads is free."""
+        queue = iter(units)  # next() holds the GIL
         stop = []
 
         def worker(i: int) -> None:
             for unit in queue:
                 if stop:
                     return
-                states, s = run(unit, stopped=lambda: bool(stop))
+                states, s = self._unit(unit, stopped=lambda: bool(stop))
                 if not stop:
-                    finish(unit[0], states, s)
+                    self._finish(unit[0], states, s)
 
         # Per-step products are too small for BLAS's own threads to pay (measured: slower
         # than one thread); our units use the cores instead.
-        with backends.single_threaded_blas() if backend.calls_blas else nullcontext():
+        blas = backends.single_threaded_blas() if self.backend.calls_blas else nullcontext()
+        with blas:
             threads.run(
                 min(workers, len(units)), worker, lambda: stop.append(True), placement=PIN_UNITS
             )
-    if ragged or T == 0:  # no step ran: zeros, not initial_h (docs/semantics.md)
-        empty = x.sequence_lens == 0
-        for final in finals_tm:
-            final[:, empty] = 0
-    return (Y, *finals)
