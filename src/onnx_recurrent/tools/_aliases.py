@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import importlib.abc
 import importlib.machinery
+import importlib.util
 import sys
 from types import ModuleType
 
@@ -37,7 +38,7 @@ class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def find_spec(self, name, path=None, module=None):
         new = target(name)
-        if new is None or new == name or name in ALIASES:
+        if new is None or name in ALIASES or importlib.util.find_spec(new) is None:
             return None
         return importlib.machinery.ModuleSpec(name, self)
 
