@@ -38,24 +38,39 @@ def block_steps(gates, N, I, H, itemsize):
 
 #: what :func:`run_node` returns
 DONE, ABORTED, FAILED = 0, 1, 2
+#: a call's flags (:func:`run_node`, :func:`run_layer`): two directions, the one
+#: direction reverse, batch-first layout, Y written, initial states given, LSTM (run_layer
+#: only: run_node reads the plan's kind), sequence_lens given
+TWO_DIRECTIONS, REVERSE, LAYOUT, WRITE_Y, HAS_H0, HAS_C0, LSTM, HAS_LENS = (
+    1 << i for i in range(8)
+)
 
 
 @_jit
-def run_node(address0, address1, D, reverse, layout, X, lens, has_lens, h0, has_h0, c0, has_c0,
-             Y, write_Y, Yh, Yc, sync, calls, abort):  # fmt: skip
+def run_node(address0, address1, flags, X, lens, h0, c0, Y, Yh, Yc, sync, calls, abort):
     """One call of a recurrent node on checked arrays: :data:`DONE`, :data:`ABORTED`
     (``abort[0]`` was set) or :data:`FAILED` (no memory, or arrays that disagree with
     the plans; nothing meaningful written). Never raises; its memory from ``malloc``.
 
-    ``X``: ``[T, N, I]`` (``[N, T, I]`` if ``layout``); ``lens`` ``[N]`` int32 (read
-    if ``has_lens``); ``h0``, ``c0``: the initial states (read if ``has_*``);
-    ``Y`` ``[T, D, N, H]`` (``[N, T, D, H]``), written if ``write_Y``; ``Yh``, ``Yc``
-    ``[D, N, H]`` (``[N, D, H]``): the final states (``Yc``: LSTM only, else any
-    array); direction 0 runs the plan at ``address0``, direction 1 that at
-    ``address1`` (:class:`.plans.Plan`); ``reverse``: the one direction runs
-    backwards. ``sync``, ``calls``: a one-share meeting
-    (:data:`.numba_backend._ALONE`).
+    The kernel's whole contract:
+
+    - ``address0``, ``address1``: the directions' prepared records (:class:`.plans.Plan`:
+      packed weights, activations, tiles), kept alive by the caller; one direction:
+      the same address twice;
+    - ``flags``: the bits above;
+    - ``X``: ``[T, N, I]`` (``[N, T, I]`` with ``LAYOUT``); ``lens``: ``[N]`` int32,
+      read with ``HAS_LENS``; ``h0``, ``c0``: the initial states, read with
+      ``HAS_H0`` / ``HAS_C0``;
+    - ``Y``: ``[T, D, N, H]`` (``[N, T, D, H]``), written with ``WRITE_Y``; ``Yh``,
+      ``Yc``: ``[D, N, H]`` (``[N, D, H]``), the final states (``Yc``: LSTM only, else
+      any array);
+    - ``sync``, ``calls``: a one-share meeting (:data:`.numba_backend._ALONE`);
+      ``abort``: one word, read between blocks.
     """
+    D = 2 if flags & TWO_DIRECTIONS else 1
+    reverse, layout = (flags & REVERSE) != 0, (flags & LAYOUT) != 0
+    write_Y, has_lens = (flags & WRITE_Y) != 0, (flags & HAS_LENS) != 0
+    has_h0, has_c0 = (flags & HAS_H0) != 0, (flags & HAS_C0) != 0
     # the arrays as views without a reference count (:mod:`.views`)
     X, lens, h0, c0, Y = unowned(X), unowned(lens), unowned(h0), unowned(c0), unowned(Y)
     Yh, Yc, sync, calls, abort = (
@@ -192,10 +207,6 @@ def run_node(address0, address1, D, reverse, layout, X, lens, has_lens, h0, has_
     return result
 
 
-#: run_layer's flags
-TWO_DIRECTIONS, REVERSE, LAYOUT, WRITE_Y, HAS_H0, HAS_C0, LSTM = (1 << i for i in range(7))
-
-
 @_jit
 def run_layer(address0, address1, X, h0, c0, flags):
     """One small call of a layer on this thread, its outputs made here: ``(Y, Y_h,
@@ -227,10 +238,9 @@ def run_layer(address0, address1, X, h0, c0, flags):
     Yh = np.empty(state, dt)
     Yc = np.empty(state if lstm else (0, 0, 0), dt)
     sync, calls, abort = np.zeros(8, np.int64), np.zeros(4, np.int64), np.zeros(1, np.int64)
-    result = run_node(address0, address1, D, (flags & REVERSE) != 0, layout, X,
-                      np.zeros(0, np.int32), False, h0, (flags & HAS_H0) != 0, c0,
-                      (flags & HAS_C0) != 0, Y, write_Y, Yh, Yc if lstm else Yh, sync, calls,
-                      abort)  # fmt: skip
+    lens = np.zeros(0, np.int32)
+    result = run_node(address0, address1, flags & ~HAS_LENS, X, lens, h0, c0, Y, Yh,
+                      Yc if lstm else Yh, sync, calls, abort)  # fmt: skip
     if result != DONE:
         raise MemoryError("onnx-recurrent: no memory for a layer call's scratch")
     return Y, Yh, Yc

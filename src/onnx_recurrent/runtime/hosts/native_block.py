@@ -13,10 +13,10 @@ PARALLEL, GATES, SLICES, TASK = 18, 19, 20, 21
 # FAILED: the address of the message of a call that failed (no memory)
 FAILED = 22
 WORDS = 23
-# a large call's words (``usr_data`` of KernelContext_ParallelFor)
+# a large call's words (``usr_data`` of KernelContext_ParallelFor); T_FLAGS: the call's
+# flags (:mod:`onnx_recurrent.backends.node`)
 (T_KERNEL, T_X, T_D0, T_D1, T_LENS, T_H0, T_C0, T_Y, T_YH, T_YC, T_FLAGS, T_N, T_T,
  T_SLICES, T_RESULTS) = range(15)  # fmt: skip
-T_FLAG_LENS, T_FLAG_H0, T_FLAG_C0, T_FLAG_Y = 1, 2, 4, 8
 # FUNCTIONS: the address of the OrtApi functions used, in this order
 (CREATE_STATUS, GET_INPUT_COUNT, GET_INPUT, GET_OUTPUT, GET_DATA, GET_TYPE_AND_SHAPE,
  GET_DIMENSIONS_COUNT, GET_DIMENSIONS, RELEASE_TYPE_AND_SHAPE, PARALLEL_FOR,

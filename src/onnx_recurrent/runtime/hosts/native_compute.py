@@ -16,6 +16,7 @@ import numba
 import numpy as np
 from numba.core import types
 
+from ...backends import node
 from ...backends.jit_cache import cfunc, cfunc_code, jit
 from ...backends.node import ABORTED, DONE, run_node
 from ...backends.sync import c_call
@@ -56,10 +57,6 @@ from .native_block import (  # the block's words
     T_C0,
     T_D0,
     T_D1,
-    T_FLAG_C0,
-    T_FLAG_H0,
-    T_FLAG_LENS,
-    T_FLAG_Y,
     T_FLAGS,
     T_H0,
     T_KERNEL,
@@ -294,6 +291,12 @@ def _outputs(k, fn, kernel, context, dtype, own, X, xp, d0, d1, lens, has_lens, 
             finals[j] = p
     Yh = numba.carray(pointer(finals[0]), (s0, s1, H), dtype)
     Yc = numba.carray(pointer(finals[1 if lstm else 0]), (s0, s1, H), dtype)
+    flags = (
+        (node.TWO_DIRECTIONS if Dn == 2 else 0) | (node.REVERSE if k[REVERSE] != 0 else 0)
+        | (node.LAYOUT if layout != 0 else 0) | (node.HAS_LENS if has_lens else 0)
+        | (node.HAS_H0 if given[0] != 0 else 0) | (node.HAS_C0 if given[1] != 0 else 0)
+        | (node.WRITE_Y if wired & 1 else 0)
+    )  # fmt: skip
     if Dn * slices > 1:  # directions and slices of rows on onnxruntime's threads
         total = Dn * slices
         task = allocate(T_RESULTS + total, INTS)
@@ -305,10 +308,7 @@ def _outputs(k, fn, kernel, context, dtype, own, X, xp, d0, d1, lens, has_lens, 
         task[T_LENS] = lens.ctypes.data
         task[T_H0], task[T_C0] = given[0], given[1]
         task[T_Y], task[T_YH], task[T_YC] = Y.ctypes.data, finals[0], finals[1] if lstm else 0
-        task[T_FLAGS] = (
-            (T_FLAG_LENS if has_lens else 0) | (T_FLAG_H0 if given[0] else 0)
-            | (T_FLAG_C0 if given[1] else 0) | (T_FLAG_Y if wired & 1 else 0)
-        )  # fmt: skip
+        task[T_FLAGS] = flags
         s = c_call(fn[PARALLEL_FOR], context, k[TASK], total, total, task.ctypes.data, 0)
         result = DONE
         for i in range(total):
@@ -320,9 +320,7 @@ def _outputs(k, fn, kernel, context, dtype, own, X, xp, d0, d1, lens, has_lens, 
     sync = numba.carray(pointer(k[SYNC]), 8, np.int64)
     calls = numba.carray(pointer(k[CALLS]), 4, np.int64)
     abort = numba.carray(pointer(k[ABORT]), 1, np.int64)
-    result = run_node(k[PLAN0], k[PLAN1], Dn, k[REVERSE] != 0, layout != 0, X, lens, has_lens, h0,
-                      given[0] != 0, c0, given[1] != 0, Y, (wired & 1) != 0, Yh, Yc, sync, calls,
-                      abort)  # fmt: skip
+    result = run_node(k[PLAN0], k[PLAN1], flags, X, lens, h0, c0, Y, Yh, Yc, sync, calls, abort)
     return 0 if result == DONE else _failed(k, fn, result)
 
 
@@ -340,12 +338,12 @@ def task(usr, i, dtype):
     X = numba.carray(pointer(t[T_X]), (t[T_D0], t[T_D1], I), dtype)
     state = (N, Dn, H) if layout else (Dn, N, H)
     lstm = k[STATES] == 2
-    lens = numba.carray(pointer(t[T_LENS]), N if flags & T_FLAG_LENS else 0, np.int32)
-    h0 = numba.carray(pointer(t[T_H0]), state if flags & T_FLAG_H0 else (0, 0, 0), dtype)
-    c0 = numba.carray(pointer(t[T_C0]), state if flags & T_FLAG_C0 else (0, 0, 0), dtype)
+    lens = numba.carray(pointer(t[T_LENS]), N if flags & node.HAS_LENS else 0, np.int32)
+    h0 = numba.carray(pointer(t[T_H0]), state if flags & node.HAS_H0 else (0, 0, 0), dtype)
+    c0 = numba.carray(pointer(t[T_C0]), state if flags & node.HAS_C0 else (0, 0, 0), dtype)
     Yh = numba.carray(pointer(t[T_YH]), state, dtype)
     Yc = numba.carray(pointer(t[T_YC] if lstm else t[T_YH]), state, dtype)
-    write_Y = (flags & T_FLAG_Y) != 0
+    write_Y = (flags & node.WRITE_Y) != 0
     shape = ((N, T, Dn, H) if layout else (T, Dn, N, H)) if write_Y else (0, 0, 0, 0)
     Y = numba.carray(pointer(t[T_Y]), shape, dtype)
     if layout:
@@ -361,11 +359,13 @@ def task(usr, i, dtype):
     calls = numba.carray(pointer(k[CALLS]), 4, np.int64)
     abort = numba.carray(pointer(k[ABORT]), 1, np.int64)
     results = numba.carray(pointer(usr), T_RESULTS + Dn * S, np.int64)
+    one = flags & ~(node.TWO_DIRECTIONS | node.REVERSE)  # this slice's one direction
+    if k[REVERSE] != 0 or d == 1:
+        one |= node.REVERSE
+    rows = lens[lo:hi] if flags & node.HAS_LENS else lens
     results[T_RESULTS + i] = run_node(
-        plan, plan, 1, k[REVERSE] != 0 or d == 1, layout, Xs, lens[lo:hi] if flags & T_FLAG_LENS
-        else lens, (flags & T_FLAG_LENS) != 0, h0s, (flags & T_FLAG_H0) != 0, c0s,
-        (flags & T_FLAG_C0) != 0, Ys, write_Y, Yhs, Ycs, sync, calls, abort,
-    )  # fmt: skip
+        plan, plan, one, Xs, rows, h0s, c0s, Ys, Yhs, Ycs, sync, calls, abort
+    )
 
 
 _SIGNATURE = types.voidptr(types.voidptr, types.voidptr)
