@@ -5,7 +5,7 @@ Builds a corpus of speech recordings (FLAC, 5-30 s each, some at 8, 22.05, 44.1 
 tests/data/vad/*: espeak-ng sentences), each one pieces of it at random gains with
 random silences (faint noise) between them; then times, over the same files:
 
-(a) onnx-recurrent: :func:`onnx_recurrent.vad.analyse_files`, one process, ``--batch``
+(a) onnx-recurrent: :func:`onnx_recurrent.tools.vad.analyse_files`, one process, ``--batch``
     recordings advancing together (joining and leaving the batch), decoding and
     resampling included;
 (b) onnxruntime alone: decode every file (the same soundfile + soxr decoding), then
@@ -38,8 +38,8 @@ from pathlib import Path
 
 import numpy as np
 
-from onnx_recurrent import vad
-from onnx_recurrent.vad.model import CHUNK_SAMPLES, CONTEXT_SAMPLES, MODEL_RATE, open_session
+from onnx_recurrent.tools import vad
+from onnx_recurrent.tools.vad.model import CHUNK_SAMPLES, CONTEXT_SAMPLES, MODEL_RATE, open_session
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data"

@@ -196,7 +196,7 @@ def corpus() -> tuple[Seed, ...]:
         _node_seed("lstm_layout1", "LSTM", {}, layout=1, dtype=np.float64),
     ]
     try:
-        from onnx_recurrent import vad
+        from onnx_recurrent.tools import vad
 
         path = vad.silero_model_path()
     except Exception:  # silero-vad not installed

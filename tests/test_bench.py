@@ -14,7 +14,7 @@ from typing import ClassVar
 import numpy as np
 import pytest
 
-from onnx_recurrent import bench
+from onnx_recurrent.tools import bench
 
 HAVE_ORT = importlib.util.find_spec("onnxruntime") is not None
 HAVE_OV = importlib.util.find_spec("openvino") is not None
@@ -167,7 +167,7 @@ def test_ratios_to_the_fastest_peer_with_their_spread():
 def test_background_load_processes_come_and_go():
     import os
 
-    from onnx_recurrent.bench.load import BackgroundLoad
+    from onnx_recurrent.tools.bench.load import BackgroundLoad
 
     with BackgroundLoad(2) as load:
         pids = [p.pid for p in load.processes]
@@ -190,7 +190,7 @@ def test_background_load_ends_when_its_parent_is_killed():
 
     script = (
         "import os, sys\n"
-        "from onnx_recurrent.bench.load import BackgroundLoad\n"
+        "from onnx_recurrent.tools.bench.load import BackgroundLoad\n"
         "load = BackgroundLoad(1).__enter__()\n"
         "print(load.processes[0].pid, flush=True)\n"
         "os._exit(0)\n"  # as if killed: no __exit__, no atexit
@@ -265,7 +265,7 @@ class Logged(bench.Runtime):
 
 @pytest.fixture
 def recording(monkeypatch):
-    from onnx_recurrent.bench import timing
+    from onnx_recurrent.tools.bench import timing
 
     Recording.pids, Recording.live = [], []
     monkeypatch.setattr(timing, "BackgroundLoad", Recording)
@@ -782,7 +782,7 @@ def test_between_runs_after_every_alternating_call():
 
 @pytest.mark.parametrize("value", ["-1", "two"])
 def test_background_load_must_be_a_count(value, capsys):
-    from onnx_recurrent.cli import main
+    from onnx_recurrent.tools.cli import main
 
     with pytest.raises(SystemExit) as exit:
         main(["bench", "--background-load", value, "--list"])
@@ -997,7 +997,7 @@ def test_time_alternating_caps_a_slow_runtime():
 
 
 def test_openvino_reason_names_what_it_could_not_convert():
-    from onnx_recurrent.bench.runtimes import openvino_reason
+    from onnx_recurrent.tools.bench.runtimes import openvino_reason
 
     error = RuntimeError(
         "Exception from src/inference/src/cpp/core.cpp:105:\n"

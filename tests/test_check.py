@@ -10,11 +10,12 @@ import pytest
 from onnx import TensorProto, helper
 
 import onnx_recurrent as orc
-from onnx_recurrent import cells, cli
-from onnx_recurrent.check import cell_step, check, installed_peers, lint, probes
-from onnx_recurrent.check.peers import PEERS
+from onnx_recurrent import cells
 from onnx_recurrent.runtime.graph import walk
 from onnx_recurrent.spec import make_spec
+from onnx_recurrent.tools import cli
+from onnx_recurrent.tools.check import cell_step, check, installed_peers, lint, probes
+from onnx_recurrent.tools.check.peers import PEERS
 
 from models import node_model, random_inputs
 

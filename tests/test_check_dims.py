@@ -13,9 +13,9 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from onnx_recurrent import cli, vad
-from onnx_recurrent.check import solve_dims
 from onnx_recurrent.runtime.session import InferenceSession
+from onnx_recurrent.tools import cli, vad
+from onnx_recurrent.tools.check import solve_dims
 
 F, H = 26, 8  # the beat tracker's 266 features, smaller
 GATES = {"GRU": 3, "LSTM": 4}

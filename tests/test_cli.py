@@ -201,16 +201,16 @@ def test_a_model_without_recurrent_nodes_runs_and_says_so(tmp_path):
 
 def test_a_command_loads_only_its_own_modules():
     """``run`` does not import the benchmark harness nor check; ``--help`` lists all."""
-    code = "import sys; from onnx_recurrent import cli; cli.main(['run', '--help'])"
+    code = "import sys; from onnx_recurrent.tools import cli; cli.main(['run', '--help'])"
     done = subprocess.run(
         [sys.executable, "-c", code + "\n", "-"], capture_output=True, text=True, timeout=60
     )
     assert "usage: onnx-recurrent run" in done.stdout
     probe = (
-        "import sys\nfrom onnx_recurrent import cli\n"
+        "import sys\nfrom onnx_recurrent.tools import cli\n"
         "cli.build_parser('run')\n"
-        "print(sorted(m for m in sys.modules if m.startswith('onnx_recurrent.')"
-        " and m.split('.')[1] in ('bench', 'check', 'vad', 'dask')))"
+        "print(sorted(m for m in sys.modules if m.startswith('onnx_recurrent.tools.')"
+        " and m.split('.')[2] in ('bench', 'check', 'vad', 'dask')))"
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     assert done.stdout.strip() == "[]", done.stdout + done.stderr
@@ -220,7 +220,7 @@ def test_a_command_loads_only_its_own_modules():
 
 def test_the_listed_help_is_what_each_subcommand_registers():
     """``COMMANDS`` repeats each subcommand's one-line help (so as not to import it)."""
-    from onnx_recurrent import cli
+    from onnx_recurrent.tools import cli
 
     assert cli.build_parser().format_help() == cli.build_parser("run").format_help()
 

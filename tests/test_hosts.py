@@ -82,7 +82,7 @@ def test_models_onnxruntime_gets_wrong_equal_the_oracle(op, attributes, dtype, h
 
 
 def test_hosts_agree_on_silero_and_errors():
-    vad = pytest.importorskip("onnx_recurrent.vad")
+    vad = pytest.importorskip("onnx_recurrent.tools.vad")
     path = vad.silero_model_path()
     rng = np.random.default_rng(0)
     feeds = {

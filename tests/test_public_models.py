@@ -37,7 +37,7 @@ import pytest
 from onnx import helper
 
 import onnx_recurrent as orc
-from onnx_recurrent import bench
+from onnx_recurrent.tools import bench
 
 DATA = Path(__file__).parent / "data" / "models"
 RTOL, ATOL = 1e-4, 1e-5

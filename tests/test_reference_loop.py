@@ -14,8 +14,8 @@ from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
 
 import onnx_recurrent as orc
-from onnx_recurrent.check import check, installed_peers, lint
 from onnx_recurrent.runtime.loop import Loop, reference_fixes
+from onnx_recurrent.tools.check import check, installed_peers, lint
 
 T, N, I, H = 2, 2, 3, 4
 

@@ -24,8 +24,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import onnx_recurrent as orc
-from onnx_recurrent import vad
 from onnx_recurrent.runtime.streaming import StreamingSession
+from onnx_recurrent.tools import vad
 
 H, I = 5, 4  # hidden size, input size of the models below
 

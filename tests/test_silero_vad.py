@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import onnx_recurrent
-from onnx_recurrent import vad
+from onnx_recurrent.tools import vad
 
 ROOT = Path(__file__).resolve().parent.parent
 RECORDING = ROOT / "tests" / "data" / "speech_16k.wav"

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from onnx_recurrent import vad
+from onnx_recurrent.tools import vad
 
 soundfile = pytest.importorskip("soundfile", reason="the VAD tool reads audio with soundfile")
 soxr = pytest.importorskip("soxr", reason="the VAD tool resamples with soxr")
@@ -56,7 +56,7 @@ CHILD = (
     STUB
     + """
 import sys
-from onnx_recurrent import vad
+from onnx_recurrent.tools import vad
 
 (result,) = vad.analyse_files([sys.argv[1]], session=_Stub(), batch=64)
 assert result.error is None, result.error
@@ -107,7 +107,7 @@ def _vad(*args, **kwargs) -> subprocess.CompletedProcess:
 
 def _main(capsys, *args) -> tuple[int, str, str]:
     """``onnx-recurrent vad ARGS`` in this process: (status, stdout, stderr)."""
-    from onnx_recurrent.cli import main
+    from onnx_recurrent.tools.cli import main
 
     status = main(["vad", *map(os.fspath, args)])
     out, err = capsys.readouterr()
@@ -203,7 +203,7 @@ def test_absurd_sample_rate_is_an_error_row_in_bounded_memory(tmp_path):
     code = (
         "import resource; resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))\n"
         + STUB
-        + "import sys\nfrom onnx_recurrent import vad\n"
+        + "import sys\nfrom onnx_recurrent.tools import vad\n"
         "for r in vad.analyse_files(sys.argv[1:], session=_Stub()):\n"
         "    print(r.path, '|', r.error, '|', r.duration)\n"
     )
@@ -287,7 +287,7 @@ def test_any_exception_of_a_file_is_its_error(tmp_path, monkeypatch):
     expected = next(vad.analyse_files([SPEECH], session=_Stub())).segments
     assert expected and [r.segments for r in results] == [expected, None] * 2 + [expected]
 
-    from onnx_recurrent.vad.command import _reason
+    from onnx_recurrent.tools.vad.command import _reason
 
     assert _reason(results[1].error) == "MemoryError: Unable to allocate 256. GiB for an array"
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from onnx_recurrent import vad
+from onnx_recurrent.tools import vad
 
 soundfile = pytest.importorskip("soundfile", reason="the VAD tool reads audio with soundfile")
 soxr = pytest.importorskip("soxr", reason="the VAD tool resamples with soxr")
@@ -74,8 +74,8 @@ def _close(found, expected, tolerance=CHUNK_S):
 def test_optional_packages_are_imported_when_used():
     """The tool's heavy dependencies load with the work, not with the import."""
     code = (
-        "import sys, onnx_recurrent; assert 'onnx_recurrent.vad' not in sys.modules; "
-        "import onnx_recurrent.vad, onnx_recurrent.vad.command; "
+        "import sys, onnx_recurrent; assert 'onnx_recurrent.tools.vad' not in sys.modules; "
+        "import onnx_recurrent.tools.vad, onnx_recurrent.tools.vad.command; "
         "print(sorted(m for m in ('soundfile', 'soxr', 'tqdm', 'dask', 'distributed', "
         "'matplotlib') if m in sys.modules))"
     )
@@ -377,7 +377,7 @@ def test_segments_agree_with_silero_get_speech_timestamps(session):
 
 def test_plot(tmp_path, speech):
     pytest.importorskip("matplotlib")
-    from onnx_recurrent.vad.plot import plot_recording
+    from onnx_recurrent.tools.vad.plot import plot_recording
 
     probs = np.r_[np.zeros(20), np.ones(60), np.zeros(75)].astype(np.float32)
     out = plot_recording(tmp_path / "p.png", speech, probs, [(0.6, 2.6)], title="speech")
