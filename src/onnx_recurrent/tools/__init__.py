@@ -7,7 +7,8 @@
 * :mod:`~onnx_recurrent.tools.bench`: the benchmark (cases, competitors, timing, report);
 * :mod:`~onnx_recurrent.tools.vad`: Silero VAD over many recordings, in this process or on
   a Dask cluster;
-* :mod:`~onnx_recurrent.tools.dask`: any model over Dask arrays chunked on the batch axis.
+* :mod:`~onnx_recurrent.tools.dask`: any model over Dask arrays chunked on the batch axis;
+  :mod:`~onnx_recurrent.tools.workers`, the sessions both Dask tools keep on a worker.
 
 Each is loaded only when used. The paths from before the tools moved here
 (``onnx_recurrent.vad``, ``.dask``, ``.check``, ``.bench``, ``.cli``) still import: they
