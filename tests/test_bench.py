@@ -134,10 +134,12 @@ def test_verdicts_from_medians():
     assert (ref.runtime, r_ref, ok_ref) == ("reference", 0.4, False)  # 2.5x, not 10x
     assert (loaded.kind, r_loaded, ok_loaded) == ("contended", None, None)  # no load: n/a
 
-    row = bench.format_table([result], bench.make_runtimes(("onnxruntime", "reference")))
+    row = bench.format_table([result], bench.make_runtimes(runtimes=("onnxruntime", "reference")))
     assert "ort 0.50" in row and "≤ 1.0 PASS" in row
     assert "2.5x [2x-3.3x]" in row and "≥ 10x MISS" in row  # ref / our quartiles
-    notes = bench.format_notes([result], bench.make_runtimes(("onnxruntime", "reference")))
+    notes = bench.format_notes(
+        [result], bench.make_runtimes(runtimes=("onnxruntime", "reference"))
+    )
     assert "Targets: 1 PASS, 1 MISS." in notes
     # no baseline time: the target is not judged
     alone = bench.CaseResult(case, samples={"ours": [1.0]})
@@ -275,9 +277,7 @@ def recording(monkeypatch):
 def test_background_load_quiet_loaded_quiet_and_gone_after(recording):
     case = next(c for c in bench.make_cases(["rnn"], ["tiny"]) if c.label == "RNN fwd")
     logged = Logged()
-    result = bench.run_case(
-        case, [bench.Ours(), logged], min_repeats=4, max_repeats=4, background_load=2
-    )
+    result = bench.run_case(case, [bench.Ours(), logged], repeat=4, background_load=2)
     assert result.error is None and result.load == 2
     # warm-up, 2 quiet rounds, 4 loaded, 2 quiet: both halves of the quiet rounds count
     assert logged.log == ["quiet"] * 3 + ["loaded"] * 4 + ["quiet"] * 2
@@ -287,7 +287,7 @@ def test_background_load_quiet_loaded_quiet_and_gone_after(recording):
     assert len(recording.pids) == 2 and not recording.live
     _assert_gone(recording.pids)
     # with --repeat 1: one quiet round (before the loaded one), one loaded
-    one = bench.run_case(case, [bench.Ours()], min_repeats=1, max_repeats=1, background_load=1)
+    one = bench.run_case(case, [bench.Ours()], repeat=1, background_load=1)
     assert (len(one.samples["ours"]), len(one.contended["ours"])) == (1, 1)
     _assert_gone(recording.pids)
 
@@ -299,9 +299,9 @@ def test_background_load_is_stopped_on_a_failure_or_ctrl_c(recording, failure):
     runtimes = [bench.Ours(), logged]
     if failure is KeyboardInterrupt:
         with pytest.raises(KeyboardInterrupt):
-            bench.run_case(case, runtimes, min_repeats=2, max_repeats=2, background_load=1)
+            bench.run_case(case, runtimes, repeat=2, background_load=1)
     else:
-        result = bench.run_case(case, runtimes, min_repeats=2, max_repeats=2, background_load=1)
+        result = bench.run_case(case, runtimes, repeat=2, background_load=1)
         assert result.error.startswith("failed while timing: RuntimeError")
     assert logged.log[-1] == "loaded" and not recording.live
     _assert_gone(recording.pids)
@@ -341,11 +341,9 @@ def test_step_cases_run_through_the_functions_and_a_layer():
     cases = [c for c in bench.make_cases() if c.shape.name == "step"]
     assert bench.SHAPES["step"] == bench.Shape("step", 1, 1, 128, 128)
     assert [c.label for c in cases] == ["GRU lbr=0 fwd", "GRU lbr=1 fwd", "LSTM fwd", "RNN fwd"]
-    runtimes = bench.make_runtimes(["layer"])
+    runtimes = bench.make_runtimes(runtimes=["layer"])
     assert [r.name for r in runtimes] == ["ours", "layer"]
-    results = [
-        bench.run_case(c, runtimes, min_repeats=2, max_repeats=2, budget=0.0) for c in cases
-    ]
+    results = [bench.run_case(c, runtimes, repeat=2, budget=0.0) for c in cases]
     for result in results:
         assert result.error is None and not result.skipped
         assert [len(result.samples[n]) for n in ("ours", "layer")] == [2, 2]
@@ -363,7 +361,7 @@ def test_layer_runtime_skips_cleanly_without_layer(monkeypatch):
 
     monkeypatch.delattr(onnx_recurrent, "Layer", raising=False)
     case = next(c for c in bench.make_cases(["gru"], ["step"]))
-    result = bench.run_case(case, bench.make_runtimes(["layer"]), max_repeats=1)
+    result = bench.run_case(case, bench.make_runtimes(runtimes=["layer"]), repeat=1)
     assert result.error is None
     assert result.skipped == {"layer": "this onnx-recurrent has no Layer"}
 
@@ -372,8 +370,8 @@ def test_ratio_to_the_fastest_peer_with_onnxruntime_and_openvino():
     pytest.importorskip("onnxruntime")
     pytest.importorskip("openvino")
     case = next(c for c in bench.make_cases(["lstm"], ["tiny"]) if c.label == "LSTM fwd")
-    runtimes = bench.make_runtimes(["onnxruntime", "openvino"])
-    result = bench.run_case(case, runtimes, min_repeats=3, max_repeats=3)
+    runtimes = bench.make_runtimes(runtimes=["onnxruntime", "openvino"])
+    result = bench.run_case(case, runtimes, repeat=3)
     assert set(result.samples) == {"ours", "onnxruntime", "openvino"}
     peer = result.fastest()
     assert peer in ("onnxruntime", "openvino")
@@ -387,10 +385,10 @@ def test_ratio_to_the_fastest_peer_with_onnxruntime_and_openvino():
 def test_ragged_cases_count_the_multiply_adds_of_their_valid_steps():
     case = next(c for c in bench.make_cases(["gru"], ["tiny"]) if c.ragged)
     lens = bench.make_inputs(case)["sequence_lens"]
-    result = bench.run_case(case, [bench.Ours()], max_repeats=1)
+    result = bench.run_case(case, [bench.Ours()], repeat=1)
     s = case.shape
     assert result.macs == lens.sum() * case.num_directions * 3 * s.H * (s.I + s.H) < case.macs
-    full = bench.run_case(bench.make_cases(["gru"], ["tiny"])[0], [bench.Ours()], max_repeats=1)
+    full = bench.run_case(bench.make_cases(["gru"], ["tiny"])[0], [bench.Ours()], repeat=1)
     assert full.macs == full.case.macs
 
 
@@ -428,7 +426,7 @@ def test_contended_over_quiet_and_the_peak_share_are_reported():
     )
     assert result.contention("ours") == pytest.approx(3.0)
     assert result.contention_spread("ours") == pytest.approx((2.5, 3.5))
-    runtimes = bench.make_runtimes(["onnxruntime"])
+    runtimes = bench.make_runtimes(runtimes=["onnxruntime"])
     info = {**_info(), "sgemm_peak_gmacs": {"all": 100.0, "1": 50.0}, "background_load": 1}
     text = bench.format_report([result], runtimes, info, ["M"])
     assert "M RNN fwd: ours 3.00 (≤ 2.5) MISS" in text and "ort loaded/quiet" in text
@@ -545,7 +543,7 @@ def test_max_abs_diff():
 def test_unavailable_and_failing_competitors_are_skipped_with_a_reason():
     case = bench.make_cases(["rnn"], ["tiny"])[0]
     runtimes = [bench.Ours(), Missing(), Broken(), Wrong()]
-    result = bench.run_case(case, runtimes, min_repeats=1, max_repeats=1)
+    result = bench.run_case(case, runtimes, repeat=1)
     assert result.error is None
     assert "not installed" in result.skipped["missing"]
     assert "pip install no-such-package" in result.skipped["missing"]
@@ -561,7 +559,7 @@ def test_unavailable_and_failing_competitors_are_skipped_with_a_reason():
 
 
 def test_run_bench_on_tiny_has_every_row_and_column():
-    done = bench.run_bench(bench.OPS, ["tiny"], repeat=1)
+    done = bench.run_bench(shapes=["tiny"], repeat=1)
     cases = bench.make_cases(bench.OPS, ["tiny"])
     assert [r.case for r in done.results] == cases
     assert all(r.error is None for r in done.results)
@@ -645,11 +643,11 @@ def test_run_bench_on_tiny_has_every_row_and_column():
 def test_skip_reference_at_a_shape_and_reference_limit():
     case = bench.make_cases(["rnn"], ["tiny"])[0]
     skipped = bench.run_case(
-        case, bench.make_runtimes(["reference"], skip_reference=["tiny"]), max_repeats=1
+        case, bench.make_runtimes(runtimes=["reference"], skip_reference=["tiny"]), repeat=1
     )
     assert "--skip-reference" in skipped.skipped["reference"]
     slow = bench.run_case(
-        case, bench.make_runtimes(["reference"]), max_repeats=1, reference_limit=0.0
+        case, bench.make_runtimes(runtimes=["reference"]), repeat=1, reference_limit=0.0
     )
     assert "--reference-limit" in slow.skipped["reference"]
 
@@ -844,14 +842,14 @@ def test_models_reject_operator_options_and_no_ours(capsys):
 
 
 def test_models_quick_run_has_rows_columns_and_finite_ratios():
-    done = bench.run_models("example", repeat=2, warmup=1)
+    done = bench.run_bench(models=True, select="example", repeat=2, warmup=1)
     assert [r.case.name for r in done.results] == ["example"]
     result = done.results[0]
     assert result.error is None and result.missing is None
     ours = [n for n in bench.MODEL_OURS if n in result.samples]
     assert ours, result.skipped  # at least one host ran
     assert all(len(result.samples[n]) == 2 for n in ours)
-    header, rows = _table_rows(bench.format_model_table(done.results, done.runtimes))
+    header, rows = _table_rows(bench.format_table(done.results, done.runtimes))
     assert header == [
         "case",
         "reps",
@@ -929,8 +927,8 @@ def test_models_without_host_the_ort_host_is_unavailable(monkeypatch):
 
     monkeypatch.setattr(onnx_recurrent, "InferenceSession", _OldSession)
     (case,) = bench.make_model_cases("gru-layout1")
-    runtimes = bench.make_model_runtimes(["ours-onnxruntime", "ours-reference"])
-    result = bench.run_model_case(case, runtimes, min_repeats=1, max_repeats=1)
+    runtimes = bench.make_runtimes(models=True, runtimes=["ours-onnxruntime", "ours-reference"])
+    result = bench.run_case(case, runtimes, repeat=1)
     assert result.error is None
     if HAVE_ORT:
         assert result.skipped["ours-onnxruntime"].startswith("unavailable: ")
@@ -948,7 +946,7 @@ def test_models_error_when_none_of_ours_runs(monkeypatch):
 
     monkeypatch.setattr(onnx_recurrent, "InferenceSession", Failing)
     (case,) = bench.make_model_cases("rnn-affine")
-    result = bench.run_model_case(case, bench.make_model_runtimes(), max_repeats=1)
+    result = bench.run_case(case, bench.make_runtimes(models=True), repeat=1)
     assert result.error == "ours-reference: failed: RuntimeError: no session today"
     assert result.skipped["ours-onnxruntime"] == "failed: RuntimeError: no session today"
     assert not result.samples
@@ -963,7 +961,9 @@ def test_models_silero_feeds_and_time_per_chunk():
     assert 0.05 < float(np.abs(feeds["input"]).max()) < 1.0
     if not HAVE_ORT:
         pytest.skip("needs onnxruntime")
-    done = bench.run_models("silero-1", runtimes=["ours-onnxruntime", "onnxruntime"], repeat=1)
+    done = bench.run_bench(
+        models=True, select="silero-1", runtimes=["ours-onnxruntime", "onnxruntime"], repeat=1
+    )
     (result,) = done.results
     assert result.error is None
     report = done.report()

@@ -290,10 +290,10 @@ def test_a_case_whose_file_is_nowhere_is_not_run(monkeypatch, tmp_path):
     reason = case.missing()
     assert reason is not None and reason.startswith("absent.onnx not found in tests/data/models")
     assert reason.endswith("no_such_package_of_onnx_recurrent/asset/absent.onnx (pip install x)")
-    runtimes = bench.make_model_runtimes(["ours-reference"])
-    result = bench.run_model_case(case, runtimes)
+    runtimes = bench.make_runtimes(models=True, runtimes=["ours-reference"])
+    result = bench.run_case(case, runtimes)
     assert result.missing == reason and not result.samples
-    assert f"not run: {reason}" in bench.format_model_table([result], runtimes)
+    assert f"not run: {reason}" in bench.format_table([result], runtimes)
     with pytest.raises(FileNotFoundError, match=r"absent\.onnx not found"):
         file.path()
 

@@ -120,6 +120,34 @@ class Case:
         return f"{self.shape.name} {self.label}"
 
     @property
+    def group(self) -> str:
+        """The budget's group: the shape."""
+        return self.shape.name
+
+    def missing(self) -> str | None:
+        return None
+
+    def make(self, seed: int = 0, opset: int = 22) -> tuple[Any, dict[str, np.ndarray]]:
+        """The single-node model and its feeds (:func:`make_model`, :func:`make_inputs`)."""
+        feeds = make_inputs(self, seed)
+        return make_model(self, feeds, opset), feeds
+
+    def to_json(self) -> dict[str, Any]:
+        s = self.shape
+        return {
+            "label": self.label,
+            "shape": s.name,
+            **{"T": s.T, "N": s.N, "I": s.I, "H": s.H},
+            "op": self.op,
+            "direction": self.direction,
+            "linear_before_reset": self.linear_before_reset,
+            "ragged": self.ragged,
+            "layout": self.layout,
+            "dtype": self.dtype,
+            "baseline": self.baseline,
+        }
+
+    @property
     def baseline(self) -> str:
         """The runtime the ratio column is taken against."""
         return "openvino" if self.layout == 1 or self.dtype != "float32" else "onnxruntime"

@@ -4,49 +4,39 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from .cases import DEFAULT_BUDGET, MAX_REPEATS, MIN_REPEATS, OPS, Case, make_cases
 from .machine import git_commit, machine_info, sgemm_peak
-from .report import SHORT_NAMES, fmt_ms, fmt_ratio, format_report
-from .runtimes import COMPETITORS, Runtime, make_runtimes
+from .options import Options
+from .report import format_report, progress_line
+from .runtimes import Runtime, make_runtimes
 from .timing import CaseResult, run_case
 
 
 @dataclass
 class Bench:
-    """A whole run: its options, the machine, and the results."""
+    """A whole run: its options, cases and runtimes, the machine, and the results."""
 
-    cases: list[Case]
+    options: Options
+    cases: list[Any]
     runtimes: list[Runtime]
-    shapes: list[str]
     results: list[CaseResult] = field(default_factory=list)
     info: dict[str, Any] = field(default_factory=dict)
-    options: dict[str, Any] = field(default_factory=dict)
 
     def report(self) -> str:
-        return format_report(self.results, self.runtimes, self.info, self.shapes)
+        shapes = () if self.options.models else self.options.shapes
+        return format_report(self.results, self.runtimes, self.info, shapes)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "machine": self.info,
-            "options": self.options,
+            "options": self.options.to_json(),
             "results": [r.to_json() for r in self.results],
         }
-
-
-def budgets(shapes: Sequence[str], total: float | None) -> dict[str, float]:
-    """Each shape's share of the time budget (the defaults, scaled to ``total``)."""
-    default = {s: DEFAULT_BUDGET[s] for s in shapes}
-    if total is None:
-        return default
-    whole = sum(default.values())
-    if whole <= 0:
-        return {s: total / len(shapes) for s in shapes}
-    return {s: total * v / whole for s, v in default.items()}
 
 
 class ThreadLimit:
@@ -59,7 +49,7 @@ class ThreadLimit:
 
     VARIABLE = "ONNX_RECURRENT_NUM_THREADS"
 
-    def __init__(self, threads: int | None, notes: list[str]) -> None:
+    def __init__(self, threads: int | None) -> None:
         self.threads = threads
         self.original: Any = None
         self.variable_before = os.environ.get(self.VARIABLE)
@@ -86,110 +76,52 @@ class ThreadLimit:
 
 
 def run_bench(
-    ops: Sequence[str] = OPS,
-    shapes: Sequence[str] = ("step", "S", "M"),
+    options: Options | None = None,
     *,
-    runtimes: Sequence[str] = COMPETITORS,
-    repeat: int | None = None,
-    budget: float | None = None,
-    warmup: int = 1,
-    threads: int | None = None,
-    skip_reference: Iterable[str] = (),
-    reference_limit: float = 30.0,
-    select: str | None = None,
-    seed: int = 0,
-    opset: int = 22,
-    order: str = "alternate",
-    settle_between: bool = True,
-    background_load: int = 0,
     progress: Callable[[str], None] | None = None,
+    **changes: Any,
 ) -> Bench:
-    """Run every case and return the :class:`Bench` (``.report()`` is the printout).
+    """Run every case of ``options`` (with ``changes``; :class:`Options`) and return the
+    :class:`Bench` (``.report()`` is the printout); ``progress`` gets a line per case.
 
-    ``repeat`` fixes the number of rounds; otherwise it adapts to the time budget of each
-    shape (:data:`DEFAULT_BUDGET`, or ``budget`` seconds in all), at least
-    :data:`MIN_REPEATS`. ``background_load`` busy processes: every case is timed quiet,
-    then under that load (:class:`~.load.BackgroundLoad`).
+    ``repeat`` fixes the number of rounds; otherwise they adapt to the time budget of
+    each shape (:data:`~.cases.DEFAULT_BUDGET`) or of the whole models
+    (:data:`~.models.MODEL_BUDGET` each), or ``budget`` seconds in all: what a case
+    leaves goes to the next of its group. At least :data:`~.cases.MIN_REPEATS`.
     """
-    cases = make_cases(ops, shapes)
-    if select:
-        cases = [c for c in cases if select.lower() in f"{c.shape.name} {c.label}".lower()]
-    bench = Bench(
-        cases,
-        make_runtimes(runtimes, threads=threads, skip_reference=skip_reference),
-        list(shapes),
-    )
-    bench.options = {
-        "ops": list(ops),
-        "shapes": list(shapes),
-        "runtimes": list(runtimes),
-        "repeat": repeat,
-        "budget": budget,
-        "warmup": warmup,
-        "threads": threads,
-        "skip_reference": list(skip_reference),
-        "reference_limit": reference_limit,
-        "select": select,
-        "seed": seed,
-        "opset": opset,
-        "order": order,
-        "settle": settle_between,
-        "background_load": background_load,
-    }
-    notes: list[str] = []
+    options = replace(options, **changes) if options else Options(**changes)
+    cases = options.cases()
+    bench = Bench(options, cases, make_runtimes(options))
     record = RunRecord()
-    share = budgets(shapes, budget)
-    left = {s: sum(1 for c in cases if c.shape.name == s) for s in shapes}
+    share = options.budgets(cases)
+    left = Counter(c.group for c in cases)
     # once per run, before --threads limits NumPy's BLAS: "all" is every usable CPU
-    peak = sgemm_peak() if {"M", "L"} & {c.shape.name for c in cases} else None
-    limit = ThreadLimit(threads, notes)
+    peak = sgemm_peak() if {"M", "L"} & set(left) else None
+    limit = ThreadLimit(options.threads)
     limit.apply()
     try:
         for i, case in enumerate(cases, 1):
-            name = case.shape.name
-            case_budget = share[name] / max(left[name], 1)
-            left[name] -= 1
+            budget = share[case.group] / max(left[case.group], 1)
+            left[case.group] -= 1
             start = time.perf_counter()
             meter = CpuMeter()
-            fixed = repeat is not None
             result = run_case(
-                case,
-                bench.runtimes,
-                warmup=warmup,
-                min_repeats=repeat if fixed else MIN_REPEATS,
-                max_repeats=repeat if fixed else MAX_REPEATS,
-                budget=0.0 if fixed else case_budget,
-                reference_limit=reference_limit,
-                seed=seed,
-                opset=opset,
-                order=order,
-                before_timing=limit.apply,
-                settle_between=settle_between,
-                background_load=background_load,
+                case, bench.runtimes, options, budget=budget, before_timing=limit.apply
             )
             result.other_cpu = meter.others()
             spent = time.perf_counter() - start
-            share[name] -= spent
+            share[case.group] -= spent
             bench.results.append(result)
             if progress:
-                peer = case.baseline if case.baseline == "openvino" else "fastest"
-                ratio = result.ratio(peer)
-                shown = "—" if ratio is None else fmt_ratio(ratio)
-                if peer == "fastest":
-                    peer = result.fastest() or peer
-                layer = result.median("layer")
-                layer_text = "" if layer is None else f", Layer {fmt_ms(layer)} ms"
-                progress(
-                    f"[{i}/{len(cases)}] {name} {case.label}: ours {fmt_ms(result.median('ours'))}"
-                    f" ms{layer_text}, ours/{SHORT_NAMES[peer]} {shown}, {result.repeats} rounds,"
-                    f" {spent:.1f} s"
-                )
+                line = progress_line(result, bench.runtimes)
+                progress(f"[{i}/{len(cases)}] {line}, {spent:.1f} s")
         bench.info = machine_info(bench.runtimes)  # inside: the thread limits still hold
     finally:
         limit.restore()
-    bench.info["sgemm_peak_gmacs"] = peak
-    bench.info["background_load"] = background_load
-    record.complete(bench.info, notes=notes, order=order, settle=settle_between, warmup=warmup)
+    if not options.models:
+        bench.info["sgemm_peak_gmacs"] = peak
+        bench.info["background_load"] = options.background_load
+    record.complete(bench.info, options)
     return bench
 
 
@@ -206,17 +138,15 @@ class RunRecord:
         self.whole_run = CpuMeter()
         self.began = time.perf_counter()
 
-    def complete(
-        self, info: dict[str, Any], *, notes: list[str], order: str, settle: bool, warmup: int
-    ) -> None:
-        info["notes"] = notes
+    def complete(self, info: dict[str, Any], options: Options) -> None:
+        info["notes"] = []
         if info.get("commit") != self.commit_before:  # the checkout changed during the run
             info["commit"] = f"{self.commit_before} at the start, {info.get('commit')} at the end"
         info["load_average_before"] = self.load_before
         info["other_cpu"] = self.whole_run.others()
-        info["order"] = order
-        info["settle"] = settle
-        info["warmup"] = warmup
+        info["order"] = options.order
+        info["settle"] = options.settle
+        info["warmup"] = options.warmup
         info["load_average_after"] = _load_average()
         info["duration_s"] = time.perf_counter() - self.began
 

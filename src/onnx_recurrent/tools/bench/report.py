@@ -1,4 +1,4 @@
-"""The report: table, notes, header."""
+"""The report of a run, of operators or of whole models: header, table, notes."""
 
 from __future__ import annotations
 
@@ -6,8 +6,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
-from .cases import CONTENDED_LOAD, OTHERS_WARNING, SHAPES, TOLERANCE
-from .runtimes import Runtime
+from .cases import CONTENDED_LOAD, OTHERS_WARNING, SHAPES, TOLERANCE, Case
+from .models import SILERO_CHUNK, SILERO_RATE
+from .runtimes import OursHost, Runtime
 from .timing import CaseResult
 
 
@@ -107,19 +108,28 @@ def markdown_table(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> str
     return "\n".join(out)
 
 
-def table_columns(runtimes: Sequence[Runtime]) -> list[str]:
-    competitors = [r for r in runtimes if r.name != "ours"]
+def _models(results: Sequence[CaseResult], runtimes: Sequence[Runtime]) -> bool:
+    """Whether the run is of whole models (ours under each host), not of operators."""
+    if results:
+        return not isinstance(results[0].case, Case)
+    return any(isinstance(r, OursHost) for r in runtimes)
+
+
+def table_columns(runtimes: Sequence[Runtime], models: bool = False) -> list[str]:
+    """The table's columns: operators' (by shape, with the targets) or whole models'
+    (each of ours over onnxruntime alone)."""
+    ours = [r for r in runtimes if isinstance(r, OursHost)]
+    faces = " / ".join(r.face.removeprefix("ours (").removesuffix(")") for r in ours)
+    ratios = [f"{r.face}/ort [quartiles]" for r in ours] + [f"ref/ours ({faces})"]
+    if not models:
+        ratios = ["ours/peer [quartiles]", "target", "ref/ours", "target"]
     return [
-        "shape",
-        "case",
+        *(["case"] if models else ["shape", "case"]),
         "reps",
         "other CPU",
         *[r.title for r in runtimes],
-        "ours/peer [quartiles]",
-        "target",
-        "ref/ours",
-        "target",
-        *[r.short for r in competitors],
+        *ratios,
+        *[r.short for r in runtimes[1:]],
     ]
 
 
@@ -130,20 +140,55 @@ def _time_cell(res: CaseResult, name: str) -> str:
     return fmt_ms(res.median(name)) + spread + (" *" if name in res.notes else "")
 
 
+def _reps_cell(result: CaseResult, runtimes: Sequence[Runtime]) -> str:
+    """The rounds, and the calls of a runtime that took part in fewer (a capped one)."""
+    fewer = [
+        f"{SHORT_NAMES.get(r.name, r.name)} {len(result.samples[r.name])}"
+        for r in runtimes
+        if 0 < len(result.samples.get(r.name, ())) < result.repeats
+    ]
+    return "; ".join([str(result.repeats), *fewer])
+
+
+def _model_ratio_cells(result: CaseResult, runtimes: Sequence[Runtime]) -> list[str]:
+    """Each of ours over onnxruntime alone [our quartiles over its median], and how
+    many times faster than onnx.reference alone each is."""
+    ours = [r for r in runtimes if isinstance(r, OursHost)]
+    cells = []
+    for r in ours:
+        ratio, spread = result.ratio("onnxruntime", r.name), result.spread("onnxruntime", r.name)
+        text = "—" if ratio is None else fmt_ratio(ratio)
+        if ratio is not None and spread is not None:
+            text += f" [{fmt_ratio(spread[0])}-{fmt_ratio(spread[1])}]"
+        cells.append(text)
+    faster = [result.ratio("reference", r.name) for r in ours]
+    shown = ["—" if f is None else _speedup(1.0 / f) for f in faster]
+    return [*cells, " / ".join(shown) if any(f is not None for f in faster) else "—"]
+
+
 def format_table(results: Sequence[CaseResult], runtimes: Sequence[Runtime]) -> str:
-    """A Markdown table: one row per case, median times and ratios, targets, differences."""
-    columns = table_columns(runtimes)
+    """A Markdown table: one row per case, median times (quartiles), the ratios of ours
+    (operators: to the fastest peer and onnx.reference, with the targets; whole models:
+    to onnxruntime alone and onnx.reference alone) and each runtime's difference from
+    the first of ours."""
+    models = _models(results, runtimes)
+    columns = table_columns(runtimes, models)
     rows = []
     for res in results:
-        if res.error:
-            cells = [res.case.shape.name, res.case.label, "0", "—", f"error: {res.error}"]
-            cells += ["—"] * (len(columns) - len(cells))
+        lead = [res.case.name] if models else [res.case.shape.name, res.case.label]
+        if res.missing or res.error:
+            cells = [
+                *lead,
+                "0",
+                "—",
+                f"not run: {res.missing}" if res.missing else f"error: {res.error}",
+            ]
         else:
-            cells = [res.case.shape.name, res.case.label, str(res.repeats), _others(res)]
+            cells = [*lead, _reps_cell(res, runtimes), _others(res)]
             cells += [_time_cell(res, r.name) for r in runtimes]
-            cells += list(_verdict_cells(res))
-            cells += [_diff(res.diffs.get(r.name)) for r in runtimes if r.name != "ours"]
-        rows.append(cells)
+            cells += _model_ratio_cells(res, runtimes) if models else _verdict_cells(res)
+            cells += [_diff(res.diffs.get(r.name)) for r in runtimes[1:]]
+        rows.append(cells + ["—"] * (len(columns) - len(cells)))
     return markdown_table(columns, rows)
 
 
@@ -399,19 +444,81 @@ LEGEND = (
 )
 
 
+MODEL_LEGEND = (
+    "Times are medians in ms over `reps` timed calls of each runtime on the whole model "
+    "(onnx.reference alone: at most --reference-repeats of them, e.g. 'ref 20'), with the "
+    "first-third quartile in parentheses; other CPU: the share of the CPUs that other "
+    "processes used meanwhile. ours (ort host): "
+    "onnx_recurrent.InferenceSession(host='onnxruntime'); ours (ref host): host='reference'; "
+    "onnxruntime, OpenVINO, onnx.reference: each alone on the same model. ours/ort: our "
+    "median over onnxruntime alone's, in brackets our quartiles over that median ('—' where "
+    "onnxruntime alone did not run: see below). ref/ours: how many times faster than "
+    "onnx.reference alone each of ours is. Δ: largest absolute difference of that runtime's "
+    "outputs from the first of ours that ran (ort host, else ref host); '!' marks one above "
+    f"{TOLERANCE:g}. '—': not run, '*': timed with a caveat (see below)."
+)
+
+
+def format_chunks(results: Sequence[CaseResult], runtimes: Sequence[Runtime]) -> str:
+    """Silero's time per 512-sample chunk (32 ms of audio at 16 kHz) of each runtime."""
+    lines = []
+    for res in results:
+        if not getattr(res.case, "chunks", 0) or res.error or res.missing:
+            continue
+        parts = [
+            f"{r.title.removesuffix(' ms')} {fmt_ms(res.per_chunk(r.name))}"
+            for r in runtimes
+            if r.name in res.samples
+        ]
+        lines.append(f"- {res.case.name} ({res.case.chunks} per call): " + ", ".join(parts))
+    if not lines:
+        return ""
+    audio_ms = 1e3 * SILERO_CHUNK / SILERO_RATE
+    return (
+        f"Silero VAD, ms per {SILERO_CHUNK}-sample chunk ({audio_ms:g} ms of audio at "
+        f"{SILERO_RATE // 1000} kHz; the median call over the chunks per call):\n"
+        + "\n".join(lines)
+    )
+
+
 def format_report(
     results: Sequence[CaseResult],
     runtimes: Sequence[Runtime],
     info: dict[str, Any],
-    shapes: Sequence[str],
+    shapes: Sequence[str] = (),
 ) -> str:
-    parts = [
-        format_header(info, shapes),
-        format_table(results, runtimes),
-        LEGEND,
-        format_notes(results, runtimes),
-        format_peak(results, info),
-        format_double(results),
-        format_contention(results, runtimes),
-    ]
+    """The whole printout: header, table, legend, notes; for operators, the targets, the
+    sgemm peak share, float64 over float32 and the contention; for whole models, the
+    time per Silero chunk."""
+    if _models(results, runtimes):
+        described = "Cases: " + "; ".join(f"{r.case.name}: {r.case.description}" for r in results)
+        parts = [
+            format_header(info, (), described),
+            format_table(results, runtimes),
+            MODEL_LEGEND,
+            format_notes(results, runtimes, targets=False),
+            format_chunks(results, runtimes),
+        ]
+    else:
+        parts = [
+            format_header(info, shapes),
+            format_table(results, runtimes),
+            LEGEND,
+            format_notes(results, runtimes),
+            format_peak(results, info),
+            format_double(results),
+            format_contention(results, runtimes),
+        ]
     return "\n\n".join(p for p in parts if p)
+
+
+def progress_line(result: CaseResult, runtimes: Sequence[Runtime]) -> str:
+    """One case on one line: each runtime's median, the rounds (or why it did not run)."""
+    if result.missing or result.error:
+        return f"{result.case.key}: not run: {result.missing or result.error}"
+    times = ", ".join(
+        f"{r.title.removesuffix(' ms')} {fmt_ms(result.median(r.name))} ms"
+        for r in runtimes
+        if r.name in result.samples
+    )
+    return f"{result.case.key}: {times}, {result.repeats} rounds"

@@ -1,17 +1,22 @@
-"""The competitors: how each prepares one call of a case, and what it cannot run."""
+"""The runtimes: ours (the functions, a Layer, a session, a whole model under each host)
+and the peers (onnxruntime, OpenVINO, onnx.reference); how each prepares one call of a
+case, an operator's or a whole model's, and what it cannot run."""
 
 from __future__ import annotations
 
 import contextlib
 import importlib
+import inspect
 import sys
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from .cases import Case, attributes, make_transposed_model, output_shapes
 from .machine import blas_info, physical_cores
+from .options import Options
 
 Call = Callable[[], Sequence[np.ndarray]]
 
@@ -34,14 +39,17 @@ def ort_options(threads: int | None = None) -> Any:
 
 
 class Runtime:
-    """A competitor. Subclasses say whether they are installed, what they cannot run,
-    and how to prepare one call of a case."""
+    """A runtime. Subclasses say whether they are installed, what they cannot run, and
+    how to prepare one call of a case (:meth:`prepare`: ``case``, its ONNX model, the
+    feeds by input name)."""
 
     name = ""  # key, used in --runtimes and the JSON
     title = ""  # column title
     short = ""  # column title of its difference from ours
     module: str | None = None  # imported to see whether it is installed
     install = ""  # pip name
+    main = False  # one of ours: the case fails when none of them runs
+    peer: str | None = None  # its name in check's lint (known_wrong)
 
     def __init__(self, threads: int | None = None) -> None:
         self.threads = threads
@@ -56,16 +64,17 @@ class Runtime:
             return f"not installed ({e}; pip install {self.install})"
         return None
 
-    #: what it gets wrong but works around itself (``Finding.feature`` of check's lint):
-    #: not a reason to skip it (see :func:`known_wrong`)
-    handles: frozenset[str] = frozenset()
+    def handles(self, case: Any) -> Collection[str]:
+        """What it gets wrong in ``case`` but works around itself (``Finding.feature`` of
+        check's lint): not a reason to skip it (:func:`known_wrong`)."""
+        return ()
 
-    def unsupported(self, case: Case) -> str | None:
+    def unsupported(self, case: Any) -> str | None:
         """None if it can run ``case``, else why not (what it gets wrong is probed:
         :func:`known_wrong`)."""
         return None
 
-    def prepare(self, case: Case, model: Any, feeds: dict[str, np.ndarray]) -> Call:
+    def prepare(self, case: Any, model: Any, feeds: dict[str, np.ndarray]) -> Call:
         raise NotImplementedError
 
     def info(self) -> str:
@@ -73,7 +82,9 @@ class Runtime:
 
 
 class Ours(Runtime):
-    name, title, short = "ours", "ours ms", ""
+    """Ours through the functions (:func:`onnx_recurrent.gru`...)."""
+
+    name, title, short, main = "ours", "ours ms", "", True
 
     def prepare(self, case, model, feeds):
         import onnx_recurrent
@@ -107,9 +118,7 @@ class OursLayer(Runtime):
     def missing(self) -> str | None:
         import onnx_recurrent
 
-        if not hasattr(onnx_recurrent, "Layer"):
-            return "this onnx-recurrent has no Layer"
-        return None
+        return None if hasattr(onnx_recurrent, "Layer") else "this onnx-recurrent has no Layer"
 
     def prepare(self, case, model, feeds):
         import onnx_recurrent
@@ -135,25 +144,114 @@ class OursSession(Runtime):
         return "ours through onnx_recurrent.InferenceSession"
 
 
+def _takes_host() -> bool:
+    import onnx_recurrent
+
+    try:
+        parameters = inspect.signature(onnx_recurrent.InferenceSession).parameters
+    except (TypeError, ValueError):
+        return True  # cannot tell: try it
+    return "host" in parameters or any(
+        p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()
+    )
+
+
+class OursHost(Runtime):
+    """Ours on a whole model: :class:`onnx_recurrent.InferenceSession` under ``host``
+    ("onnxruntime": it runs the graph, the recurrent nodes are custom ops computed by
+    onnx-recurrent; "reference": onnx.reference runs the graph), made once per case
+    outside the timing."""
+
+    main = True
+
+    def __init__(self, host: str, threads: int | None = None) -> None:
+        super().__init__(threads)
+        self.host = host
+        short = {"onnxruntime": "ort", "reference": "ref"}[host]
+        self.name, self.face = f"ours-{host}", f"ours ({short} host)"
+        self.title, self.short = f"{self.face} ms", f"Δ {short} host"
+        if host == "onnxruntime":
+            self.module = self.install = "onnxruntime"
+
+    def missing(self) -> str | None:
+        reason = super().missing()
+        if reason is None and self.host == "onnxruntime" and not _takes_host():
+            reason = (
+                "unavailable: this onnx-recurrent's InferenceSession takes no host= "
+                "(no onnxruntime host)"
+            )
+        return reason
+
+    def prepare(self, case, model, feeds):
+        import onnx_recurrent
+
+        kwargs: dict[str, Any] = {"host": self.host}
+        if self.threads and self.host == "onnxruntime":
+            kwargs["sess_options"] = ort_options(self.threads)
+        try:
+            session = onnx_recurrent.InferenceSession(model, **kwargs)
+        except TypeError as e:
+            if "host" not in str(e):
+                raise
+            if self.host != "reference":
+                raise Unavailable(
+                    f"unavailable: this onnx-recurrent's InferenceSession takes no host= "
+                    f"(host={self.host!r} not available)"
+                ) from e
+            session = onnx_recurrent.InferenceSession(model)  # before the hosts: reference
+        got = getattr(session, "host", self.host)
+        if got != self.host:
+            raise Unavailable(
+                f"unavailable: asked for host {self.host!r}, the session has {got!r}"
+            )
+
+        def call():
+            return session.run(None, feeds)
+
+        if not hasattr(session, "host"):
+            call.note = (
+                "an InferenceSession without host= (onnx.reference runs the graph, "
+                "onnx-recurrent the recurrent nodes: the reference host)"
+            )
+        return call
+
+    def info(self) -> str:
+        if self.host == "reference":
+            import onnx
+
+            return (
+                "ours (ref host): onnx_recurrent.InferenceSession(host='reference'): onnx "
+                f"{onnx.__version__}'s onnx.reference runs the graph, onnx-recurrent its "
+                "recurrent nodes"
+            )
+        import onnxruntime as ort
+
+        threads = f"intra_op_num_threads {self.threads}" if self.threads else "default threads"
+        return (
+            "ours (ort host): onnx_recurrent.InferenceSession(host='onnxruntime'): "
+            f"onnxruntime {ort.__version__} runs the graph ({threads}), its recurrent nodes "
+            "as custom ops computed by onnx-recurrent; " + Ours(self.threads).info()
+        )
+
+
 class OnnxRuntime(Runtime):
     name, title, short = "onnxruntime", "onnxruntime ms", "Δ ort"
-    module, install = "onnxruntime", "onnxruntime"
-
-    def _options(self):
-        return ort_options(self.threads)
+    module = install = peer = "onnxruntime"
 
     def prepare(self, case, model, feeds):
         import onnxruntime as ort
 
         session = ort.InferenceSession(
-            model.SerializeToString(), self._options(), providers=["CPUExecutionProvider"]
+            model.SerializeToString(),
+            ort_options(self.threads),
+            providers=["CPUExecutionProvider"],
         )
         return lambda: session.run(None, feeds)
 
     def info(self) -> str:
         import onnxruntime as ort
 
-        n = self._options().intra_op_num_threads
+        n = ort_options(self.threads).intra_op_num_threads
         threads = (
             f"intra_op_num_threads {n}"
             if n
@@ -179,12 +277,15 @@ def openvino_reason(error: BaseException) -> str:
 
 class OpenVINO(Runtime):
     name, title, short = "openvino", "OpenVINO ms", "Δ ov"
-    module, install = "openvino", "openvino"
-    handles = frozenset({"layout"})  # prepare() times the equivalent time-major model
+    module = install = peer = "openvino"
 
     def __init__(self, threads: int | None = None) -> None:
         super().__init__(threads)
         self.threads_used: int | None = None
+
+    def handles(self, case):
+        # prepare() times an operator's equivalent time-major model
+        return ("layout",) if isinstance(case, Case) else ()
 
     def compile(self, model: Any, feeds: dict[str, np.ndarray]) -> Call:
         """One reused infer request on ``model`` (f32 precision), fed ``feeds``."""
@@ -213,7 +314,7 @@ class OpenVINO(Runtime):
 
     def prepare(self, case, model, feeds):
         call = self.compile(model, feeds)
-        if case.layout == 1:
+        if isinstance(case, Case) and case.layout == 1:
             # OpenVINO may ignore layout=1 (2026.4 computes as if X were time-major):
             # if its outputs have the wrong shapes, time the equivalent model instead.
             got = [tuple(o.shape) for o in call()]
@@ -239,14 +340,15 @@ class OpenVINO(Runtime):
 
 class Reference(Runtime):
     name, title, short = "reference", "onnx.reference ms", "Δ ref"
-    module, install = "onnx.reference", "onnx"
+    module, install, peer = "onnx.reference", "onnx", "onnx.reference"
+    alone = False  # on whole models: without onnx-recurrent's operators
 
     def __init__(self, threads: int | None = None, skip_shapes: Iterable[str] = ()) -> None:
         super().__init__(threads)
         self.skip_shapes = set(skip_shapes)
 
     def unsupported(self, case):
-        if case.shape.name in self.skip_shapes:
+        if isinstance(case, Case) and case.shape.name in self.skip_shapes:
             return f"skipped at {case.shape.name} (--skip-reference)"
         return None
 
@@ -259,11 +361,8 @@ class Reference(Runtime):
     def info(self) -> str:
         import onnx
 
-        return f"onnx {onnx.__version__} (onnx.reference.ReferenceEvaluator)"
-
-
-#: lint's peer names, by runtime name
-_LINT_PEERS = {"onnxruntime": "onnxruntime", "openvino": "openvino", "reference": "onnx.reference"}
+        alone = " alone, without onnx-recurrent's operators" if self.alone else ""
+        return f"onnx {onnx.__version__} (onnx.reference.ReferenceEvaluator){alone}"
 
 
 def known_wrong(
@@ -271,14 +370,19 @@ def known_wrong(
     handled: Mapping[str, Collection[str]] | None = None,
     runtimes: Iterable[str] | None = None,
 ) -> dict[str, str]:
-    """What each runtime alone gets wrong in ``model``, as check's lint probes it
+    """What each peer alone gets wrong in ``model``, as check's lint probes it
     (:func:`onnx_recurrent.tools.check.lint.lint`), by runtime name: the reason to skip it.
 
     ``handled``: runtime name -> the lint features (``Finding.feature``) that the
     runtime works around itself, not reasons to skip it. ``runtimes``: probe only
     these (default: every installed one).
     """
-    names = {n: peer for n, peer in _LINT_PEERS.items() if runtimes is None or n in set(runtimes)}
+    wanted = None if runtimes is None else set(runtimes)
+    names = {
+        r.name: r.peer
+        for r in (OnnxRuntime, OpenVINO, Reference)
+        if wanted is None or r.name in wanted
+    }
     if not names:
         return {}
     try:
@@ -298,25 +402,25 @@ def known_wrong(
     return {name: "known wrong: " + "; ".join(m) for name, m in reasons.items()}
 
 
-RUNTIMES: dict[str, type[Runtime]] = {
-    r.name: r for r in (Ours, OursLayer, OursSession, OnnxRuntime, OpenVINO, Reference)
-}
-COMPETITORS = ("layer", "session", "onnxruntime", "openvino", "reference")
-
-
-def make_runtimes(
-    names: Sequence[str] = COMPETITORS,
-    *,
-    threads: int | None = None,
-    skip_reference: Iterable[str] = (),
-) -> list[Runtime]:
-    """Ours first, then the named competitors in the standard column order."""
-    runtimes: list[Runtime] = [Ours(threads)]
-    for name in COMPETITORS:
-        if name not in names:
-            continue
-        if name == "reference":
-            runtimes.append(Reference(threads, skip_reference))
-        else:
-            runtimes.append(RUNTIMES[name](threads))
+def make_runtimes(options: Options | None = None, **changes: Any) -> list[Runtime]:
+    """The runtimes of a run (``options`` with ``changes``, see :class:`Options`), in
+    the column order: ours first (the functions; on whole models, each host), then the
+    named ones."""
+    options = replace(options, **changes) if options else Options(**changes)
+    threads, names = options.threads, options.runtime_names
+    made: dict[str, Callable[[], Runtime]] = {
+        "ours": lambda: Ours(threads),
+        "ours-onnxruntime": lambda: OursHost("onnxruntime", threads),
+        "ours-reference": lambda: OursHost("reference", threads),
+        "layer": lambda: OursLayer(threads),
+        "session": lambda: OursSession(threads),
+        "onnxruntime": lambda: OnnxRuntime(threads),
+        "openvino": lambda: OpenVINO(threads),
+        "reference": lambda: Reference(threads, options.skip_reference),
+    }
+    order = options.runtime_names if options.models else ("ours", *names)
+    runtimes = [made[n]() for n in made if n in order]
+    for r in runtimes:
+        if isinstance(r, Reference):
+            r.alone = options.models
     return runtimes

@@ -1,4 +1,4 @@
-"""Timing: alternating calls, settling between them, one case's result."""
+"""Timing: alternating calls, settling between them; one case run and its result."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -20,10 +20,9 @@ from .cases import (
     TOLERANCE,
     Case,
     Target,
-    make_inputs,
-    make_model,
 )
 from .load import BackgroundLoad
+from .options import MODEL_OURS, Options
 from .runtimes import Call, Runtime, Unavailable, known_wrong
 
 
@@ -149,14 +148,16 @@ def max_abs_diff(ours: Sequence[np.ndarray], theirs: Sequence[np.ndarray]) -> fl
 
 @dataclass
 class CaseResult:
-    """What one case measured. Times in seconds."""
+    """What one case (an operator's :class:`Case` or a whole model's) measured. Times
+    in seconds."""
 
-    case: Case
+    case: Any
     samples: dict[str, list[float]] = field(default_factory=dict)
     diffs: dict[str, float] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
     notes: dict[str, str] = field(default_factory=dict)  # runtimes timed with a caveat
     error: str | None = None
+    missing: str | None = None  # why a whole model did not run (not installed...)
     other_cpu: float | None = None  # share of the CPUs other processes used meanwhile
     contended: dict[str, list[float]] = field(default_factory=dict)  # under background load
     load: int = 0  # the number of busy processes beside the contended rounds
@@ -233,47 +234,47 @@ class CaseResult:
             out.append((t, r, None if r is None else t.met(r)))
         return out
 
+    def per_chunk(self, name: str) -> float | None:
+        """``name``'s median time per Silero chunk of a whole model, in seconds."""
+        median, chunks = self.median(name), getattr(self.case, "chunks", 0)
+        return None if median is None or not chunks else median / chunks
+
     def to_json(self) -> dict[str, Any]:
-        c = self.case
-        return {
-            "label": c.label,
-            "shape": c.shape.name,
-            "T": c.shape.T,
-            "N": c.shape.N,
-            "I": c.shape.I,
-            "H": c.shape.H,
-            "op": c.op,
-            "direction": c.direction,
-            "linear_before_reset": c.linear_before_reset,
-            "ragged": c.ragged,
-            "layout": c.layout,
-            "dtype": c.dtype,
-            "baseline": c.baseline,
+        out = {
+            **self.case.to_json(),
             "repeats": self.repeats,
-            "macs": self.macs,
             "samples_s": self.samples,
             "median_s": {n: self.median(n) for n in self.samples},
             "quartiles_s": {n: self.quartiles(n) for n in self.samples},
-            "fastest_peer": self.fastest(),
-            "background_load": self.load,
-            "contended_samples_s": self.contended,
-            "contended_over_quiet": {n: self.contention(n) for n in self.contended},
             "max_abs_diff": self.diffs,
             "skipped": self.skipped,
             "notes": self.notes,
             "error": self.error,
             "other_cpu": self.other_cpu,
-            "targets": [
-                {
-                    "runtime": t.runtime,
-                    "ours": t.ours,
-                    "kind": t.kind,
-                    "bound": t.bound,
-                    "ours_over_runtime": r,
-                    "met": met,
-                }
-                for t, r, met in self.verdicts()
-            ],
+        }
+        if not isinstance(self.case, Case):  # a whole model
+            chunks = self.case.chunks
+            per_chunk = {n: self.per_chunk(n) for n in self.samples} if chunks else None
+            ratios = {n: self.ratio("onnxruntime", n) for n in MODEL_OURS}
+            return {
+                **out,
+                "over_onnxruntime": ratios,
+                "per_chunk_s": per_chunk,
+                "missing": self.missing,
+            }
+        verdicts = [
+            {"runtime": t.runtime, "ours": t.ours, "kind": t.kind, "bound": t.bound}
+            | {"ours_over_runtime": r, "met": met}
+            for t, r, met in self.verdicts()
+        ]
+        return {
+            **out,
+            "macs": self.macs,
+            "fastest_peer": self.fastest(),
+            "background_load": self.load,
+            "contended_samples_s": self.contended,
+            "contended_over_quiet": {n: self.contention(n) for n in self.contended},
+            "targets": verdicts,
         }
 
 
@@ -283,59 +284,56 @@ def _first_line(e: BaseException) -> str:
 
 
 def run_case(
-    case: Case,
+    case: Any,
     runtimes: Sequence[Runtime],
+    options: Options | None = None,
     *,
-    warmup: int = 1,
-    min_repeats: int = MIN_REPEATS,
-    max_repeats: int = MAX_REPEATS,
     budget: float = 0.0,
-    reference_limit: float = math.inf,
-    seed: int = 0,
-    opset: int = 22,
-    order: str = "alternate",
     before_timing: Callable[[], None] | None = None,
-    settle_between: bool = True,
-    background_load: int = 0,
+    **changes: Any,
 ) -> CaseResult:
-    """Prepare, warm up, check and time one case; ``runtimes[0]`` must be ours.
+    """Build, prepare, warm up, check and time one case: an operator's (:class:`Case`) or
+    a whole model's (:class:`~.models.ModelCase`), as ``options`` (with ``changes``) say.
 
-    A competitor that is missing, cannot run the case, gets it wrong (check's lint
-    probes it: :func:`~.runtimes.known_wrong`), or fails is skipped with its reason;
-    onnx.reference is also skipped when one of its calls takes longer than
-    ``reference_limit`` seconds. ``budget`` is the case's time in seconds, loading and
-    warm-up included: the timed rounds get what is left of it. With
-    ``background_load`` busy processes, half the rounds are timed quiet, half with the
-    load running (:attr:`CaseResult.contended`), in the order quiet, loaded, quiet
+    ``runtimes`` start with ours (:attr:`Runtime.main`); the outputs of the first that
+    runs are what the others' are compared with; none of ours running is an error. A
+    runtime that is missing, cannot run the case, gets it wrong (check's lint probes it:
+    :func:`~.runtimes.known_wrong`), or fails is skipped with its reason; onnx.reference
+    also when one call takes longer than ``reference_limit`` seconds, and on a whole
+    model it makes at most ``reference_repeats`` timed calls. ``budget`` is the case's
+    time in seconds, loading and warm-up included: the timed rounds get what is left
+    of it (a fixed ``repeat`` ignores it). With ``background_load`` busy processes,
+    half the rounds are timed quiet, half with the load running
+    (:attr:`CaseResult.contended`), in the order quiet, loaded, quiet
     (:func:`_quiet_loaded_quiet`); the processes are gone when it returns or raises.
     """
+    options = replace(options, **changes) if options else Options(**changes)
     start = time.perf_counter()
     result = CaseResult(case)
-    feeds = make_inputs(case, seed)
-    result.macs = case.macs
-    if "sequence_lens" in feeds:  # only the valid steps of each sequence are computed
-        valid = int(feeds["sequence_lens"].sum())
-        result.macs = case.macs * valid // (case.shape.T * case.shape.N)
-    model = make_model(case, feeds, opset)
-    handled = {r.name: getattr(r, "handles", ()) for r in runtimes}
+    result.missing = case.missing()
+    if result.missing:
+        return result
+    try:
+        model, feeds = case.make(options.seed, options.opset)
+    except Exception as e:
+        result.error = f"cannot build the model: {_first_line(e)}"
+        return result
+    caps = None
+    if isinstance(case, Case):
+        result.macs = case.macs
+        if "sequence_lens" in feeds:  # only the valid steps of each sequence are computed
+            valid = int(feeds["sequence_lens"].sum())
+            result.macs = case.macs * valid // (case.shape.T * case.shape.N)
+    elif options.reference_repeats:
+        caps = {"reference": options.reference_repeats}
+    handled = {r.name: r.handles(case) for r in runtimes}
     skip = known_wrong(model, handled, [r.name for r in runtimes])
-    calls = prepare_calls(
-        result, runtimes, model, feeds, warmup=warmup, reference_limit=reference_limit, skip=skip
-    )
+    calls = prepare_calls(result, runtimes, model, feeds, options, skip=skip)
     if result.error is None:
         if before_timing is not None:
             before_timing()
-        time_calls(
-            result,
-            calls,
-            min_repeats=min_repeats,
-            max_repeats=max_repeats,
-            budget=budget - (time.perf_counter() - start),
-            seed=seed,
-            order=order,
-            settle_between=settle_between,
-            background_load=background_load,
-        )
+        budget = 0.0 if options.repeat else budget - (time.perf_counter() - start)
+        time_calls(result, calls, options, budget=budget, max_calls=caps)
     return result
 
 
@@ -344,21 +342,20 @@ def prepare_calls(
     runtimes: Sequence[Runtime],
     model: Any,
     feeds: dict[str, np.ndarray],
-    *,
-    warmup: int = 1,
-    reference_limit: float = math.inf,
-    ours: int = 1,
+    options: Options,
     skip: Mapping[str, str] | None = None,
 ) -> dict[str, Call]:
     """Prepare and warm up each runtime on ``result.case``; return the calls that ran.
 
     A runtime that is missing, cannot run the case (its own ``unsupported``, or a reason
     in ``skip``), or fails is recorded in ``result.skipped`` with the reason;
-    onnx.reference also when one call takes longer than ``reference_limit`` seconds.
-    The first runtime that runs gives the outputs that the others' are compared with
-    (``result.diffs``). The first ``ours`` runtimes are ours: when none of them runs,
+    onnx.reference also when one call takes longer than ``options.reference_limit``
+    seconds. The first runtime that runs gives the outputs that the others' are
+    compared with (``result.diffs``). When none of ours (:attr:`Runtime.main`) runs,
     ``result.error`` says why and no call is returned.
     """
+    ours = sum(r.main for r in runtimes)
+    warmup, reference_limit = options.warmup, options.reference_limit
     calls: dict[str, Call] = {}
     reference_outputs = None
     skip = skip or {}
@@ -409,26 +406,24 @@ def prepare_calls(
 def time_calls(
     result: CaseResult,
     calls: dict[str, Call],
+    options: Options,
     *,
-    min_repeats: int = MIN_REPEATS,
-    max_repeats: int = MAX_REPEATS,
     budget: float = 0.0,
-    seed: int = 0,
-    order: str = "alternate",
-    settle_between: bool = True,
-    background_load: int = 0,
     max_calls: Mapping[str, int] | None = None,
 ) -> None:
     """Time the prepared ``calls`` into ``result`` (:func:`time_alternating`, with
-    :func:`settle` after each call unless ``settle_between`` is false); ``budget``: the
+    :func:`settle` after each call unless ``options.settle`` is false); ``budget``: the
     seconds left for the timed rounds. A failure sets ``result.error``."""
     timed = {
         "calls": calls,
-        "order": order,
-        "seed": seed,
-        "between": settle if settle_between else None,
+        "order": options.order,
+        "seed": options.seed,
+        "between": settle if options.settle else None,
         "max_calls": max_calls,
     }
+    fixed = options.repeat
+    min_repeats, max_repeats = (fixed, fixed) if fixed else (MIN_REPEATS, MAX_REPEATS)
+    background_load = options.background_load
     try:
         if not background_load:
             result.samples = time_alternating(
