@@ -11,8 +11,9 @@ groups (``--group-size``, by default what ``detect`` picks for the largest clust
 so only the number of workers differs.
 
 The corpus: the files and directories given, or, without any, ``--make N`` recordings
-of 5 to 30 s built from the test recordings under ``tests/data`` (tiled with silence
-between; FLAC, a third of them at 8 kHz or 22.05 kHz) in a temporary directory.
+of 5 to 30 s built from the test recordings under ``tests/data`` (``bench_corpus.py``,
+as ``bench_vad.py`` builds its own) in a temporary directory. The rounds are timed by
+the bench's :func:`~onnx_recurrent.tools.bench.time_alternating`.
 
 Usage (from the repository root; needs the ``vad`` extra, dask, distributed and
 silero-vad)::
@@ -30,48 +31,12 @@ import math
 import os
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
+from bench_corpus import build_corpus
 
-ROOT = Path(__file__).resolve().parent.parent
-SOURCES = [
-    ROOT / "tests" / "data" / "speech_16k.wav",
-    *(ROOT / "tests" / "data" / "vad").glob("*"),
-]
-#: the extra rates of the made corpus (every third file at each); the rest 16 kHz
-RATES = (16000, 8000, 22050)
-
-
-def make_corpus(directory: Path, count: int, seed: int = 0) -> list[str]:
-    """``count`` FLAC recordings of 5 to 30 s made of the test recordings."""
-    import soundfile
-    import soxr
-
-    from onnx_recurrent.tools.vad import read_audio
-
-    pieces = [
-        read_audio(p).samples for p in sorted(SOURCES) if p.suffix in (".wav", ".flac", ".ogg")
-    ]
-    rng = np.random.default_rng(seed)
-    files = []
-    for i in range(count):
-        seconds = rng.uniform(5, 30)
-        parts, total = [], 0
-        while total < seconds * 16000:
-            gap = np.zeros(int(rng.uniform(0.2, 1.5) * 16000), np.float32)
-            piece = pieces[rng.integers(len(pieces))]
-            parts += [gap, piece]
-            total += gap.size + piece.size
-        samples = np.concatenate(parts)[: int(seconds * 16000)]
-        rate = RATES[i % len(RATES)]
-        if rate != 16000:
-            samples = soxr.resample(samples, 16000, rate)
-        path = directory / f"rec{i:04d}_{rate // 1000}k.flac"
-        soundfile.write(path, samples, rate, subtype="PCM_16")
-        files.append(str(path))
-    return files
+from onnx_recurrent.tools.bench import time_alternating
 
 
 def measure(files, workers, *, batch, group_size, host, rounds, warm) -> dict:
@@ -94,13 +59,16 @@ def measure(files, workers, *, batch, group_size, host, rounds, warm) -> dict:
         client.wait_for_workers(workers)
         # each worker: its session made, the model run once (compiled code loaded)
         client.run(vad_cluster._detect_group, [warm], batch, host, None, {})
-        times = []
-        for _ in range(rounds):
-            start = time.perf_counter()
-            results = list(
-                vad_cluster.detect(client, files, batch=batch, group_size=group_size, host=host)
+        got = {}
+
+        def run() -> None:
+            detect = vad_cluster.detect(
+                client, files, batch=batch, group_size=group_size, host=host
             )
-            times.append(time.perf_counter() - start)
+            got["results"] = list(detect)
+
+        times = time_alternating({"detect": run}, min_repeats=rounds, max_repeats=rounds)["detect"]
+        results = got["results"]
     failed = [(p, r) for p, r in results if isinstance(r, BaseException)]
     if failed:
         print(f"  {len(failed)} file(s) failed, e.g. {failed[0]}", file=sys.stderr)
@@ -136,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.paths:
             files = find_audio_files(args.paths)
         else:
-            files = make_corpus(Path(tmp), args.make)
+            files = [str(p) for p in build_corpus(Path(tmp), args.make)]
         audio = sum(audio_duration(f) or 0.0 for f in files)
         group_size = args.group_size or max(
             1, min(args.batch, math.ceil(len(files) / (4 * max(args.workers))))

@@ -1,9 +1,8 @@
 """Benchmark ``onnx-recurrent vad`` in one process against a plain onnxruntime loop.
 
 Builds a corpus of speech recordings (FLAC, 5-30 s each, some at 8, 22.05, 44.1 or
-48 kHz, some stereo) from the bundled test speech (tests/data/speech_16k.wav and
-tests/data/vad/*: espeak-ng sentences), each one pieces of it at random gains with
-random silences (faint noise) between them; then times, over the same files:
+48 kHz, some stereo; ``bench_corpus.py``) from the bundled test speech; then times, over
+the same files:
 
 (a) onnx-recurrent: :func:`onnx_recurrent.tools.vad.analyse_files`, one process, ``--batch``
     recordings advancing together (joining and leaving the batch), decoding and
@@ -12,11 +11,12 @@ random silences (faint noise) between them; then times, over the same files:
     64 recordings per model call, padded to the longest of each group, with
     ``onnxruntime.InferenceSession``.
 
-``--rounds`` rounds alternate which of the two runs first, each run after ``--pause``
-idle seconds; printed: the median wall time and the aggregate speed (seconds of audio
-per second: "x realtime", median [min-max]), the ratio (a)/(b) per round as median
-[min-max], and the largest difference between their speech probabilities. The sessions
-are made (and the kernels compiled) before the timing.
+``--rounds`` rounds of one run of each, in a shuffled order, ``--pause`` idle seconds
+after each run (the bench's :func:`~onnx_recurrent.tools.bench.time_alternating`);
+printed: the median wall time and the aggregate speed (seconds of audio per second: "x
+realtime", median [min-max]), the ratio (a)/(b) per round as median [min-max], and the
+largest difference between their speech probabilities. The sessions are made (and the
+kernels compiled) before the timing.
 
 Needs the ``vad`` extra, onnxruntime and the model (``pip install --no-deps
 silero-vad``). Usage::
@@ -33,81 +33,27 @@ import math
 import sys
 import tempfile
 import time
-from collections import Counter
 from pathlib import Path
 
 import numpy as np
+from bench_corpus import build_corpus, describe
 
 from onnx_recurrent.tools import vad
+from onnx_recurrent.tools.bench import time_alternating
 from onnx_recurrent.tools.vad.model import CHUNK_SAMPLES, CONTEXT_SAMPLES, MODEL_RATE, open_session
 
-ROOT = Path(__file__).resolve().parent.parent
-DATA = ROOT / "tests" / "data"
-SOURCES = [DATA / "speech_16k.wav", *sorted((DATA / "vad").iterdir())]
-#: Sample rates of the corpus files, and how often each is drawn.
-RATES = {16000: 0.5, 8000: 0.15, 22050: 0.1, 44100: 0.15, 48000: 0.1}
-STEREO_FRACTION = 0.2
 
-
-def build_corpus(directory: Path, files: int, min_s: float, max_s: float, seed: int) -> list[Path]:
-    """Write the corpus FLAC files into ``directory``; return their paths."""
-    import soundfile
-    import soxr
-
-    rng = np.random.default_rng(seed)
-    pieces = [vad.read_audio(p).samples for p in SOURCES]
-    rates, weights = list(RATES), np.array(list(RATES.values()))
-    paths = []
-    for i in range(files):
-        target = rng.uniform(min_s, max_s) * MODEL_RATE
-        parts, size = [], 0
-        while size < target:
-            silence = int(rng.uniform(0.2, 2.0) * MODEL_RATE)
-            parts.append(rng.normal(0, 1e-3, silence).astype(np.float32))
-            parts.append(pieces[rng.integers(len(pieces))] * np.float32(rng.uniform(0.3, 1.0)))
-            size += parts[-2].size + parts[-1].size
-        audio = np.concatenate(parts)[: int(target)]
-        rate = int(rng.choice(rates, p=weights / weights.sum()))
-        if rate != MODEL_RATE:
-            audio = soxr.resample(audio, MODEL_RATE, rate)
-        if rng.random() < STEREO_FRACTION:
-            audio = np.stack([audio, audio * np.float32(rng.uniform(0.5, 1.0))], axis=1)
-        path = directory / f"rec{i:04d}_{rate}.flac"
-        soundfile.write(path, np.clip(audio, -1, 1), rate, subtype="PCM_16")
-        paths.append(path)
-    return paths
-
-
-def describe(paths: list[Path]) -> tuple[float, str]:
-    import soundfile
-
-    infos = [soundfile.info(p) for p in paths]
-    durations = [i.duration for i in infos]
-    rates = Counter(i.samplerate for i in infos)
-    stereo = sum(i.channels > 1 for i in infos)
-    total = sum(durations)
-    text = (
-        f"{len(paths)} files, {total:.1f} s of audio ({min(durations):.1f}-"
-        f"{max(durations):.1f} s each; Hz: "
-        + ", ".join(f"{r}: {n}" for r, n in sorted(rates.items()))
-        + f"; {stereo} stereo), FLAC"
-    )
-    return total, text
-
-
-def run_ours(paths: list[Path], batch: int, session) -> tuple[float, dict[str, np.ndarray]]:
-    start = time.perf_counter()
+def run_ours(paths: list[Path], batch: int, session) -> dict[str, np.ndarray]:
     results = list(vad.analyse_files(paths, batch=batch, session=session))
-    elapsed = time.perf_counter() - start
     failed = [r for r in results if r.error is not None]
     if failed:
         raise SystemExit(f"error: {failed[0].path}: {failed[0].error}")
-    return elapsed, {r.path: r.probabilities for r in results}
+    return {r.path: r.probabilities for r in results}
 
 
 def run_onnxruntime(
     paths: list[Path], session, group: int = 64
-) -> tuple[float, float, dict[str, np.ndarray]]:
+) -> tuple[float, dict[str, np.ndarray]]:
     chunk, context = CHUNK_SAMPLES[MODEL_RATE], CONTEXT_SAMPLES[MODEL_RATE]
     sr = np.array(MODEL_RATE, dtype=np.int64)
     start = time.perf_counter()
@@ -128,7 +74,7 @@ def run_onnxruntime(
             out[:, k] = p[:, 0]
         for row, audio in enumerate(members):
             probs[str(paths[g + row])] = out[row, : math.ceil(audio.size / chunk)]
-    return time.perf_counter() - start, decoding, probs
+    return decoding, probs
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -144,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--rounds", type=int, default=5, help="timed rounds (default 5)")
     parser.add_argument(
-        "--pause", type=float, default=1.0, help="seconds idle before each run (default 1)"
+        "--pause", type=float, default=1.0, help="seconds idle after each run (default 1)"
     )
     args = parser.parse_args(argv)
 
@@ -172,23 +118,23 @@ def main(argv: list[str] | None = None) -> int:
         run_ours(paths[:2], args.batch, ours)  # compile the kernels, warm both up
         run_onnxruntime(paths[:2], plain)
 
-        # rounds alternate which runs first; a pause lets the other's threads go idle
-        t_ours, t_ort, t_decode = [], [], []
-        for r in range(args.rounds):
-            order = ("ours", "ort") if r % 2 == 0 else ("ort", "ours")
-            for which in order:
-                time.sleep(args.pause)
-                if which == "ours":
-                    elapsed, p_ours = run_ours(paths, args.batch, ours)
-                    t_ours.append(elapsed)
-                else:
-                    elapsed, decoding, p_ort = run_onnxruntime(paths, plain)
-                    t_ort.append(elapsed)
-                    t_decode.append(decoding)
-            print(
-                f"round {r + 1}: (a) {t_ours[-1]:.2f} s, (b) {t_ort[-1]:.2f} s",
-                file=sys.stderr,
-            )
+        # rounds of one run each in a shuffled order; a pause lets the threads go idle
+        got: dict[str, dict[str, np.ndarray]] = {}
+        t_decode: list[float] = []
+
+        def ort() -> None:
+            decoding, got["ort"] = run_onnxruntime(paths, plain)
+            t_decode.append(decoding)
+
+        time.sleep(args.pause)
+        samples = time_alternating(
+            {"ours": lambda: got.update(ours=run_ours(paths, args.batch, ours)), "ort": ort},
+            min_repeats=args.rounds,
+            max_repeats=args.rounds,
+            seed=args.seed,
+            between=lambda: time.sleep(args.pause),
+        )
+        t_ours, t_ort, p_ours, p_ort = samples["ours"], samples["ort"], got["ours"], got["ort"]
 
     def spread(values: list[float]) -> str:
         return f"{np.median(values):.0f} [{min(values):.0f}-{max(values):.0f}]"
