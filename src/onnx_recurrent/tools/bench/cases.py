@@ -39,7 +39,6 @@ SHAPES = {
     # hidden: for the tests; has the variants of M so that every kind of row appears
     "tiny": Shape("tiny", 4, 3, 3, 5),
 }
-PUBLIC_SHAPES = ("step", "S", "M", "L")
 VARIANT_SHAPES = ("M", "tiny")  # shapes that also get ragged, layout=1 and float64 cases
 # Default time budget per shape class, in seconds (warm-ups and model loading included).
 DEFAULT_BUDGET = {"step": 15.0, "S": 25.0, "M": 150.0, "L": 280.0, "tiny": 0.0}

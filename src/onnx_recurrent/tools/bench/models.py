@@ -59,7 +59,7 @@ def model_dirs() -> list[Path]:
     that ``$ONNX_RECURRENT_MODELS_DIR`` names, the ``tests/data/models`` of the checkout
     this module is in (an editable install), and that of the current directory (a
     checkout with onnx-recurrent installed from it)."""
-    here = Path(__file__).resolve().parents[3] / BUNDLED_MODELS
+    here = Path(__file__).resolve().parents[4] / BUNDLED_MODELS
     named = os.environ.get(MODELS_DIR_VARIABLE)
     dirs = [Path(named)] if named else []
     for folder in (here, Path.cwd() / BUNDLED_MODELS):

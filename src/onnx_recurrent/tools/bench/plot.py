@@ -45,9 +45,7 @@ def plot_ratios(results: Sequence[CaseResult], path: str | os.PathLike, title: s
                 if target is not None:  # the first: through Layer at step and S
                     peer, face = target.runtime, target.ours
                 value = r.ratio(peer, face)
-                if peer == "fastest":
-                    peer = r.fastest() or peer
-                hatches.append("//" if peer in r.notes else "")
+                hatches.append("//" if r.peer(peer) in r.notes else "")
             else:
                 ratio = r.ratio("reference")
                 value = None if ratio is None else 1.0 / ratio

@@ -50,8 +50,8 @@ SHORT_NAMES = {
 }
 
 
-def _spread_text(result: CaseResult, runtime: str, ours: str = "ours") -> str:
-    spread = result.spread(runtime, ours)
+def _bracket(spread: tuple[float, float] | None) -> str:
+    """A ratio's spread, `` [low-high]``; '' where there is none."""
     return "" if spread is None else f" [{fmt_ratio(spread[0])}-{fmt_ratio(spread[1])}]"
 
 
@@ -72,12 +72,10 @@ def _verdict_cells(result: CaseResult) -> tuple[str, str, str, str]:
             continue
         if target.kind == "ratio":
             if ratio is not None:
-                peer = target.runtime
-                if peer == "fastest":
-                    peer = result.fastest() or peer
+                peer = SHORT_NAMES[result.peer(target.runtime)]
                 face = "Layer/" if target.ours == "layer" else ""
-                spread = _spread_text(result, target.runtime, target.ours)
-                ratios.append(f"{face}{SHORT_NAMES[peer]} {fmt_ratio(ratio)}{spread}")
+                spread = _bracket(result.spread(target.runtime, target.ours))
+                ratios.append(f"{face}{peer} {fmt_ratio(ratio)}{spread}")
             targets.append(f"{target.text()} {word}")
         else:
             if ratio is not None:
@@ -156,11 +154,9 @@ def _model_ratio_cells(result: CaseResult, runtimes: Sequence[Runtime]) -> list[
     ours = [r for r in runtimes if isinstance(r, OursHost)]
     cells = []
     for r in ours:
-        ratio, spread = result.ratio("onnxruntime", r.name), result.spread("onnxruntime", r.name)
-        text = "—" if ratio is None else fmt_ratio(ratio)
-        if ratio is not None and spread is not None:
-            text += f" [{fmt_ratio(spread[0])}-{fmt_ratio(spread[1])}]"
-        cells.append(text)
+        ratio = result.ratio("onnxruntime", r.name)
+        spread = _bracket(result.spread("onnxruntime", r.name))
+        cells.append("—" if ratio is None else fmt_ratio(ratio) + spread)
     faster = [result.ratio("reference", r.name) for r in ours]
     shown = ["—" if f is None else _speedup(1.0 / f) for f in faster]
     return [*cells, " / ".join(shown) if any(f is not None for f in faster) else "—"]
@@ -240,9 +236,7 @@ def format_notes(
                 if target.kind == "contended":
                     versus = "loaded/quiet"
                 else:
-                    peer = target.runtime
-                    if peer == "fastest":
-                        peer = res.fastest() or peer
+                    peer = res.peer(target.runtime)
                     face = "Layer " if target.ours == "layer" else ""
                     versus = f"{face}vs {titles.get(peer, peer)}"
                 misses.append(
@@ -267,11 +261,9 @@ def format_contention(results: Sequence[CaseResult], runtimes: Sequence[Runtime]
     for res in loaded:
         cells = [res.case.shape.name, res.case.label]
         for n in names:
-            ratio, spread = res.contention(n), res.contention_spread(n)
-            text = "—" if ratio is None else fmt_ratio(ratio)
-            if ratio is not None and spread is not None:
-                text += f" [{fmt_ratio(spread[0])}-{fmt_ratio(spread[1])}]"
-            cells.append(text)
+            ratio = res.contention(n)
+            spread = _bracket(res.contention_spread(n))
+            cells.append("—" if ratio is None else fmt_ratio(ratio) + spread)
         rows.append(cells)
         for target, ratio, met in res.verdicts():
             if target.kind != "contended" or ratio is None:

@@ -146,6 +146,13 @@ def max_abs_diff(ours: Sequence[np.ndarray], theirs: Sequence[np.ndarray]) -> fl
     return worst
 
 
+def _over(top: Any, bottom: float | None) -> Any:
+    """``top`` (a time, or a pair of them) over ``bottom``; None where either is missing."""
+    if top is None or not bottom:
+        return None
+    return top / bottom if isinstance(top, float) else (top[0] / bottom, top[1] / bottom)
+
+
 @dataclass
 class CaseResult:
     """What one case (an operator's :class:`Case` or a whole model's) measured. Times
@@ -186,37 +193,25 @@ class CaseResult:
         timed = [(self.median(p), p) for p in PEERS if self.median(p)]
         return min(timed)[1] if timed else None
 
+    def peer(self, name: str) -> str:
+        """``name``, or for "fastest" the :meth:`fastest` peer that ran."""
+        return (self.fastest() or name) if name == "fastest" else name
+
     def ratio(self, name: str, ours: str = "ours") -> float | None:
         """``ours`` / ``name`` (median times); ``name`` "fastest": :meth:`fastest`."""
-        if name == "fastest":
-            name = self.fastest() or name
-        mine, theirs = self.median(ours), self.median(name)
-        if mine is None or not theirs:
-            return None
-        return mine / theirs
+        return _over(self.median(ours), self.median(self.peer(name)))
 
     def spread(self, name: str, ours: str = "ours") -> tuple[float, float] | None:
         """The ratio's spread: ours' quartiles over the runtime's median."""
-        if name == "fastest":
-            name = self.fastest() or name
-        q, theirs = self.quartiles(ours), self.median(name)
-        if q is None or not theirs:
-            return None
-        return q[0] / theirs, q[1] / theirs
+        return _over(self.quartiles(ours), self.median(self.peer(name)))
 
     def contention(self, name: str) -> float | None:
         """``name``'s median under background load over its quiet median."""
-        loaded, quiet = self.median(name, self.contended), self.median(name)
-        if loaded is None or not quiet:
-            return None
-        return loaded / quiet
+        return _over(self.median(name, self.contended), self.median(name))
 
     def contention_spread(self, name: str) -> tuple[float, float] | None:
         """The spread of :meth:`contention`: the loaded quartiles over the quiet median."""
-        q, quiet = self.quartiles(name, self.contended), self.median(name)
-        if q is None or not quiet:
-            return None
-        return q[0] / quiet, q[1] / quiet
+        return _over(self.quartiles(name, self.contended), self.median(name))
 
     def verdicts(self) -> list[tuple[Target, float | None, bool | None]]:
         """Each target with the measured ratio and whether it is met (None: not judged).
