@@ -187,3 +187,38 @@ def test_attributes_parsed_once_still_checked_by_type_and_value():
     listed[0] = 0.25
     b = orc.gru(**feeds, activations=names, activation_alpha=listed, activation_beta=[0.1])
     np.testing.assert_array_equal(c[1], b[1])
+
+
+def test_one_line_words_any_error_on_one_line():
+    from onnx_recurrent.errors import RecurrentError, one_line
+
+    missing = FileNotFoundError(2, "No such file or directory", "m.onnx")
+    assert one_line(missing) == "m.onnx: No such file or directory"
+    assert one_line(missing, named=False) == "No such file or directory"
+    assert one_line(RecurrentError("X must be\n  3-D")) == "X must be 3-D"
+    assert one_line(ValueError("bad")) == "ValueError: bad"
+    assert one_line(ValueError("bad"), typed=False) == "bad"
+    assert one_line(KeyError()) == "KeyError"
+    assert one_line(ValueError("x" * 50), 20) == "ValueError: xxxxx..."
+    # the peers' wrapping: OpenVINO's source locations, onnxruntime's paths and prefix
+    openvino = RuntimeError("Exception from a.cpp:1:\nbad shape")
+    assert one_line(openvino) == "RuntimeError: bad shape"
+    ort = "[ONNXRuntimeError] : 1 : FAIL : /src/x.cc:12 void f::g(int) bad"
+    assert one_line(RuntimeError(ort), typed=False) == "FAIL : void bad"
+
+
+def test_import_optional_says_what_to_install(monkeypatch):
+    import sys
+
+    from onnx_recurrent.errors import import_optional
+
+    assert import_optional("numpy", "x", "pip install numpy") is np
+    monkeypatch.setitem(sys.modules, "tqdm", None)  # as if not installed
+    with pytest.raises(ModuleNotFoundError, match=r"^a bar needs tqdm, which is not installed"):
+        import_optional("tqdm", "a bar", "pip install tqdm")
+    with pytest.raises(ModuleNotFoundError, match="no_such_package_here") as info:
+        import_optional("no_such_package_here.sub", "x", "pip install y")
+    assert info.value.name == "no_such_package_here"
+    with pytest.raises(ModuleNotFoundError, match="pip install y"):
+        import_optional("no_such_package_here", "x", "pip install y", find_only=True)
+    assert import_optional("numpy", "x", "y", find_only=True).name == "numpy"

@@ -20,7 +20,7 @@ import onnx
 from onnx.external_data_helper import load_external_data_for_model
 from onnx.helper import tensor_dtype_to_np_dtype
 
-from ..errors import RecurrentError, RecurrentTypeError
+from ..errors import RecurrentError, RecurrentTypeError, one_line
 from .bound import BoundNode, bind, node_key
 from .graph import INPUTS, all_graphs, check_opset_imports, overridable_initializers
 from .hosts import HOSTS, make_host
@@ -137,9 +137,8 @@ def load_model(model: str | os.PathLike | bytes | onnx.ModelProto) -> onnx.Model
         try:  # tensors kept in files beside the model (none: nothing to do)
             load_external_data_for_model(loaded, os.path.dirname(os.path.abspath(name)))
         except Exception as e:  # onnx's errors for a missing or misplaced file
-            why = (str(e).strip().splitlines() or [type(e).__name__])[0]
             raise RecurrentError(
-                f"model {name!r}: its external data cannot be read ({why})"
+                f"model {name!r}: its external data cannot be read ({one_line(e, typed=False)})"
             ) from None
         return loaded
     raise TypeError(f"model must be a path, bytes or onnx.ModelProto, got {type(model).__name__}")
@@ -151,8 +150,7 @@ def _parse(data: bytes, name: str) -> onnx.ModelProto:
     try:
         model = onnx.load_from_string(data)
     except Exception as e:  # protobuf's DecodeError, and what else its versions raise
-        text = str(e).strip().splitlines()
-        why = text[0] if text else type(e).__name__
+        why = one_line(e, typed=False)
         raise RecurrentError(f"model {name} is not an ONNX model ({why})") from None
     if not model.HasField("graph"):
         raise RecurrentError(f"model {name} is not an ONNX model (it has no graph)")

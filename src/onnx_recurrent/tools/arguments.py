@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 from onnx.helper import tensor_dtype_to_np_dtype
 
-from ..errors import RecurrentError
+from ..errors import RecurrentError, one_line
 from ..runtime.hosts import HOSTS
 from ..runtime.session import NodeArg
 
@@ -129,9 +129,13 @@ def _load_npy(path: str, label: str) -> np.ndarray:
             f.seek(0)
             array = np.load(f, allow_pickle=False) if is_npy else None
     except OSError as e:
-        raise RecurrentError(f"{label}: cannot read it ({e.strerror or _first_line(e)})") from None
+        raise RecurrentError(
+            f"{label}: cannot read it ({one_line(e, typed=False, named=False)})"
+        ) from None
     except ValueError as e:  # a damaged .npy, or one of Python objects
-        raise RecurrentError(f"{label}: not a readable .npy file ({_first_line(e)})") from None
+        raise RecurrentError(
+            f"{label}: not a readable .npy file ({one_line(e, typed=False)})"
+        ) from None
     if array is None:
         raise RecurrentError(f"{label}: not a .npy file (numpy.save writes one)")
     return array
@@ -183,11 +187,6 @@ def model_feeds(
     missing = [i for i in inputs if i.name not in feeds]
     drawn = random_feeds(missing, dims, seed=args.seed)
     return {**feeds, **drawn}, set(drawn)
-
-
-def _first_line(e: Any) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__
 
 
 def number(kind: type, minimum: float, what: str, strict: bool = False) -> Any:

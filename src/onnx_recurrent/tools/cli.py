@@ -24,7 +24,7 @@ from typing import Any, NoReturn
 
 import numpy as np
 
-from ..errors import RecurrentError, RecurrentTypeError
+from ..errors import RecurrentError, one_line
 from ..runtime.session import InferenceSession
 from .arguments import add_host, add_model_inputs, model_feeds, note_first_use, writable
 
@@ -165,7 +165,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     prog = f"onnx-recurrent {args.command}"
     with warnings.catch_warnings():
         warnings.showwarning = lambda message, *_, **__: print(
-            f"{prog}: warning: {_squeeze(str(message)).removeprefix('onnx-recurrent: ')}",
+            f"{prog}: warning: {one_line(message, typed=False).removeprefix('onnx-recurrent: ')}",
             file=sys.stderr,
         )
         try:
@@ -174,10 +174,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return status
         except BrokenPipeError:  # `onnx-recurrent ... | head`: stop quietly
             return _stdout_closed()
-        except (RecurrentError, RecurrentTypeError, OSError) as e:
-            print(f"{prog}: error: {_one_line(e)}", file=sys.stderr)
-        except Exception as e:  # a model its host cannot run (onnxruntime, onnx.reference)
-            print(f"{prog}: error: {type(e).__name__}: {_one_line(e)}", file=sys.stderr)
+        except Exception as e:  # ours and OSError bare; a host's (onnxruntime...) typed
+            print(f"{prog}: error: {one_line(e)}", file=sys.stderr)
     return 2
 
 
@@ -190,18 +188,6 @@ def _stdout_closed() -> int:
         os.dup2(devnull, sys.stdout.fileno())
         os.close(devnull)
     return 128 + getattr(signal, "SIGPIPE", 13)
-
-
-def _one_line(e: BaseException) -> str:
-    if isinstance(e, OSError) and e.filename is not None and e.strerror:
-        return f"{e.filename}: {e.strerror}"
-    lines = [line for line in str(e).splitlines() if line.strip()]
-    return _squeeze(lines[0]) if lines else type(e).__name__
-
-
-def _squeeze(text: str, width: int = 400) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= width else text[: width - 3] + "..."
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from ... import threads
-from ...errors import RecurrentTypeError
+from ...errors import RecurrentTypeError, one_line
 from ...threads import interrupts_held
 from ..bound import BoundNode, node_key
 from ..graph import INPUTS, WEIGHTS, element_types, prune, subgraphs
@@ -401,7 +401,7 @@ class OnnxruntimeHost:
                 )
             except Exception as e:  # onnxruntime's own exception types
                 raise HostUnavailable(
-                    f"onnxruntime refuses the model: {str(e).strip().splitlines()[0]}"
+                    f"onnxruntime refuses the model: {one_line(e, typed=False)}"
                 ) from None
         except BaseException:
             _forget(list(keys))

@@ -31,7 +31,7 @@ import numpy as np
 import onnx
 from onnx.reference import ReferenceEvaluator
 
-from ...errors import RecurrentError
+from ...errors import RecurrentError, one_line
 from ..bound import BoundNode, node_key
 from ..graph import all_graphs, subgraphs, tensor_array, walk
 from ..loop import reference_fixes
@@ -154,9 +154,8 @@ def check(model: onnx.ModelProto) -> None:
     try:
         onnx.checker.check_model(checked)
     except onnx.checker.ValidationError as e:
-        text = " ".join(line.strip() for line in str(e).splitlines() if line.strip())
         raise RecurrentError(
-            f"model: onnx.checker refuses it (onnxruntime would too): {text}"
+            f"model: onnx.checker refuses it (onnxruntime would too): {one_line(e, typed=False)}"
         ) from None
 
 

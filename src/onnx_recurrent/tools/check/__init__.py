@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from ...errors import RecurrentError, RecurrentTypeError
+from ...errors import RecurrentError, RecurrentTypeError, one_line
 from ...runtime.session import InferenceSession, load_model
 from ..arguments import (
     add_host,
@@ -40,7 +40,7 @@ from ..arguments import (
 )
 from .dims import Dims, solve_dims
 from .lint import Finding, lint
-from .peers import PEERS, installed_peers, one_line
+from .peers import PEERS, installed_peers
 from .trace import Comparison, Divergence, cell_step, compare, trace
 
 __all__ = [
@@ -146,7 +146,7 @@ def check(
         try:
             theirs = PEERS[peer][1](proto, feeds, names)
         except Exception as e:
-            report.comparisons.append(Comparison("(all)", peer, error=one_line(e)))
+            report.comparisons.append(Comparison("(all)", peer, error=one_line(e, 140)))
             continue
         for name, a, b in zip(names, ours, theirs, strict=True):
             report.comparisons.append(compare(name, peer, np.asarray(a), b, atol, rtol))
@@ -196,7 +196,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         advice = None if isinstance(e, RecurrentTypeError) else dims.advice(e, model)
         if advice is None:
             raise
-        raise RecurrentError(f"{advice}; the error: {_first_line(e)}") from None
+        raise RecurrentError(f"{advice}; the error: {one_line(e)}") from None
     print("\nlint:" if report.findings else "\nlint: nothing known to go wrong for these nodes")
     for f in report.findings:
         print(f"  {f}")
@@ -220,15 +220,6 @@ def cmd_check(args: argparse.Namespace) -> int:
         return 1
     print(f"\nresult: every peer that ran agrees within the tolerance{note}")
     return 0
-
-
-def _first_line(error: Exception) -> str:
-    """``error`` in one line, its type named unless it is ours."""
-    lines = [line for line in str(error).splitlines() if line.strip()]
-    text = " ".join(lines[0].split()) if lines else ""
-    if isinstance(error, RecurrentError):
-        return text
-    return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
 _tolerance = number(float, 0, "a tolerance")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib.util
-import re
 from collections.abc import Callable
 
 import numpy as np
@@ -66,20 +65,3 @@ PEERS: dict[str, tuple[str, Callable]] = {
 def installed_peers() -> list[str]:
     """The peers whose package can be imported here."""
     return [name for name, (module, _) in PEERS.items() if importlib.util.find_spec(module)]
-
-
-def one_line(error: BaseException, width: int = 140) -> str:
-    """The error on one line: OpenVINO's chain of source locations dropped, truncated."""
-    while error.__cause__ is not None and str(error).startswith("Issues with types"):
-        error = error.__cause__  # onnx.reference's wrapper around the operator's error
-    lines = [
-        line.strip()
-        for line in str(error).splitlines()
-        if line.strip() and not re.fullmatch(r"Exception from \S+:\d+:?", line.strip())
-    ]
-    text = re.split(r"HAS THROWN:\s*", " ".join(" ".join(lines).split()))[-1]
-    # onnxruntime: its source paths and C++ signatures, then its error-code prefix
-    text = re.sub(r"/\S+\.(?:h|cc|cpp):\d+\s*|\S+::\S+\([^)]*\)\s*", "", text)
-    text = re.sub(r"^\[ONNXRuntimeError\] : \d+ : ", "", text)
-    text = f"{type(error).__name__}: {text}" if text else type(error).__name__
-    return text if len(text) <= width else text[: width - 3] + "..."

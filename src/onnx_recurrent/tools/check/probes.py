@@ -34,7 +34,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from ... import cells, ops
 from ...activations import TABLE
-from .peers import PEERS, one_line
+from ...errors import one_line
+from .peers import PEERS
 
 #: the probes' sizes: steps, batch (T != N, so that a layout mix-up shows), input, hidden
 T, N, I, H = 4, 3, 2, 3
@@ -356,7 +357,7 @@ def probe(peer: str, form: Form, feature: tuple) -> Probed:
     try:
         theirs = PEERS[peer][1](model, feeds, list(OUTPUTS[form.op]))
     except Exception as e:  # a refusal of any kind: the peer does not support it
-        return Probed(peer, feature, form, True, refused=one_line(e))
+        return Probed(peer, feature, form, True, refused=one_line(e, 140))
     tol = _tolerance(form.dtype)
     worst, shapes = _difference(ours, theirs)
     if worst <= tol:

@@ -13,12 +13,13 @@ from onnx import helper
 
 from ... import cells
 from ...activations import TABLE, Activation
+from ...errors import one_line
 from ...runtime.graph import RECURRENT_OPS, Namer, attributes, element_types, walk_paths
 from ...runtime.loop import reference_fixes
 from ...runtime.reference import reference_ops
 from ...spec import RecSpec, make_spec
 from .lint import CELLS, bound_activations
-from .peers import PEERS, one_line
+from .peers import PEERS
 
 #: gate letters in W order, and the activation slot (0 f, 1 g, 2 h) of each (the cells')
 GATES = {name: cell.gates for name, cell in CELLS.items()}
@@ -384,7 +385,7 @@ def trace(
         try:
             got = dict(zip(wanted, PEERS[peer][1](traced, feeds, wanted), strict=True))
         except Exception as e:
-            errors.append(f"{peer}: {one_line(e)}")
+            errors.append(f"{peer}: {one_line(e, 140)}")
             continue
         for node_name, outs in named.items():
             node = nodes[node_name]

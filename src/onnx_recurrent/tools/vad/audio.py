@@ -18,6 +18,7 @@ from typing import Any, BinaryIO, NamedTuple
 
 import numpy as np
 
+from ...errors import one_line
 from .model import MODEL_RATE
 
 #: File suffixes (lower case) taken as audio when a directory is walked.
@@ -101,10 +102,6 @@ def _resampler(rate: int) -> Any:
     return soxr.ResampleStream(rate, MODEL_RATE, 1, dtype="float32")
 
 
-def _why(error: BaseException) -> str:
-    return " ".join(str(getattr(error, "error_string", None) or error).split())
-
-
 class AudioReader:
     """An open recording, read block by block as mono float32 at 16 kHz.
 
@@ -177,12 +174,13 @@ class AudioReader:
             data = self._sound.read(self._block_frames, dtype="float32", always_2d=True)
         except self._errors as e:
             self._done = True
+            why = one_line(e, typed=False, named=False)  # AudioError names the file
             if not self.frames:
-                raise AudioError(self.path, f"not a readable audio file ({_why(e)})") from None
+                raise AudioError(self.path, f"not a readable audio file ({why})") from None
             raise AudioError(
                 self.path,
                 f"decoding failed after {self.frames} of the {self._sound.frames} frames "
-                f"its header gives ({_why(e)})",
+                f"its header gives ({why})",
             ) from None
         count = data.shape[0]
         self.frames += count
@@ -271,7 +269,8 @@ def open_audio(path: str | os.PathLike[str]) -> AudioReader:
         try:
             sound = soundfile.SoundFile(file)
         except errors as e:
-            raise AudioError(str(name), f"not a readable audio file ({_why(e)})") from None
+            why = one_line(e, typed=False, named=False)
+            raise AudioError(str(name), f"not a readable audio file ({why})") from None
         if sound.samplerate < MIN_SAMPLE_RATE:
             sound.close()
             raise AudioError(

@@ -26,6 +26,7 @@ from contextlib import ExitStack, suppress
 from pathlib import Path
 from typing import IO, Any
 
+from ...errors import one_line
 from ..arguments import add_host, number
 from .audio import AUDIO_SUFFIXES, AudioError, find_audio_files
 from .segments import SEGMENT_OPTIONS, check_segment_options
@@ -207,16 +208,11 @@ class _JsonRows:
 
 
 def _reason(error: BaseException) -> str:
-    """Why a file failed, in one line, without its name (the row names it); an error
-    other than ``OSError`` or ``ValueError`` (``MemoryError``, say) with its type."""
+    """A failed file's row: why, in one line, without its name (the row names it); an
+    error other than ``OSError`` or ``ValueError`` (``MemoryError``, say) with its type."""
     if isinstance(error, AudioError):
         return error.reason
-    if isinstance(error, OSError) and error.strerror:
-        return error.strerror
-    text = " ".join(str(error).split())
-    if isinstance(error, (OSError, ValueError)) and text:
-        return text
-    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+    return one_line(error, named=False, typed=not isinstance(error, (OSError, ValueError)))
 
 
 def _input_at(output: str, files: list[str]) -> str | None:
