@@ -34,7 +34,6 @@ Examples
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -42,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from .cells import CELLS
-from .errors import RecurrentError, RecurrentTypeError
+from .errors import RecurrentError, RecurrentTypeError, import_optional
 from .layers import Layer
 from .spec import as_float_array
 
@@ -83,6 +82,7 @@ _TORCH_MODES = {
     "RNN_RELU": ("RNN", "Relu"),
 }
 _DIRECTIONS = {1: "forward", 2: "bidirectional"}
+_TORCH_EXTRA = "pip install 'onnx-recurrent[torch]'"
 
 
 def run_layers(
@@ -182,15 +182,6 @@ def _reorder(array: np.ndarray, order: Iterable[int]) -> np.ndarray:
 
 def _inverse(order: tuple[int, ...]) -> list[int]:
     return list(np.argsort(order))
-
-
-def _import(name: str, caller: str, extra: str) -> Any:
-    try:
-        return importlib.import_module(name)
-    except ImportError:
-        raise ImportError(
-            f"{caller} needs {name}, which is not installed: pip install 'onnx-recurrent[{extra}]'"
-        ) from None
 
 
 def _torch_kind(torch: Any, module: Any) -> tuple[str, str | None]:
@@ -293,7 +284,7 @@ def from_torch(module: Any) -> list[Layer]:
     ValueError
         An LSTM with ``proj_size > 0``.
     """
-    torch = _import("torch", "from_torch", "torch")
+    torch = import_optional("torch", "from_torch", _TORCH_EXTRA)
     op, activation = _torch_kind(torch, module)
     kind = _KINDS[op]
     D = 2 if module.bidirectional else 1
@@ -357,7 +348,7 @@ def to_torch(layers: Iterable[Layer], module: Any) -> Any:
         other than the module's, ``clip``, ``input_forget``, or a non-zero ``B`` for a
         module without bias.
     """
-    torch = _import("torch", "to_torch", "torch")
+    torch = import_optional("torch", "to_torch", _TORCH_EXTRA)
     op, activation = _torch_kind(torch, module)
     kind = _KINDS[op]
     layers = list(layers)

@@ -32,8 +32,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import RecurrentError
-from .workers import kept_session, options_record, require, session_options
+from ..errors import RecurrentError, import_optional
+from .workers import INSTALL_HINT, kept_session, options_record, session_options
 
 __all__ = ["run"]
 
@@ -173,8 +173,8 @@ def run(
     element through the model, then two copies of it): under a ``distributed`` client
     it runs on a worker, whose session is then ready for the blocks.
     """
-    dask = require("dask", "onnx_recurrent.dask")
-    da = require("dask.array", "onnx_recurrent.dask")
+    dask = import_optional("dask", "onnx_recurrent.dask", INSTALL_HINT)
+    da = import_optional("dask.array", "onnx_recurrent.dask", INSTALL_HINT)
     from ..runtime.session import NodeArg, load_model
 
     proto = load_model(model)

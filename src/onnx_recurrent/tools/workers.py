@@ -4,18 +4,17 @@
 (:func:`onnx_recurrent.tools.dask.run`: the model's hash, host and options; the VAD on
 a cluster, :mod:`onnx_recurrent.tools.vad.cluster`: its model); :func:`options_record`
 and :func:`session_options` carry onnxruntime ``SessionOptions`` (which do not pickle)
-to the workers; :func:`require` imports ``dask`` or ``distributed`` when a tool is
-called, or says how to install them.
+to the workers; :data:`INSTALL_HINT` is what the tools say to install Dask.
 """
 
 from __future__ import annotations
 
-import importlib
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
+#: what the Dask tools say to run where Dask is missing
 INSTALL_HINT = "pip install dask distributed"
 
 #: onnxruntime ``SessionOptions`` attributes carried to the workers (the object itself
@@ -48,17 +47,6 @@ MAX_SESSIONS = 4
 #: the sessions kept in this process, by key
 SESSIONS: OrderedDict[tuple, Any] = OrderedDict()
 _sessions_lock = threading.Lock()
-
-
-def require(module: str, tool: str) -> Any:
-    """Import ``module`` (``dask``, ``distributed``...) for ``tool``, or say how to
-    install it (``ModuleNotFoundError``)."""
-    try:
-        return importlib.import_module(module)
-    except ModuleNotFoundError as e:
-        raise ModuleNotFoundError(
-            f"{tool} needs {e.name}, which is not installed: {INSTALL_HINT}", name=e.name
-        ) from None
 
 
 def options_record(sess_options: Any) -> tuple | None:

@@ -18,8 +18,8 @@ from typing import Any, BinaryIO, NamedTuple
 
 import numpy as np
 
-from ...errors import one_line
-from .model import MODEL_RATE
+from ...errors import import_optional, one_line
+from .model import INSTALL_EXTRA, MODEL_RATE
 
 #: File suffixes (lower case) taken as audio when a directory is walked.
 AUDIO_SUFFIXES = (".wav", ".flac", ".ogg")
@@ -37,8 +37,6 @@ BLOCK_SAMPLES = 1 << 13
 #: The most samples (frames x channels) libsndfile decodes at a time, for one block:
 #: 256 KiB of float32, freed once mixed to mono.
 READ_SAMPLES = 1 << 16
-
-_EXTRA_HINT = "pip install 'onnx-recurrent[vad]'"
 
 
 class AudioError(ValueError):
@@ -82,23 +80,12 @@ def load_soundfile() -> Any:
     ImportError
         soundfile or libsndfile is missing; the message names the ``vad`` extra.
     """
-    try:
-        import soundfile
-    except ImportError as e:  # also OSError when libsndfile itself is missing
-        raise ImportError(
-            f"reading audio files needs soundfile: {_EXTRA_HINT} ({e})", name="soundfile"
-        ) from None
-    return soundfile
+    return import_optional("soundfile", "reading audio files", INSTALL_EXTRA)
 
 
 def _resampler(rate: int) -> Any:
     """A soxr stream from ``rate`` to 16 kHz, mono float32 (soxr's high quality)."""
-    try:
-        import soxr
-    except ImportError as e:
-        raise ImportError(
-            f"resampling to 16 kHz needs soxr: {_EXTRA_HINT} ({e})", name="soxr"
-        ) from None
+    soxr = import_optional("soxr", "resampling to 16 kHz", INSTALL_EXTRA)
     return soxr.ResampleStream(rate, MODEL_RATE, 1, dtype="float32")
 
 

@@ -28,8 +28,8 @@ import uuid
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from ...errors import RecurrentError
-from ..workers import kept_session, require, session_options
+from ...errors import RecurrentError, import_optional
+from ..workers import INSTALL_HINT, kept_session, session_options
 from . import files
 from .model import silero_model_path
 from .segments import check_segment_options
@@ -157,7 +157,9 @@ def detect(
     The results come back to the client as each group ends; the iterator holds those
     that wait for an earlier group. Stopping the iteration cancels the groups not done.
     """
-    distributed = require("distributed", "onnx_recurrent.vad on a Dask cluster")
+    distributed = import_optional(
+        "distributed", "onnx_recurrent.vad on a Dask cluster", INSTALL_HINT
+    )
     options = check_segment_options(segment_options)
     for name, value, least in (("batch", batch, 1), ("retries", retries, 0)):
         if isinstance(value, bool) or not isinstance(value, int) or value < least:

@@ -26,9 +26,10 @@ from contextlib import ExitStack, suppress
 from pathlib import Path
 from typing import IO, Any
 
-from ...errors import one_line
+from ...errors import import_optional, one_line
 from ..arguments import add_host, number
 from .audio import AUDIO_SUFFIXES, AudioError, find_audio_files
+from .model import INSTALL_EXTRA
 from .segments import SEGMENT_OPTIONS, check_segment_options
 
 #: The one-line help of the subcommand.
@@ -36,8 +37,6 @@ HELP = "find the speech in recordings (Silero VAD): one row per speech segment"
 
 #: Decimals of the times written, unless --time-resolution says otherwise.
 TIME_DECIMALS = 3
-
-_EXTRA_HINT = "pip install 'onnx-recurrent[vad]'"
 
 
 def add_parser(sub: Any) -> None:
@@ -357,15 +356,12 @@ def _dask_results(
     bar: _Progress,
     stack: ExitStack,
 ) -> Iterator[tuple[str, Any, Any]]:
-    try:
-        from distributed import Client, LocalCluster
-    except ImportError as e:
-        raise ImportError(f"--workers and --scheduler need Dask: {_EXTRA_HINT} ({e})") from None
+    distributed = import_optional("distributed", "--workers or --scheduler", INSTALL_EXTRA)
     from .detect import detect
 
     if args.workers is not None:
         cluster = stack.enter_context(
-            LocalCluster(
+            distributed.LocalCluster(
                 n_workers=args.workers,
                 threads_per_worker=1,
                 processes=True,
@@ -374,10 +370,10 @@ def _dask_results(
                 env={"ONNX_RECURRENT_NUM_THREADS": "1"},
             )
         )
-        client = stack.enter_context(Client(cluster))
+        client = stack.enter_context(distributed.Client(cluster))
         client.wait_for_workers(args.workers)
     else:
-        client = stack.enter_context(Client(args.scheduler))
+        client = stack.enter_context(distributed.Client(args.scheduler))
     results = detect(
         files, client=client, batch=args.batch, host=args.host, model_path=args.model, **options
     )

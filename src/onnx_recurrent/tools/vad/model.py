@@ -7,11 +7,12 @@ the sample rate, and a session over the model.
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from ...errors import import_optional
 
 #: The rate (Hz) recordings are brought to before they reach the model.
 MODEL_RATE = 16000
@@ -23,7 +24,10 @@ CONTEXT_SAMPLES = {16000: 64, 8000: 32}
 #: Shape of the Silero model's recurrent ``state`` input for one stream.
 STATE_SHAPE = (2, 1, 128)
 
-_INSTALL_HINT = "pip install --no-deps silero-vad"
+#: what to run for the model: the silero-vad package without torch
+INSTALL_MODEL = "pip install --no-deps silero-vad"
+#: what to run for the audio readers, progress bars, plots and Dask
+INSTALL_EXTRA = "pip install 'onnx-recurrent[vad]'"
 
 
 def silero_model_path(name: str = "silero_vad.onnx") -> Path:
@@ -51,21 +55,15 @@ def silero_model_path(name: str = "silero_vad.onnx") -> Path:
     FileNotFoundError
         If the package is installed but has no such file.
     """
-    spec = importlib.util.find_spec("silero_vad")
-    if spec is None or not spec.submodule_search_locations:
-        raise ModuleNotFoundError(
-            "the Silero VAD model comes from the silero-vad package, which is not "
-            f"installed; install it without torch: {_INSTALL_HINT}",
-            name="silero_vad",
-        )
-    for location in spec.submodule_search_locations:
+    spec = import_optional("silero_vad", "the Silero VAD model", INSTALL_MODEL, find_only=True)
+    locations = list(spec.submodule_search_locations or ())
+    for location in locations:
         path = Path(location, "data", name)
         if path.is_file():
             return path.resolve()
     raise FileNotFoundError(
-        f"silero-vad is installed but has no data/{name} "
-        f"(looked in {list(spec.submodule_search_locations)}); "
-        f"reinstall it: {_INSTALL_HINT}"
+        f"silero-vad is installed but has no data/{name} (looked in {locations}); "
+        f"reinstall it: {INSTALL_MODEL}"
     )
 
 

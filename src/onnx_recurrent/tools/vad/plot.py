@@ -14,7 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .model import CHUNK_SAMPLES, MODEL_RATE
+from ...errors import import_optional
+from .model import CHUNK_SAMPLES, INSTALL_EXTRA, MODEL_RATE
 
 #: The most columns the waveform is drawn with (longer recordings: min/max envelope).
 _COLUMNS = 4000
@@ -72,12 +73,7 @@ def plot_recording(
     OSError
         If the file cannot be written.
     """
-    try:
-        from matplotlib.figure import Figure
-    except ImportError as e:
-        raise ImportError(
-            f"plots need matplotlib: pip install 'onnx-recurrent[vad]' ({e})", name="matplotlib"
-        ) from None
+    Figure = import_optional("matplotlib.figure", "plotting", INSTALL_EXTRA).Figure
 
     samples = np.asarray(samples, dtype=np.float32).reshape(-1)
     probabilities = np.asarray(probabilities, dtype=np.float32).reshape(-1)

@@ -17,19 +17,22 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from .model import CHUNK_SAMPLES, CONTEXT_SAMPLES, STATE_SHAPE, input_names, native_rate
+from ...errors import import_optional
+from .model import (
+    CHUNK_SAMPLES,
+    CONTEXT_SAMPLES,
+    INSTALL_EXTRA,
+    STATE_SHAPE,
+    input_names,
+    native_rate,
+)
 
 K = TypeVar("K")
 
 
 def _progress_bar(total: int) -> Any:
-    try:
-        from tqdm import tqdm
-    except ImportError as e:
-        raise ImportError(
-            "progress=True needs tqdm: pip install tqdm (or pip install 'onnx-recurrent[vad]')"
-        ) from e
-    return tqdm(total=total, unit="chunk", desc="VAD", leave=False)
+    tqdm = import_optional("tqdm", "progress=True", f"pip install tqdm (or {INSTALL_EXTRA})")
+    return tqdm.tqdm(total=total, unit="chunk", desc="VAD", leave=False)
 
 
 def speech_probabilities(
