@@ -3,43 +3,11 @@
 from __future__ import annotations
 
 import numpy as np
-import onnx
-from onnx import helper
 
-INPUT_NAMES = {
-    "GRU": ("X", "W", "R", "B", "sequence_lens", "initial_h"),
-    "RNN": ("X", "W", "R", "B", "sequence_lens", "initial_h"),
-    "LSTM": ("X", "W", "R", "B", "sequence_lens", "initial_h", "initial_c", "P"),
-}
-OUTPUT_NAMES = {"GRU": ("Y", "Y_h"), "RNN": ("Y", "Y_h"), "LSTM": ("Y", "Y_h", "Y_c")}
-GATES = {"GRU": 3, "RNN": 1, "LSTM": 4}
+from onnx_recurrent.cells import CELLS
+from onnx_recurrent.runtime.graph import node_model  # noqa: F401  (one node, the feeds)
 
-
-def node_model(
-    op: str,
-    feeds: dict[str, np.ndarray],
-    attributes: dict,
-    *,
-    opset: int = 22,
-    outputs: tuple[str, ...] | None = None,
-) -> onnx.ModelProto:
-    """A model with one ``op`` node taking the named feeds (absent ones as '')."""
-    names = INPUT_NAMES[op]
-    last = max(names.index(n) for n in feeds)
-    node_inputs = [n if n in feeds else "" for n in names[: last + 1]]
-    outputs = OUTPUT_NAMES[op] if outputs is None else outputs
-    graph_inputs = [
-        helper.make_tensor_value_info(
-            n, helper.np_dtype_to_tensor_dtype(feeds[n].dtype), list(feeds[n].shape)
-        )
-        for n in node_inputs
-        if n
-    ]
-    elem = helper.np_dtype_to_tensor_dtype(feeds["X"].dtype)
-    graph_outputs = [helper.make_tensor_value_info(n, elem, None) for n in outputs if n]
-    node = helper.make_node(op, node_inputs, list(outputs), **attributes)
-    graph = helper.make_graph([node], "g", graph_inputs, graph_outputs)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
+GATES = {name: cell.n_gates for name, cell in CELLS.items()}
 
 
 def random_inputs(

@@ -53,7 +53,7 @@ from onnx import helper
 from onnx.backend.base import Backend, BackendRep
 
 from .errors import RecurrentError
-from .runtime.graph import INPUTS, RECURRENT_OPS, is_default_domain
+from .runtime.graph import INPUTS, RECURRENT_OPS, is_default_domain, node_model
 from .runtime.session import InferenceSession
 
 __all__ = [
@@ -367,37 +367,21 @@ class RecurrentBackend(Backend):
                 f"{node.op_type} node {node.name!r} names {len(node.input)} inputs; "
                 "it needs X, W and R"
             )
-        graph_inputs = [
-            helper.make_tensor_value_info(
-                name, helper.np_dtype_to_tensor_dtype(value.dtype), value.shape
-            )
-            for name, value in feeds.items()
-        ]
-        elem = helper.np_dtype_to_tensor_dtype(feeds[node.input[0]].dtype)  # X's
-        names = [name for name in node.output if name]
-        if outputs_info is None:  # Y: 4 dims, Y_h and Y_c: 3
-            infos = [(elem, [None] * (4 if i == 0 else 3)) for i, n in enumerate(node.output) if n]
+        if outputs_info is None:  # X's type; Y: 4 dims, Y_h and Y_c: 3
+            elem = helper.np_dtype_to_tensor_dtype(feeds[node.input[0]].dtype)
+            types = [(elem, [None] * (4 if i == 0 else 3)) for i in range(len(node.output))]
         elif len(outputs_info) != len(node.output):
             raise RecurrentError(
                 f"outputs_info gives {len(outputs_info)} outputs; the node has "
                 f"{len(node.output)}: {list(node.output)}"
             )
         else:
-            infos = [
+            types = [
                 (helper.np_dtype_to_tensor_dtype(np.dtype(dtype)), list(shape))
-                for (dtype, shape), name in zip(outputs_info, node.output, strict=True)
-                if name
+                for dtype, shape in outputs_info
             ]
-        graph_outputs = [
-            helper.make_tensor_value_info(name, t, shape)
-            for name, (t, shape) in zip(names, infos, strict=True)
-        ]
-        graph = helper.make_graph([node], f"{node.op_type}_node", graph_inputs, graph_outputs)
         version = onnx.defs.onnx_opset_version() if opset is None else opset
-        imports = [helper.make_opsetid("", version)]
-        model = helper.make_model(
-            graph, opset_imports=imports, ir_version=helper.find_min_ir_version_for(imports)
-        )
+        model = node_model(node, feeds, output_types=types, opset=version, ir_version=None)
         return cls.prepare(model, device, **kwargs).run(feeds)
 
 

@@ -7,14 +7,17 @@
   versions 1 and 3 dropped: ``Y`` is produced whenever the node names it).
 - :func:`constant_values`: the values of tensors computed from initializers only
   (Silero's weights go through ``Slice``, ``Concat`` and ``Unsqueeze``), folded once.
+- :func:`node_model`: a model of one recurrent node (the backend's ``run_node``, the
+  check's probes, the tests).
 - :func:`subgraphs`, :func:`walk`, :func:`walk_paths`, :func:`element_types`,
   :func:`attributes`, :class:`Namer`: walking, typing and naming helpers.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import onnx
@@ -457,6 +460,82 @@ def constant_values(model: onnx.ModelProto, names: Iterable[str]) -> dict[str, n
     except Exception:  # not foldable: the weights cross per call
         return direct
     return direct | {n: np.asarray(v) for n, v in zip(computed, values, strict=True)}
+
+
+def node_model(
+    op: str | onnx.NodeProto,
+    feeds: Mapping[str, np.ndarray],
+    attributes: Mapping[str, Any] | None = None,
+    *,
+    outputs: Sequence[str] | None = None,
+    output_types: Sequence[tuple[int, Sequence | None]] | None = None,
+    shapes: Mapping[str, Sequence] | None = None,
+    constants: Iterable[str] = (),
+    opset: int = 22,
+    ir_version: int | None = 8,
+    name: str = "",
+) -> onnx.ModelProto:
+    """A model of one recurrent node (GRU, RNN, LSTM) whose inputs are ``feeds``.
+
+    Parameters
+    ----------
+    op : str or onnx.NodeProto
+        The operator: its node is made, named ``name``, with ``attributes``, its inputs
+        the names of ``feeds`` in the operator's order (an optional one absent: '').
+        Or a node, taken as it is (its inputs named as ``feeds`` are).
+    feeds : mapping of str to numpy.ndarray
+        The node's inputs: graph inputs of their element type and shape.
+    outputs : sequence of str, optional
+        The node's outputs ('' skips one); by default all of the operator's.
+    output_types : sequence of (element type, shape), optional
+        One per output (a shape None: not given); by default X's element type and no
+        shape.
+    shapes : mapping of str to shape, optional
+        The graph input's shape for these feeds (symbolic dims as strings or None).
+    constants : iterable of str
+        The feeds kept as initializers rather than graph inputs.
+    opset : int, default 22
+        The default domain's version imported.
+    ir_version : int or None, default 8
+        None: the lowest that ``opset`` allows.
+
+    Returns
+    -------
+    onnx.ModelProto
+    """
+    if isinstance(op, onnx.NodeProto):
+        node = op
+    else:
+        order = CELLS[op].inputs
+        last = max(order.index(n) for n in feeds)
+        node_inputs = [n if n in feeds else "" for n in order[: last + 1]]
+        outputs = CELLS[op].outputs if outputs is None else outputs
+        node = onnx.helper.make_node(op, node_inputs, list(outputs), name, **(attributes or {}))
+    constants, shapes = set(constants), shapes or {}
+    x_type = onnx.helper.np_dtype_to_tensor_dtype(feeds[node.input[0]].dtype)
+    if output_types is None:
+        output_types = [(x_type, None)] * len(node.output)
+    graph = onnx.helper.make_graph(
+        [node],
+        f"{node.op_type}_node",
+        [
+            onnx.helper.make_tensor_value_info(
+                n, onnx.helper.np_dtype_to_tensor_dtype(v.dtype), shapes.get(n, v.shape)
+            )
+            for n, v in feeds.items()
+            if n not in constants
+        ],
+        [
+            onnx.helper.make_tensor_value_info(n, elem, shape)
+            for n, (elem, shape) in zip(node.output, output_types, strict=True)
+            if n
+        ],
+        initializer=[numpy_helper.from_array(feeds[n], n) for n in feeds if n in constants],
+    )
+    imports = [onnx.helper.make_opsetid("", opset)]
+    if ir_version is None:
+        ir_version = onnx.helper.find_min_ir_version_for(imports)
+    return onnx.helper.make_model(graph, opset_imports=imports, ir_version=ir_version)
 
 
 def element_types(model: onnx.ModelProto) -> dict[str, int]:

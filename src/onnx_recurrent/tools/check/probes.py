@@ -30,11 +30,12 @@ from typing import Any
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
 from ... import cells, ops
 from ...activations import TABLE
 from ...errors import one_line
+from ...runtime.graph import WEIGHTS, node_model
 from .peers import PEERS
 
 #: the probes' sizes: steps, batch (T != N, so that a layout mix-up shows), input, hidden
@@ -269,41 +270,22 @@ def _case(form: Form, feature: tuple) -> _Case:
 
 
 def _model(form: Form, case: _Case) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
-    order = ("X", "W", "R", "B", "sequence_lens", "initial_h", "initial_c", "P")
-    names = [n for n in order if n in case.inputs]
-    last = max(order.index(n) for n in names)
-    node_inputs = [n if n in case.inputs else "" for n in order[: last + 1]]
-    weights = ("W", "R", "B", "P")
-    layout = case.attrs.get("layout", 0)
-    symbolic = ["N", "T", I] if layout else ["T", "N", I]
-    graph_inputs, initializers, feeds = [], [], {}
-    for name in names:
-        value = case.inputs[name]
-        if form.constant and name in weights:
-            initializers.append(numpy_helper.from_array(value, name))
-            continue
-        if name == "X" and not form.static:
-            shape: list = symbolic
-        elif name == "sequence_lens" and not form.static:
-            shape = ["N"]
-        else:
-            shape = list(value.shape)
-        elem = helper.np_dtype_to_tensor_dtype(value.dtype)
-        graph_inputs.append(helper.make_tensor_value_info(name, elem, shape))
-        feeds[name] = value
-    outputs = OUTPUTS[form.op]
-    node = helper.make_node(form.op, node_inputs, list(outputs), name="probe", **case.attrs)
-    graph = helper.make_graph(
-        [node],
-        "probe",
-        graph_inputs,
-        [helper.make_tensor_value_info(o, form.elem, None) for o in outputs],
-        initializer=initializers,
+    inputs = {n: case.inputs[n] for n in CELLS[form.op].inputs if n in case.inputs}
+    constants = [n for n in WEIGHTS if n in inputs] if form.constant else []
+    shapes = {}
+    if not form.static:
+        shapes = {"X": ["N", "T", I] if case.attrs.get("layout", 0) else ["T", "N", I]}
+        shapes["sequence_lens"] = ["N"]
+    model = node_model(
+        form.op,
+        inputs,
+        case.attrs,
+        shapes=shapes,
+        constants=constants,
+        opset=form.opset,
+        name="probe",
     )
-    model = helper.make_model(
-        graph, opset_imports=[helper.make_opsetid("", form.opset)], ir_version=8
-    )
-    return model, feeds
+    return model, {n: v for n, v in inputs.items() if n not in constants}
 
 
 def _tolerance(dtype: np.dtype) -> float:
