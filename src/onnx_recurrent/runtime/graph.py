@@ -566,17 +566,16 @@ def element_types(model: onnx.ModelProto) -> dict[str, int]:
     return types
 
 
-def prune(model: onnx.ModelProto) -> None:
+def prune(graph: onnx.GraphProto) -> set[str]:
     """Remove, in place, the nodes whose outputs nothing uses and the initializers no
-    node uses (a bound layer's weights and the nodes that computed them), in every
-    graph. Nodes with subgraphs and random ones stay. Passes from the outputs back
-    until none keeps another node: one, and one to confirm it, where the nodes are in
-    topological order (a main graph may list them in any order: onnxruntime sorts it)."""
-    _prune_graph(model.graph)
+    node uses (a bound layer's weights and the nodes that computed them), in ``graph``
+    and its subgraphs; return the names it reads (outer-scope ones included).
 
-
-def _prune_graph(graph: onnx.GraphProto) -> set[str]:
-    """:func:`prune` of one graph; the names it reads (outer-scope ones included)."""
+    Nodes with subgraphs, random ones and those of other domains stay; so do the graph
+    inputs (the model's signature: streaming's rewrite drops those it replaced).
+    Passes from the outputs back until none keeps another node: one, and one to
+    confirm it, where the nodes are in topological order (a main graph may list them
+    in any order: onnxruntime sorts it)."""
     used = {o.name for o in graph.output}
     kept: set[int] = set()
     grown = True
@@ -597,7 +596,7 @@ def _prune_graph(graph: onnx.GraphProto) -> set[str]:
                 grown = True
                 used.update(node.input)
                 for sub in subs:
-                    used |= _prune_graph(sub)
+                    used |= prune(sub)
     if len(kept) < len(graph.node):
         keep = [node for index, node in enumerate(graph.node) if index in kept]
         del graph.node[:]

@@ -34,7 +34,16 @@ from onnx.helper import tensor_dtype_to_np_dtype
 from ..cells import CELLS
 from ..errors import RecurrentError
 from .bound import StateBatchError
-from .graph import RECURRENT_OPS, Namer, all_graphs, attributes, element_types, subgraphs, walk
+from .graph import (
+    RECURRENT_OPS,
+    Namer,
+    all_graphs,
+    attributes,
+    element_types,
+    prune,
+    subgraphs,
+    walk,
+)
 from .session import InferenceSession, NodeArg, _not_picklable, load_model
 
 #: per operator: (input index, input name, output index, output name) of each state
@@ -255,17 +264,10 @@ def _used_names(graph: onnx.GraphProto) -> set[str]:
     return used
 
 
-def _prune(graph: onnx.GraphProto, used_before: set[str]) -> None:
-    """Drop what the rewrite made dead: nodes, graph inputs, initializers, value_info."""
-    while True:
-        used = _used_names(graph)
-        dead = [n for n in graph.node if n.output and not any(o in used for o in n.output if o)]
-        if not dead:
-            break
-        for n in dead:
-            graph.node.remove(n)
-    used = _used_names(graph)
-    orphaned = used_before - used
+def _drop_dead(graph: onnx.GraphProto, used_before: set[str]) -> None:
+    """Drop what the rewrite made dead: :func:`prune`'s nodes and initializers, then
+    the graph inputs it left unread and the value_info of names no longer made."""
+    orphaned = used_before - prune(graph)
     for field in (graph.input, graph.initializer):
         for v in [v for v in field if v.name in orphaned]:
             field.remove(v)
@@ -312,7 +314,7 @@ def expose(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[StateInfo], li
             graph.input.append(declared)
         graph.output.append(_value_info(output, info.elem_type, info.shape))
         states.append(replace(info, output=output))
-    _prune(graph, used_before)
+    _drop_dead(graph, used_before)
     return copy, states, fed
 
 

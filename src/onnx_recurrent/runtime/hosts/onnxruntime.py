@@ -135,7 +135,7 @@ def rewrite(
         graph.node.extend(nodes)
 
     replace(out.graph)
-    prune(out)
+    prune(out.graph)
     if not any(o.domain == DOMAIN for o in out.opset_import):
         out.opset_import.append(helper.make_opsetid(DOMAIN, 1))
     return out
