@@ -375,7 +375,7 @@ def test_ratio_to_the_fastest_peer_with_onnxruntime_and_openvino():
     assert set(result.samples) == {"ours", "onnxruntime", "openvino"}
     peer = result.fastest()
     assert peer in ("onnxruntime", "openvino")
-    assert result.median(peer) == min(result.median(p) for p in bench.PEERS)
+    assert result.median(peer) == min(result.median(p) for p in bench.YARDSTICKS)
     assert result.ratio("fastest") == result.median("ours") / result.median(peer)
     cell = bench.format_table([result], runtimes).splitlines()[2]
     short = {"onnxruntime": "ort", "openvino": "ov"}[peer]
@@ -620,7 +620,7 @@ def test_run_bench_on_tiny_has_every_row_and_column():
     # onnxruntime is skipped)
     for label in ("GRU lbr=0 fwd", "GRU lbr=0 fwd float64"):
         result = by_label[label]
-        ran = [p for p in bench.PEERS if p in result.samples]
+        ran = [p for p in bench.YARDSTICKS if p in result.samples]
         if not ran:
             assert result.fastest() is None
             continue

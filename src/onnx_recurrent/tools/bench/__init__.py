@@ -28,9 +28,9 @@ from __future__ import annotations
 
 from .cases import (
     OPS,
-    PEERS,
     SHAPES,
     TOLERANCE,
+    YARDSTICKS,
     Case,
     Shape,
     make_cases,
@@ -80,9 +80,9 @@ __all__ = [
     "MODEL_OURS",
     "MODEL_RUNTIMES",
     "OPS",
-    "PEERS",
     "SHAPES",
     "TOLERANCE",
+    "YARDSTICKS",
     "BackgroundLoad",
     "Bench",
     "Case",

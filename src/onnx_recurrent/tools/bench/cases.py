@@ -42,8 +42,8 @@ SHAPES = {
 VARIANT_SHAPES = ("M", "tiny")  # shapes that also get ragged, layout=1 and float64 cases
 # Default time budget per shape class, in seconds (warm-ups and model loading included).
 DEFAULT_BUDGET = {"step": 15.0, "S": 25.0, "M": 150.0, "L": 280.0, "tiny": 0.0}
-#: peers whose fastest is the yardstick of the targets ("fastest")
-PEERS = ("onnxruntime", "openvino")
+#: the peers whose fastest is the yardstick of the targets ("fastest")
+YARDSTICKS = ("onnxruntime", "openvino")
 #: contended over quiet time of ours at M forward, at most (one busy process, 2 cores)
 CONTENDED_BOUND = 2.5
 #: the number of busy processes that :data:`CONTENDED_BOUND` is stated for
@@ -62,7 +62,7 @@ class Target:
     ``runtime`` "quiet"; judged only when timed beside :data:`CONTENDED_LOAD` busy
     processes).
 
-    ``runtime`` "fastest": the faster of the :data:`PEERS` in that case; ``ours``: which
+    ``runtime`` "fastest": the faster of the :data:`YARDSTICKS` in that case; ``ours``: which
     of our faces is measured ("ours": the functions, "layer": a prepared Layer)."""
 
     runtime: str

@@ -14,6 +14,12 @@ from typing import Any
 
 import numpy as np
 
+from ..check.peers import (
+    onnxruntime_options,
+    onnxruntime_session,
+    openvino_model,
+    reference_evaluator,
+)
 from .cases import Case, attributes, make_transposed_model, output_shapes
 from .machine import blas_info, physical_cores
 from .options import Options
@@ -24,18 +30,6 @@ Call = Callable[[], Sequence[np.ndarray]]
 class Unavailable(Exception):
     """Raised by :meth:`Runtime.prepare` when the runtime cannot be had (its message,
     the reason it is skipped with, says why), as opposed to failing on the case."""
-
-
-def ort_options(threads: int | None = None) -> Any:
-    """onnxruntime session options: errors only in the log, ``threads`` intra-op threads
-    (None: its default)."""
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    if threads:
-        options.intra_op_num_threads = threads
-    return options
 
 
 class Runtime:
@@ -49,7 +43,7 @@ class Runtime:
     module: str | None = None  # imported to see whether it is installed
     install = ""  # pip name
     main = False  # one of ours: the case fails when none of them runs
-    peer: str | None = None  # its name in check's lint (known_wrong)
+    peer: str | None = None  # a peer's name in check (check.peers.PEERS, its lint)
 
     def __init__(self, threads: int | None = None) -> None:
         self.threads = threads
@@ -187,7 +181,7 @@ class OursHost(Runtime):
 
         kwargs: dict[str, Any] = {"host": self.host}
         if self.threads and self.host == "onnxruntime":
-            kwargs["sess_options"] = ort_options(self.threads)
+            kwargs["sess_options"] = onnxruntime_options(self.threads)
         try:
             session = onnx_recurrent.InferenceSession(model, **kwargs)
         except TypeError as e:
@@ -239,19 +233,13 @@ class OnnxRuntime(Runtime):
     module = install = peer = "onnxruntime"
 
     def prepare(self, case, model, feeds):
-        import onnxruntime as ort
-
-        session = ort.InferenceSession(
-            model.SerializeToString(),
-            ort_options(self.threads),
-            providers=["CPUExecutionProvider"],
-        )
+        session = onnxruntime_session(model, self.threads)
         return lambda: session.run(None, feeds)
 
     def info(self) -> str:
         import onnxruntime as ort
 
-        n = ort_options(self.threads).intra_op_num_threads
+        n = onnxruntime_options(self.threads).intra_op_num_threads
         threads = (
             f"intra_op_num_threads {n}"
             if n
@@ -289,16 +277,8 @@ class OpenVINO(Runtime):
 
     def compile(self, model: Any, feeds: dict[str, np.ndarray]) -> Call:
         """One reused infer request on ``model`` (f32 precision), fed ``feeds``."""
-        import openvino as ov
-
-        core = ov.Core()
-        config: dict[str, Any] = {"INFERENCE_PRECISION_HINT": "f32"}
-        if self.threads:
-            config["INFERENCE_NUM_THREADS"] = self.threads
         try:
-            compiled = core.compile_model(
-                core.read_model(model.SerializeToString()), "CPU", config
-            )
+            compiled = openvino_model(model, self.threads)
         except RuntimeError as e:
             raise RuntimeError(openvino_reason(e)) from e
         with contextlib.suppress(Exception):
@@ -353,16 +333,15 @@ class Reference(Runtime):
         return None
 
     def prepare(self, case, model, feeds):
-        from onnx.reference import ReferenceEvaluator
-
-        evaluator = ReferenceEvaluator(model)
+        evaluator = reference_evaluator(model)
         return lambda: evaluator.run(None, feeds)
 
     def info(self) -> str:
         import onnx
 
         alone = " alone, without onnx-recurrent's operators" if self.alone else ""
-        return f"onnx {onnx.__version__} (onnx.reference.ReferenceEvaluator){alone}"
+        evaluator = "onnx.reference.ReferenceEvaluator, its Loop corrected"
+        return f"onnx {onnx.__version__} ({evaluator}){alone}"
 
 
 def known_wrong(

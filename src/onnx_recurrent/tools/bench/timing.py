@@ -16,8 +16,8 @@ from .cases import (
     DOUBLE_ACCURACY,
     MAX_REPEATS,
     MIN_REPEATS,
-    PEERS,
     TOLERANCE,
+    YARDSTICKS,
     Case,
     Target,
 )
@@ -189,8 +189,8 @@ class CaseResult:
         return float(q1), float(q3)
 
     def fastest(self) -> str | None:
-        """The faster of the :data:`PEERS` that ran this case (by median)."""
-        timed = [(self.median(p), p) for p in PEERS if self.median(p)]
+        """The faster of the :data:`~.cases.YARDSTICKS` that ran this case (by median)."""
+        timed = [(self.median(p), p) for p in YARDSTICKS if self.median(p)]
         return min(timed)[1] if timed else None
 
     def peer(self, name: str) -> str:

@@ -1,27 +1,45 @@
-"""The peers: onnxruntime, onnx.reference and OpenVINO, each run lazily where installed."""
+"""The peers: onnxruntime, onnx.reference and OpenVINO, each made lazily where installed.
+
+One maker per peer, for check and bench alike: :func:`onnxruntime_session`,
+:func:`reference_evaluator` and :func:`openvino_model` prepare a model once (the bench
+then times its calls); :data:`PEERS` runs a model once on each (check, its lint and
+trace).
+"""
 
 from __future__ import annotations
 
 import importlib.util
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import onnx
 
 
-def _run_onnxruntime(model: onnx.ModelProto, feeds, names):
+def onnxruntime_session(model: onnx.ModelProto, threads: int | None = None) -> Any:
+    """An ``onnxruntime.InferenceSession`` on ``model`` (CPU), its errors raised, not
+    logged; ``threads`` intra-op threads (None: its default)."""
+    import onnxruntime as ort
+
+    return ort.InferenceSession(
+        model.SerializeToString(), onnxruntime_options(threads), providers=["CPUExecutionProvider"]
+    )
+
+
+def onnxruntime_options(threads: int | None = None) -> Any:
+    """The session options of :func:`onnxruntime_session`."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
-    options.log_severity_level = 4  # its errors are reported in the table, not logged
-    session = ort.InferenceSession(
-        model.SerializeToString(), options, providers=["CPUExecutionProvider"]
-    )
-    return session.run(list(names), dict(feeds))
+    options.log_severity_level = 4  # its errors are reported in the tables, not logged
+    if threads:
+        options.intra_op_num_threads = threads
+    return options
 
 
-def _run_reference(model: onnx.ModelProto, feeds, names):
-    """onnx.reference's own operators, recurrent ones included, ``Loop`` corrected.
+def reference_evaluator(model: onnx.ModelProto) -> Any:
+    """onnx.reference's evaluator: its own operators, recurrent ones included, ``Loop``
+    corrected.
 
     Its ``Loop`` runs zero iterations when ``cond`` is omitted (``runtime/loop.py``): a
     mistake in no recurrent operator, which would otherwise show as this peer differing
@@ -31,16 +49,33 @@ def _run_reference(model: onnx.ModelProto, feeds, names):
 
     from ...runtime.loop import reference_fixes
 
-    return ReferenceEvaluator(model, new_ops=reference_fixes()).run(list(names), dict(feeds))
+    return ReferenceEvaluator(model, new_ops=reference_fixes())
+
+
+def openvino_model(model: onnx.ModelProto, threads: int | None = None) -> Any:
+    """OpenVINO's compiled ``model`` on the CPU at f32 precision; ``threads``: its
+    ``INFERENCE_NUM_THREADS`` (None: its default)."""
+    import openvino as ov
+
+    config: dict[str, Any] = {"INFERENCE_PRECISION_HINT": "f32"}
+    if threads:
+        config["INFERENCE_NUM_THREADS"] = threads
+    core = ov.Core()
+    return core.compile_model(core.read_model(model.SerializeToString()), "CPU", config)
+
+
+def _run_onnxruntime(model: onnx.ModelProto, feeds, names):
+    return onnxruntime_session(model).run(list(names), dict(feeds))
+
+
+def _run_reference(model: onnx.ModelProto, feeds, names):
+    return reference_evaluator(model).run(list(names), dict(feeds))
 
 
 def _run_openvino(model: onnx.ModelProto, feeds, names):
     import openvino as ov
 
-    core = ov.Core()
-    compiled = core.compile_model(
-        core.read_model(model.SerializeToString()), "CPU", {"INFERENCE_PRECISION_HINT": "f32"}
-    )
+    compiled = openvino_model(model)
     result = compiled(dict(feeds))
     outputs = []
     for n in names:
@@ -54,7 +89,8 @@ def _run_openvino(model: onnx.ModelProto, feeds, names):
     return outputs
 
 
-#: peer name -> (module that must be importable, runner)
+#: peer name -> (module that must be importable, runner: ``(model, feeds, names)`` ->
+#: the outputs named)
 PEERS: dict[str, tuple[str, Callable]] = {
     "onnxruntime": ("onnxruntime", _run_onnxruntime),
     "onnx.reference": ("onnx", _run_reference),
