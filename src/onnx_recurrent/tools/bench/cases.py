@@ -12,9 +12,8 @@ import numpy as np
 from ...cells import CELLS
 
 OPS = ("gru", "lstm", "rnn")
-#: gates and outputs of each operator (its cell's)
+#: the gates of each operator (its cell's)
 GATES = {name: cell.n_gates for name, cell in CELLS.items()}
-OUTPUTS = {name: cell.outputs for name, cell in CELLS.items()}
 
 
 @dataclass(frozen=True)
@@ -260,23 +259,9 @@ def attributes(case: Case) -> dict[str, Any]:
 
 def make_model(case: Case, feeds: dict[str, np.ndarray], opset: int = 22):
     """The single-node ONNX model that every competitor runs (ir_version 8)."""
-    from onnx import helper
+    from ...runtime.graph import node_model
 
-    elem = helper.np_dtype_to_tensor_dtype(np.dtype(case.dtype))
-    inputs = list(feeds)
-    outputs = list(OUTPUTS[case.op])
-    graph = helper.make_graph(
-        [helper.make_node(case.op, inputs, outputs, **attributes(case))],
-        f"bench_{case.op.lower()}",
-        [
-            helper.make_tensor_value_info(
-                n, helper.np_dtype_to_tensor_dtype(a.dtype), list(a.shape)
-            )
-            for n, a in feeds.items()
-        ],
-        [helper.make_tensor_value_info(n, elem, None) for n in outputs],
-    )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
+    return node_model(case.op, feeds, attributes(case), opset=opset)
 
 
 def output_shapes(case: Case) -> list[tuple[int, ...]]:
