@@ -7,17 +7,13 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ...errors import import_optional
 from .timing import CaseResult
 
 
 def check_plot_support() -> None:
     """Raise ImportError with the install hint if matplotlib is missing."""
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError as e:
-        raise ImportError(
-            "--plot needs matplotlib: pip install onnx-recurrent[plot] (or pip install matplotlib)"
-        ) from e
+    import_optional("matplotlib", "--plot", "pip install onnx-recurrent[plot]")
 
 
 def plot_ratios(results: Sequence[CaseResult], path: str | os.PathLike, title: str = "") -> None:
