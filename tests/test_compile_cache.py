@@ -177,13 +177,13 @@ def _function_in(directory: Path):
 @pytest.mark.parametrize("numba_cache_dir", [False, True])
 def test_numba_choice_kept_where_it_can_write(tmp_path, monkeypatch, numba_cache_dir):
     """A writable ``__pycache__`` or NUMBA_CACHE_DIR: numba's own choice, no warning."""
-    monkeypatch.setattr(jit_cache, "_plans", {})
+    monkeypatch.setattr(jit_cache, "_cache_roots", {})
     if numba_cache_dir:
         monkeypatch.setattr(jit_cache.config, "CACHE_DIR", str(tmp_path / "numba"))
     (tmp_path / "src").mkdir()
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         kernel = jit_cache.jit(nogil=True)(_function_in(tmp_path / "src"))
-    assert jit_cache._plans == {str(tmp_path / "src"): ""}
+    assert jit_cache._cache_roots == {str(tmp_path / "src"): ""}
     where = tmp_path / "numba" if numba_cache_dir else tmp_path / "src" / "__pycache__"
     assert Path(kernel.stats.cache_path).is_relative_to(where)

@@ -131,7 +131,7 @@ class Layer:
             0 if a is None else a.ctypes.data for a in (self.W, self.R, self.B, self.P)
         )
         self._directions: tuple[Weights, ...] | None = None
-        self._settled = False  # prepared.settle: its memory counted after a first call
+        self._counted = False  # prepared.evict_to_fit: its memory counted after a first call
         # small calls of full-length sequences: one compiled call, prepared with the
         # layer (the backend's small_call), with the backend it belongs to
         self._small: tuple[Any, Any] | None = None

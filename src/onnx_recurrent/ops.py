@@ -67,7 +67,7 @@ def _run(cell, arguments, X, W, R, B, sequence_lens, states, P=None):
     try:
         return layer(X, sequence_lens, *states, output_sequence=arguments["output_sequence"])
     finally:
-        prepared.settle(layer)
+        prepared.evict_to_fit(layer)
 
 
 def _with_doc(doc: str):

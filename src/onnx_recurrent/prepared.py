@@ -87,14 +87,14 @@ def layer(
     return made
 
 
-def settle(layer: Layer) -> None:
+def evict_to_fit(layer: Layer) -> None:
     """After a call of ``layer``: if it was kept new, count what its call prepared
     (its estimate may be short: packed panels are padded) and drop the least recently
     used layers, it too if need be, until the kept ones fit :data:`MAX_BYTES`."""
-    if not _entries or _entries[-1][1] is not layer or layer._settled:
+    if not _entries or _entries[-1][1] is not layer or layer._counted:
         return
     with _lock:
-        layer._settled = True
+        layer._counted = True
         while _entries and _kept_bytes() > MAX_BYTES:
             del _entries[0]
 

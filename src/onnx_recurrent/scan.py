@@ -304,7 +304,7 @@ class Scan:
             self._unit(unit, states, shared, lambda: shared.aborted)
 
         threads.run(shared.shares, party, shared.abort, placement=PIN_SHARES)
-        shared.settle(states, whole.steps)
+        shared.final_state_into(states, whole.steps)
         self._finish(unit[0], states, whole)
 
     def _queued(self, units, workers: int) -> None:

@@ -57,7 +57,7 @@ __all__ = [
 _lock = threading.Lock()
 _preparing = threading.RLock()
 #: source directory -> cache root of ours ("" for numba's own choice, None for no cache)
-_plans: dict[str, str | None] = {}
+_cache_roots: dict[str, str | None] = {}
 _warned = False
 #: (dispatcher, signature) pairs prepared (``dispatcher.signatures`` is a new list)
 _prepared: set[tuple] = set()
@@ -99,7 +99,7 @@ def cfunc_code(signature, func: Callable, **options) -> tuple[str, str]:
 
 def _cached_compile(make: Callable, func: Callable, options: dict):
     with _lock:
-        root = _plan(func)
+        root = _cache_root(func)
         if root is not None:
             try:
                 with numba_cache_dir(root or None):
@@ -185,21 +185,21 @@ def cache_index(dispatcher: Dispatcher) -> dict:
     return dispatcher._cache._cache_file._load_index()
 
 
-def _plan(func: Callable) -> str | None:
+def _cache_root(func: Callable) -> str | None:
     """The cache root for ``func``'s source directory, decided on its first function."""
     source = os.path.abspath(inspect.getfile(func))
     directory = os.path.dirname(source)
-    if directory in _plans:
-        return _plans[directory]
+    if directory in _cache_roots:
+        return _cache_roots[directory]
     try:
         caching.FunctionCache(func)  # what numba does for cache=True
-        plan: str | None = ""
+        root: str | None = ""
     except RuntimeError:
-        plan, ours = first_usable("numba")
-        if plan is None:
+        root, ours = first_usable("numba")
+        if root is None:
             _warn(_numba_dirs(source) + ours, stacklevel=4)
-    _plans[directory] = plan
-    return plan
+    _cache_roots[directory] = root
+    return root
 
 
 def _numba_dirs(source: str) -> list[str]:

@@ -530,7 +530,7 @@ class Shares:
         """A party failed or was interrupted: the others return at their next claim."""
         self.meeting.abort()
 
-    def settle(self, states: tuple[np.ndarray, ...], steps: int) -> None:
+    def final_state_into(self, states: tuple[np.ndarray, ...], steps: int) -> None:
         """After ``steps`` steps: the last ``Ht`` into ``states[0]`` (it alternates
         with ``spare``)."""
         if self.shares > 1 and steps % 2 == 1:
