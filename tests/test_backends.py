@@ -497,13 +497,15 @@ def test_compiled_code_reads_a_plan_from_its_record_alone():
     @numba.njit
     def viewed(address, like):  # (data address, size) of each of the record's arrays
         p = nb.load_plan(address, like)
-        mats = [(a.ctypes.data, a.size) for a in (p.F, p.Fh, p.Fr)]
-        vecs = [(v.ctypes.data, v.size) for v in (p.bF, p.bFh, p.bFr, p.alphas, p.betas)]
-        ints = [(i.ctypes.data, i.size) for i in (p.pF, p.pFh, p.pFr, p.bounds, p.codes)]
-        return mats + vecs + ints + [(p.P.ctypes.data, p.P.size)], p.kind, p.clip, p.width
+        mats = [(a.ctypes.data, a.size) for a in (p.panels, p.panels_h, p.panels_r)]
+        vecs = [(v.ctypes.data, v.size) for v in (p.bias, p.bias_h, p.bias_r, p.alphas, p.betas)]
+        ints = [(i.ctypes.data, i.size) for i in (p.starts, p.starts_h, p.starts_r, p.bounds)]
+        ints += [(p.codes.ctypes.data, p.codes.size)]
+        last = [(p.peepholes.ctypes.data, p.peepholes.size)]
+        return mats + vecs + ints + last, p.kind, p.clip, p.width
 
-    names = ("F", "Fh", "Fr", "bF", "bFh", "bFr", "alphas", "betas", "pF", "pFh", "pFr")
-    names += ("bounds", "codes", "P")
+    names = ("panels", "panels_h", "panels_r", "bias", "bias_h", "bias_r", "alphas", "betas")
+    names += ("starts", "starts_h", "starts_r", "bounds", "codes", "peepholes")
     arrays, kind, clip, width = viewed(plan.address, np.zeros(0, np.float32))
     assert arrays == [(plan.arrays[n].ctypes.data, plan.arrays[n].size) for n in names]
     assert (kind, clip) == (2, np.float32(2.5)) and width == plan.record[plans.WIDTH] > 0

@@ -277,13 +277,12 @@ def _check(plan, xb, h, pre, pre_h, hh, project):
     """Whether the products' operands and the states agree with the plan, once per
     block (:func:`.packed.check`)."""
     rows, I, H = xb.shape[1], xb.shape[2], h.shape[1]
-    ok = packed.check(plan.F, I + H, plan.bF, pre, rows, _most(plan.pF))
+    ok = packed.check(plan.panels, I + H, plan.bias, pre, rows, _most(plan.starts))
     if plan.kind == 1:
-        ok = ok and packed.check(
-            plan.Fh, I + H if plan.split else I, plan.bFh, pre_h, rows, _most(plan.pFh)
-        )
+        K = I + H if plan.split else I
+        ok = ok and packed.check(plan.panels_h, K, plan.bias_h, pre_h, rows, _most(plan.starts_h))
         if not plan.split:
-            ok = ok and packed.check(plan.Fr, H, plan.bFr, hh, rows, _most(plan.pFr))
+            ok = ok and packed.check(plan.panels_r, H, plan.bias_r, hh, rows, _most(plan.starts_r))
     return ok and h.shape[0] >= rows and plan.bounds[plan.bounds.shape[0] - 1] == H
 
 
@@ -343,9 +342,9 @@ def _block(plan, sync, calls, xb, h, spare, c, gz, rh, active, Y, write_Y, step0
         return False
     if project:
         tile = (plan.rows, plan.span, plan.depth)
-        _project(xb, plan.F, I, plan.bF.ctypes.data, pre_b, active, tile)
+        _project(xb, plan.panels, I, plan.bias.ctypes.data, pre_b, active, tile)
         if plan.kind == 1:
-            _project(xb, plan.Fh, I, plan.bFh.ctypes.data, pre_hb, active, tile)
+            _project(xb, plan.panels_h, I, plan.bias_h.ctypes.data, pre_hb, active, tile)
     for k in range(steps):
         kg = step0 + k
         old, new = (h, h) if S == 1 else (h, spare) if kg % 2 == 0 else (spare, h)
@@ -400,35 +399,35 @@ def _share(plan, s, sub, xb, k, n, old, new, c, gz, rh, pre, pre_h, hh, g, Y, wr
     H = old.shape[1]
     j0, j1 = plan.bounds[s], plan.bounds[s + 1]
     size = old.itemsize
-    L = plan.F.shape[2]
+    L = plan.panels.shape[2]
     x = xb.ctypes.data + k * rows * I * size
     hp0 = old.ctypes.data
     K1 = 0 if project else I  # rows of Xt in each product
     a = (plan.codes, plan.alphas, plan.betas)
     clip, fast, kind = plan.clip, plan.fast, plan.kind
     R, G, KB = plan.rows, plan.span, plan.depth  # the products' tiles
-    q0, q1 = plan.pFh[s], plan.pFh[s + 1]
-    bFh, ldh = plan.bFh.ctypes.data + q0 * L * size, pre_h.shape[1]
+    q0, q1 = plan.starts_h[s], plan.starts_h[s + 1]
+    bias_h, ldh = plan.bias_h.ctypes.data + q0 * L * size, pre_h.shape[1]  # its address
     if sub == 1:  # GRU: ht's input from [Xt, r . Ht-1], then Ht
         rh0 = rh.ctypes.data
-        packed.mm(x, I, K1, rh0, H, H, n, plan.Fh, q0, q1, I - K1, pre_h.ctypes.data, ldh, bFh,
-                  project, R, G, KB)  # fmt: skip
+        packed.mm(x, I, K1, rh0, H, H, n, plan.panels_h, q0, q1, I - K1, pre_h.ctypes.data, ldh,
+                  bias_h, project, R, G, KB)  # fmt: skip
         for b in range(n):
             _gru_h_row(pre_h[b], old[b, j0:j1], new[b, j0:j1], gz[s, b], a, clip, fast)
     else:
-        p0, p1 = plan.pF[s], plan.pF[s + 1]
-        bF = plan.bF.ctypes.data + p0 * L * size
-        packed.mm(x, I, K1, hp0, H, H, n, plan.F, p0, p1, I - K1, pre.ctypes.data, pre.shape[1],
-                  bF, project, R, G, KB)  # fmt: skip
+        p0, p1 = plan.starts[s], plan.starts[s + 1]
+        bias = plan.bias.ctypes.data + p0 * L * size
+        packed.mm(x, I, K1, hp0, H, H, n, plan.panels, p0, p1, I - K1, pre.ctypes.data,
+                  pre.shape[1], bias, project, R, G, KB)  # fmt: skip
         lbr = kind == 1 and not plan.split
         if lbr:
             if not project:
-                packed.mm(x, I, I, x, I, 0, n, plan.Fh, q0, q1, 0, pre_h.ctypes.data, ldh, bFh,
-                          False, R, G, KB)  # fmt: skip
-            r0, r1 = plan.pFr[s], plan.pFr[s + 1]
-            bFr = plan.bFr.ctypes.data + r0 * L * size
-            packed.mm(x, I, 0, hp0, H, H, n, plan.Fr, r0, r1, 0, hh.ctypes.data, hh.shape[1], bFr,
-                      False, R, G, KB)  # fmt: skip
+                packed.mm(x, I, I, x, I, 0, n, plan.panels_h, q0, q1, 0, pre_h.ctypes.data, ldh,
+                          bias_h, False, R, G, KB)  # fmt: skip
+            r0, r1 = plan.starts_r[s], plan.starts_r[s + 1]
+            bias_r = plan.bias_r.ctypes.data + r0 * L * size
+            packed.mm(x, I, 0, hp0, H, H, n, plan.panels_r, r0, r1, 0, hh.ctypes.data,
+                      hh.shape[1], bias_r, False, R, G, KB)  # fmt: skip
         if old.ctypes.data != new.ctypes.data:  # finished rows keep their state
             _copy(old, new, n, rows, j0, j1)
         for b in range(n):
@@ -440,8 +439,8 @@ def _share(plan, s, sub, xb, k, n, old, new, c, gz, rh, pre, pre_h, hh, g, Y, wr
             elif lbr:
                 _gru_lbr_row(pre[b], pre_h[b], hh[b], hp, hb, g, a, clip, fast)
             else:
-                _lstm_row(pre[b], hb, c[b, j0:j1], plan.P[:, j0:j1], plan.input_forget, g, a,
-                          clip, fast)  # fmt: skip
+                _lstm_row(pre[b], hb, c[b, j0:j1], plan.peepholes[:, j0:j1], plan.input_forget,
+                          g, a, clip, fast)  # fmt: skip
     if write_Y:
         for b in range(n):
             yb, hb = Y[k, b], new[b]
@@ -464,9 +463,9 @@ PlanView = namedtuple(
     ("kind", "split", "input_forget", "fast", "width", "width_h", "width_r", "rows", "span",
      "depth", *ARRAYS),
 )  # fmt: skip
-_CODES, _ALPHAS, _BETAS, _CLIP, _BOUNDS, _F, _PF, _BF, _FH, _PFH, _BFH, _FR, _PFR, _BFR, _P = (
-    HEAD + 4 * i for i in range(len(ARRAYS))
-)
+_CODES, _ALPHAS, _BETAS, _CLIP, _BOUNDS = (HEAD + 4 * i for i in range(5))
+_PANELS, _STARTS, _BIAS, _PANELS_H, _STARTS_H, _BIAS_H = (HEAD + 4 * i for i in range(5, 11))
+_PANELS_R, _STARTS_R, _BIAS_R, _PEEPHOLES = (HEAD + 4 * i for i in range(11, 15))
 
 
 @_inline
@@ -481,13 +480,13 @@ def load_plan(address, like):
         view(r[_CODES], (r[_CODES + 1],), r), view(r[_ALPHAS], (r[_ALPHAS + 1],), like),
         view(r[_BETAS], (r[_BETAS + 1],), like), view(r[_CLIP], (1,), like)[0],
         view(r[_BOUNDS], (r[_BOUNDS + 1],), r),
-        view(r[_F], (r[_F + 1], r[_F + 2], r[_F + 3]), like), view(r[_PF], (r[_PF + 1],), r),
-        view(r[_BF], (r[_BF + 1],), like),
-        view(r[_FH], (r[_FH + 1], r[_FH + 2], r[_FH + 3]), like),
-        view(r[_PFH], (r[_PFH + 1],), r), view(r[_BFH], (r[_BFH + 1],), like),
-        view(r[_FR], (r[_FR + 1], r[_FR + 2], r[_FR + 3]), like),
-        view(r[_PFR], (r[_PFR + 1],), r), view(r[_BFR], (r[_BFR + 1],), like),
-        view(r[_P], (r[_P + 1], r[_P + 2]), like),
+        view(r[_PANELS], (r[_PANELS + 1], r[_PANELS + 2], r[_PANELS + 3]), like),
+        view(r[_STARTS], (r[_STARTS + 1],), r), view(r[_BIAS], (r[_BIAS + 1],), like),
+        view(r[_PANELS_H], (r[_PANELS_H + 1], r[_PANELS_H + 2], r[_PANELS_H + 3]), like),
+        view(r[_STARTS_H], (r[_STARTS_H + 1],), r), view(r[_BIAS_H], (r[_BIAS_H + 1],), like),
+        view(r[_PANELS_R], (r[_PANELS_R + 1], r[_PANELS_R + 2], r[_PANELS_R + 3]), like),
+        view(r[_STARTS_R], (r[_STARTS_R + 1],), r), view(r[_BIAS_R], (r[_BIAS_R + 1],), like),
+        view(r[_PEEPHOLES], (r[_PEEPHOLES + 1], r[_PEEPHOLES + 2]), like),
     )  # fmt: skip
 
 

@@ -7,15 +7,26 @@ A :class:`Plan` is made once per layer direction and number of shares, with NumP
 dimensions; compiled code reads it into views (:func:`.numba_backend.load_plan`). The
 :class:`Plan` object keeps the arrays alive: the record is valid while it lives.
 
-``kind`` 0 RNN, 1 GRU, 2 LSTM; ``split``: GRU's reset gate before the product;
-``codes, alphas, betas``: the activations (:data:`CODES`); ``clip``: one value
-(infinite: none); ``bounds``: share ``s`` is hidden units ``bounds[s]..bounds[s+1]-1``;
-``F``: the panels of ``[W^T; R^T]`` (GRU: ``z r`` only), share after share, each
-share's columns gate after gate, share ``s`` in panels ``pF[s]..pF[s+1]-1``, ``bF``
-its biases; ``Fh``: GRU's ``h`` columns (of ``[W^T; R^T]``, or of ``W^T`` with ``Fr``
-those of ``R^T``); ``P``: LSTM's peepholes ``[Pi, Po, Pf]`` (no columns when absent);
-``width*``: the longest row a share's product writes; ``rows``, ``span``, ``depth``:
-the products' tiles (:func:`.tuning.tiles`, measured on this CPU).
+The scalars: ``kind`` 0 RNN, 1 GRU, 2 LSTM; ``split``: GRU's reset gate before the
+product (``linear_before_reset`` 0); ``input_forget``; ``fast``: float32 (tanh by
+float32's formula); ``width``, ``width_h``, ``width_r``: the longest row a share's product
+writes, of ``panels``, ``panels_h``, ``panels_r``; ``rows``, ``span``, ``depth``: the
+products' tiles (:func:`.tuning.tiles`, measured on this CPU). The arrays:
+
+============== ==============================================================
+``codes``      the activations (:data:`CODES`), with ``alphas`` and ``betas``
+``clip``       one value (infinite: none)
+``bounds``     share ``s`` is hidden units ``bounds[s]..bounds[s+1]-1``
+``panels``     the packed panels (:mod:`.layout`) of ``[W^T; R^T]`` (GRU: its ``z r``
+               columns only), share after share, each share's columns gate after gate
+``starts``     share ``s`` is ``panels[starts[s]:starts[s+1]]``
+``bias``       the biases of ``panels``' columns, as they are packed
+``panels_h``   GRU's ``h`` columns: of ``[W^T; R^T]`` (``split``), else of ``W^T``
+``starts_h``   ``bias_h``: as ``starts`` and ``bias``, for ``panels_h``
+``panels_r``   GRU's ``h`` columns of ``R^T`` (not ``split``: ``Rbh`` its biases)
+``starts_r``   ``bias_r``: as ``starts`` and ``bias``, for ``panels_r``
+``peepholes``  LSTM's ``[Pi, Po, Pf]`` (no columns when absent)
+============== ==============================================================
 """
 
 from __future__ import annotations
@@ -41,7 +52,8 @@ HEAD = 10
 #: the record's arrays, each as four words from ``HEAD + 4 i``: address, dimensions
 ARRAYS = (
     *("codes", "alphas", "betas", "clip", "bounds"),
-    *("F", "pF", "bF", "Fh", "pFh", "bFh", "Fr", "pFr", "bFr", "P"),
+    *("panels", "starts", "bias", "panels_h", "starts_h", "bias_h"),
+    *("panels_r", "starts_r", "bias_r", "peepholes"),
 )
 WORDS = HEAD + 4 * len(ARRAYS)
 
@@ -71,7 +83,8 @@ class Plan:
         self.record = record
         self.address = int(record.ctypes.data)
         self.arrays = arrays
-        self.nbytes = sum(arrays[n].nbytes for n in ("F", "bF", "Fh", "bFh", "Fr", "bFr", "P"))
+        held = ("panels", "bias", "panels_h", "bias_h", "panels_r", "bias_r", "peepholes")
+        self.nbytes = sum(arrays[n].nbytes for n in held)
 
 
 def get(spec, w, acts: tuple, dt: np.dtype, shares: int) -> Plan:
@@ -98,7 +111,7 @@ def _make(spec, w, acts: tuple, dt: np.dtype, shares: int, tile: tuple[int, int,
     arrays: dict[str, np.ndarray] = {"bounds": bounds}
     widths = []
     parts = _share_panels(w, kind, split, spec.cell.n_gates)
-    for name, (blocks, gates, b, b0) in zip(("F", "Fh", "Fr"), parts, strict=True):
+    for suffix, (blocks, gates, b, b0) in zip(("", "_h", "_r"), parts, strict=True):
         cols = [_columns(gates, H, j0, j1) for j0, j1 in itertools.pairwise(bounds.tolist())]
         first = np.cumsum([0] + [-(-len(c) // L) for c in cols]).astype(np.int64)
         # one aligned array, the shares' panels one after another, each packed in place
@@ -110,12 +123,12 @@ def _make(spec, w, acts: tuple, dt: np.dtype, shares: int, tile: tuple[int, int,
                 layout.pack(m, c, F[p0:p1], k0)
                 k0 += m.shape[0]
             bias[p0 * L : p0 * L + len(c)] = b[c - b0]
-        arrays |= {name: F, "p" + name: first, "b" + name: bias}
+        arrays |= {"panels" + suffix: F, "starts" + suffix: first, "bias" + suffix: bias}
         widths.append(layout.columns(int(np.diff(first).max(initial=0)) * L, dt))
     P = np.zeros((3, 0), dt)  # no peepholes: no columns (no peephole term at all)
     if "Pi" in w.extra:
         P = np.stack([w.extra["Pi"], w.extra["Po"], w.extra["Pf"]]).astype(dt, copy=False)
-    arrays["P"] = np.ascontiguousarray(P)
+    arrays["peepholes"] = np.ascontiguousarray(P)
     arrays["codes"], arrays["alphas"], arrays["betas"] = _table(acts, dt)
     arrays["clip"] = np.array([np.inf if spec.clip is None else spec.clip], dt)
     head = {KIND_: kind, SPLIT: split, INPUT_FORGET: bool(spec.input_forget)}
@@ -125,11 +138,11 @@ def _make(spec, w, acts: tuple, dt: np.dtype, shares: int, tile: tuple[int, int,
 
 
 def _share_panels(w, kind: int, split: bool, n_gates: int) -> tuple:
-    """What ``F``, ``Fh`` and ``Fr`` of a plan of the weights ``w`` are made of, each
-    as ``(blocks, gates, bias, first)``: its matrix is the ``blocks`` (``W^T``,
-    ``R^T`` or both, views) stacked, a share's columns are those of its hidden units
-    in each of ``gates``, its biases are ``bias[c - first]`` for the column ``c`` (a
-    row of ``W``)."""
+    """What ``panels``, ``panels_h`` and ``panels_r`` of a plan of the weights ``w``
+    are made of, each as ``(blocks, gates, bias, first)``: its matrix is the
+    ``blocks`` (``W^T``, ``R^T`` or both, views) stacked, a share's columns are those
+    of its hidden units in each of ``gates``, its biases are ``bias[c - first]`` for
+    the column ``c`` (a row of ``W``)."""
     WT, RT = w.W.T, w.R.T
     none = ((RT,), (), w.bias, 0)
     if kind != 1:
