@@ -47,8 +47,6 @@ def cmd_bench(args: argparse.Namespace) -> int:
     note_first_use()
     bench = run_bench(options, progress=None if args.quiet else _progress)
     print(bench.report())
-    for note in bench.info.get("notes", []):
-        print(note)
     if args.json:
         Path(args.json).write_text(json.dumps(bench.to_json(), indent=1))
         print(f"saved: {args.json}")

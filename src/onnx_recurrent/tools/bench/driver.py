@@ -139,7 +139,7 @@ class RunRecord:
         self.began = time.perf_counter()
 
     def complete(self, info: dict[str, Any], options: Options) -> None:
-        info["notes"] = []
+        info["notes"] = []  # kept for the JSON's readers: nothing writes notes any more
         if info.get("commit") != self.commit_before:  # the checkout changed during the run
             info["commit"] = f"{self.commit_before} at the start, {info.get('commit')} at the end"
         info["load_average_before"] = self.load_before
