@@ -146,7 +146,8 @@ def test_packed_products(m, K, N, lda_extra, split, skip, start, dtype, rows, sp
     Bp = layout.panels(B, dtype)
     assert Bp.ctypes.data % layout.ALIGN == 0
     v = rng.standard_normal(N).astype(dtype) if start == "bias" else np.zeros(N, dtype)
-    vp = layout.padded_vector(v, dtype)
+    vp = np.zeros(-(-N // layout.panel_width(dtype)) * layout.panel_width(dtype), dtype)
+    vp[:N] = v  # zero-padded to whole panels
     width = layout.columns(N, dtype)
     C = np.full((m + 1, width), np.nan, dtype)
     C[:m, : Bp.shape[0] * Bp.shape[2]] = 0.0

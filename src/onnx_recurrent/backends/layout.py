@@ -72,14 +72,6 @@ def pack(B: np.ndarray, columns: np.ndarray, out: np.ndarray, k0: int = 0) -> No
         out[p0:p1, k0 : k0 + K] = piece.reshape(K, p1 - p0, L).transpose(1, 0, 2)
 
 
-def padded_vector(v: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    """``v`` in ``dtype``, zero-padded to whole panels (a ``bias`` for the products)."""
-    L = panel_width(dtype)
-    out = np.zeros(-(-len(v) // L) * L, dtype)
-    out[: len(v)] = v
-    return out
-
-
 def columns(n: int, dtype: np.dtype) -> int:
     """Row length for a matrix that a product writes ``n`` columns of: whole panels,
     plus one cache line so that the row stride is not a multiple of 1-4 KiB."""

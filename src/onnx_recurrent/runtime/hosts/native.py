@@ -91,7 +91,6 @@ API = {
 #: has each (where older, its address is 0 and the kernel does without)
 SINCE = {"GetTensorElementTypeAndShapeDataReference": (1, 24)}
 ORT_FAIL = 1
-ORT_INVALID_ARGUMENT = 2
 INPUT_OPTIONAL = 1
 _INT32 = TensorProto.INT32
 
