@@ -345,7 +345,7 @@ def test_operator_facts_live_in_the_cells():
         "onnx_recurrent.runtime.streaming",  # which inputs and outputs are states
         "onnx_recurrent.convert",  # gates, default activations, own attribute
         "onnx_recurrent.runtime.hosts.native",  # the nodes' outputs
-        "onnx_recurrent.tools.bench.cases",  # gates (multiply-adds), outputs
+        "onnx_recurrent.tools.bench.cases",  # gates (multiply-adds)
         "onnx_recurrent.tools.check.probes",  # outputs, functions, default activations
         "onnx_recurrent.tools.check.dims",  # outputs
         "onnx_recurrent.tools.check.trace",  # gate letters and activation slots
