@@ -370,11 +370,20 @@ def _broken(distribution: str, what: str, change: str) -> str:
 
 
 def _numba_function(directory: Path):
+    """``f`` of a module file imported as a module: exec'd into a bare dict, its
+    ``__module__`` was ``builtins`` and numba's cache pickled the builtins by value (a
+    PyCapsule there, put by another test's import, failed the suite)."""
+    import importlib.util
+    import sys
+
     source = directory / "kernel.py"
     source.write_text("def f(x):\n    return x + 1\n")
-    namespace: dict = {}
-    exec(compile(source.read_text(), str(source), "exec"), namespace)
-    return namespace["f"]
+    name = f"_foreign_names_kernel_{abs(hash(str(directory)))}"
+    spec = importlib.util.spec_from_file_location(name, source)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module.f
 
 
 def test_numba_cache_index(tmp_path):
