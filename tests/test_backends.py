@@ -231,21 +231,50 @@ def test_threads_split_directions_and_rows(monkeypatch, threads, op, layout):
 
 @pytest.mark.parametrize("threads", [2, 3])
 def test_ragged_rows_dealt_evenly_between_threads(monkeypatch, threads):
-    """Ragged rows go to the threads by length there and back: with lengths 48, 47, ..., 1
-    every slice gets the same total length (round-robin gave the first slice the longer
-    row of each pair: 8 and 16 steps more here)."""
+    """Too few ragged rows for buckets: they go to the threads by length there and back;
+    with lengths 12, 11, ..., 1 every slice gets the same total length (round-robin gave
+    the first slice the longer row of each pair: 3 and 4 steps more here)."""
     from onnx_recurrent import scan
 
     monkeypatch.setattr(scan, "PARALLEL_MACS", 0)
-    feeds = random_inputs("GRU", T=48, N=48, I=2, H=4, D=1, seed=0)
-    lengths = np.random.default_rng(0).permutation(np.arange(1, 49))
+    feeds = random_inputs("GRU", T=12, N=12, I=2, H=4, D=1, seed=0)
+    lengths = np.random.default_rng(0).permutation(np.arange(1, 13))
     feeds["sequence_lens"] = lengths.astype(np.int32)
     spec, x = _spec_and_inputs("GRU", feeds, 0, "forward")
     units, _, shares = scan._units(spec, x, threads)
     totals = [int(x.sequence_lens[rows].sum()) for _, rows in units]
     assert shares == 1 and len(units) == threads
-    assert sorted(np.concatenate([rows for _, rows in units]).tolist()) == list(range(48))
+    assert sorted(np.concatenate([rows for _, rows in units]).tolist()) == list(range(12))
     assert max(totals) == min(totals), totals
+
+
+@pytest.mark.parametrize("direction", ["forward", "bidirectional"])
+def test_ragged_rows_in_buckets_of_like_lengths(monkeypatch, direction):
+    """Enough ragged rows: buckets of BUCKET_ROWS rows of like lengths, the longest
+    first (both directions of a bucket before the next), from a queue; the outputs are
+    bit for bit those of one thread (37 rows: the last bucket has 5)."""
+    from onnx_recurrent import scan
+
+    monkeypatch.setattr(scan, "PARALLEL_MACS", 0)
+    D = 2 if direction == "bidirectional" else 1
+    feeds = random_inputs("LSTM", T=40, N=37, I=3, H=5, D=D, seed=4, full=False)
+    lengths = np.random.default_rng(4).integers(0, 41, 37)  # a 0 and a 40 among them
+    lengths[:2] = 0, 40
+    feeds["sequence_lens"] = lengths.astype(np.int32)
+    spec, x = _spec_and_inputs("LSTM", feeds, 0, direction)
+    units, _, shares = scan._units(spec, x, 2)
+    assert shares == 1 and len(units) == 5 * D
+    order = np.argsort(-x.sequence_lens, kind="stable")
+    for i, (d, rows) in enumerate(units):
+        b = i // D
+        assert d == i % D
+        assert rows.tolist() == sorted(order[8 * b : 8 * b + 8].tolist())
+    monkeypatch.setenv("ONNX_RECURRENT_NUM_THREADS", "1")
+    alone = FUNCTIONS["LSTM"](**feeds, direction=direction)
+    monkeypatch.setenv("ONNX_RECURRENT_NUM_THREADS", "2")
+    together = FUNCTIONS["LSTM"](**feeds, direction=direction)
+    for a, b in zip(alone, together, strict=True):
+        np.testing.assert_array_equal(a, b)
 
 
 @pytest.mark.parametrize("direction", ["forward", "reverse"])
