@@ -248,11 +248,12 @@ def test_ragged_rows_dealt_evenly_between_threads(monkeypatch, threads):
     assert max(totals) == min(totals), totals
 
 
-@pytest.mark.parametrize("direction", ["forward", "bidirectional"])
-def test_ragged_rows_in_buckets_of_like_lengths(monkeypatch, direction):
-    """Enough ragged rows: buckets of BUCKET_ROWS rows of like lengths, the longest
-    first (both directions of a bucket before the next), from a queue; the outputs are
-    bit for bit those of one thread (37 rows: the last bucket has 5)."""
+@pytest.mark.parametrize(("direction", "threads"), [("forward", 2), ("bidirectional", 4)])
+def test_ragged_rows_in_buckets_of_like_lengths(monkeypatch, direction, threads):
+    """Enough ragged rows, more threads than directions: buckets of BUCKET_ROWS rows of
+    like lengths, the longest first (both directions of a bucket before the next), from
+    a queue; the outputs are bit for bit those of one thread (37 rows: the last bucket
+    has 5). As many threads as directions: a unit per direction, as before."""
     from onnx_recurrent import scan
 
     monkeypatch.setattr(scan, "PARALLEL_MACS", 0)
@@ -262,7 +263,9 @@ def test_ragged_rows_in_buckets_of_like_lengths(monkeypatch, direction):
     lengths[:2] = 0, 40
     feeds["sequence_lens"] = lengths.astype(np.int32)
     spec, x = _spec_and_inputs("LSTM", feeds, 0, direction)
-    units, _, shares = scan._units(spec, x, 2)
+    if D == 2:
+        assert [(d, len(rows)) for d, rows in scan._units(spec, x, 2)[0]] == [(0, 37), (1, 37)]
+    units, _, shares = scan._units(spec, x, threads)
     assert shares == 1 and len(units) == 5 * D
     order = np.argsort(-x.sequence_lens, kind="stable")
     for i, (d, rows) in enumerate(units):
@@ -271,7 +274,7 @@ def test_ragged_rows_in_buckets_of_like_lengths(monkeypatch, direction):
         assert rows.tolist() == sorted(order[8 * b : 8 * b + 8].tolist())
     monkeypatch.setenv("ONNX_RECURRENT_NUM_THREADS", "1")
     alone = FUNCTIONS["LSTM"](**feeds, direction=direction)
-    monkeypatch.setenv("ONNX_RECURRENT_NUM_THREADS", "2")
+    monkeypatch.setenv("ONNX_RECURRENT_NUM_THREADS", str(threads))
     together = FUNCTIONS["LSTM"](**feeds, direction=direction)
     for a, b in zip(alone, together, strict=True):
         np.testing.assert_array_equal(a, b)

@@ -38,9 +38,12 @@ MIN_SHARE = 16
 #: rows of one thread's slice of a direction at least (fewer: the threads share its
 #: hidden units, whatever was planned)
 MIN_ROWS = 8
-#: rows of a ragged call's units: rows of like lengths, so a unit's products shrink
-#: little before it ends (M ragged, 2 threads, against two slices of 16 rows dealt by
-#: length: LSTM 0.71, GRU 0.73, RNN 0.85 of the time; 12 rows: 0.72, 0.82, 0.96)
+#: rows of a ragged direction's units when threads split it: rows of like lengths, so a
+#: unit's products shrink little before it ends, taken from a queue. Against two slices
+#: of 16 rows at M ragged: Intel Xeon (tiles of 12 rows, so a slice took a 4-row tile
+#: every step) LSTM 11.5 -> 7.7 ms; AMD EPYC (tiles of 8) beside a busy process 0.71-0.85
+#: of the time, quiet 0.95-1.09 (bidirectional, each thread a direction: 1.03-1.05, so
+#: left as it was)
 BUCKET_ROWS = 8
 #: threads kept apart during a call (:mod:`.affinity`), by the way they split it:
 #: units (rows, directions) pinned: after a pause Linux may leave the helper on the
@@ -115,10 +118,11 @@ def _units(
     split between the threads' caches, a meeting per step) or take slices of its rows,
     whichever was measured faster on this CPU (:func:`planned_share`; ``share``: that
     choice given). With ragged lengths (the rows' products shrink, and a meeting per
-    step no longer pays, measured) the rows go by length into buckets of
-    :data:`BUCKET_ROWS`, the longest first, which the threads take from a queue; with
-    too few rows for that, and with full lengths, the rows of a direction are dealt by
-    length, there and back, so every slice gets a fair share of long and short ones.
+    step no longer pays, measured), where threads outnumber directions, the rows go by
+    length into buckets of :data:`BUCKET_ROWS`, the longest first, which the threads
+    take from a queue; with too few rows for that, and with full lengths, the rows of a
+    direction are dealt by length, there and back, so every slice gets a fair share of
+    long and short ones.
     """
     T, N, I = x.X.shape
     D, H, G = spec.num_directions, spec.hidden_size, spec.cell.n_gates
@@ -129,7 +133,7 @@ def _units(
                 return [(0, np.arange(N))], large, min(workers, H // max(1, MIN_SHARE))
     by_length = np.argsort(-x.sequence_lens, kind="stable")
     threaded = workers > 1 and large
-    if threaded and x.ragged and D * -(-N // BUCKET_ROWS) >= 2 * workers:
+    if threaded and x.ragged and D < workers and D * -(-N // BUCKET_ROWS) >= 2 * workers:
         # Buckets of rows of like lengths, the longest first, taken from the queue by
         # whichever thread is free (at least two a thread, so the ends even out).
         starts = range(0, N, BUCKET_ROWS)
