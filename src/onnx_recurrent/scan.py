@@ -131,17 +131,16 @@ def _units(
         if x.dtype == x.compute_dtype and H >= 2 * max(1, MIN_SHARE):
             if N < 2 * MIN_ROWS or (planned_share() if share is None else share):
                 return [(0, np.arange(N))], large, min(workers, H // max(1, MIN_SHARE))
+    slices = min(N, -(-workers // D)) if workers > 1 and large else 1
+    if slices <= 1:
+        return [(d, np.arange(N)) for d in range(D)], large, 1
     by_length = np.argsort(-x.sequence_lens, kind="stable")
-    threaded = workers > 1 and large
-    if threaded and x.ragged and D < workers and D * -(-N // BUCKET_ROWS) >= 2 * workers:
+    if x.ragged and D < workers and D * -(-N // BUCKET_ROWS) >= 2 * workers:
         # Buckets of rows of like lengths, the longest first, taken from the queue by
         # whichever thread is free (at least two a thread, so the ends even out).
         starts = range(0, N, BUCKET_ROWS)
         units = [(d, np.sort(by_length[i : i + BUCKET_ROWS])) for i in starts for d in range(D)]
         return units, large, 1
-    slices = min(N, -(-workers // D)) if threaded else 1
-    if slices <= 1:
-        return [(d, np.arange(N)) for d in range(D)], large, 1
     # Dealt by length there and back (1 2 2 1 1 2 ...): the slices' total lengths
     # differ by less than one row's (round-robin gave the first slice the longer row
     # of every pair: 11% more work at M ragged, measured).
