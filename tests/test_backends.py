@@ -374,15 +374,19 @@ def test_threads_kept_on_separate_cpus_when_asked(monkeypatch, direction):
     seen = {}
     spec = _spec_and_inputs("GRU", feeds, 0, direction)[0]
     backend = type(backends.select(spec, np.dtype(np.float32)))
-    run_block = backend.run_block
 
-    def recording(self, *args, **kwargs):
-        seen.setdefault(threading.get_ident(), os.sched_getaffinity(0))
-        return run_block(self, *args, **kwargs)
+    def recording(run):  # a unit's steps: block by block, or one compiled call
+        def record(self, *args, **kwargs):
+            seen.setdefault(threading.get_ident(), os.sched_getaffinity(0))
+            return run(self, *args, **kwargs)
+
+        return record
 
     before = os.sched_getaffinity(0)
     serial = orc.gru(**feeds, direction=direction)
-    monkeypatch.setattr(backend, "run_block", recording)
+    for name in ("run_block", "run_unit"):
+        if hasattr(backend, name):
+            monkeypatch.setattr(backend, name, recording(getattr(backend, name)))
     result = orc.gru(**feeds, direction=direction)
     assert os.sched_getaffinity(0) == before
     if len(before) > 1:

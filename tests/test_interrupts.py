@@ -147,6 +147,7 @@ def test_a_sigint_read_late_stops_no_later_call():
     second KeyboardInterrupt). In the window a byte sets ABORT; read after it, none."""
     import time
 
+    from onnx_recurrent import interrupts
     from onnx_recurrent.runtime.hosts import native
 
     def abort_within(seconds: float) -> bool:
@@ -159,12 +160,12 @@ def test_a_sigint_read_late_stops_no_later_call():
 
     previous = native.interrupt_watch_start()
     try:
-        os.write(native._watch[1], bytes([signal.SIGINT]))  # as Python's C handler does
+        os.write(interrupts._pipe[1], bytes([signal.SIGINT]))  # as Python's C handler does
         assert abort_within(5.0), "the watcher did not see a SIGINT in the window"
     finally:
         assert native.interrupt_watch_end(previous) is True
     assert not native.ABORT[0]
     previous = native.interrupt_watch_start()
     assert native.interrupt_watch_end(previous) is False
-    os.write(native._watch[1], bytes([signal.SIGINT]))  # read after the window
+    os.write(interrupts._pipe[1], bytes([signal.SIGINT]))  # read after the window
     assert not abort_within(0.5), "a SIGINT read after its call's window set ABORT"

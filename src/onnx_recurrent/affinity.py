@@ -69,3 +69,14 @@ def apart(placement: Placement, fn: Callable[..., T], *args) -> T:
         return fn(*args)
     finally:
         os.sched_setaffinity(0, mask)
+
+
+def place(thread_id: int | None, cpus: set[int]) -> None:
+    """Keep the thread ``thread_id`` (a native id) on ``cpus`` from now, whether it
+    runs or waits (a pool thread placed before it wakes, :func:`spread`'s CPUs)."""
+    if thread_id is None:
+        return
+    try:
+        os.sched_setaffinity(thread_id, cpus)
+    except OSError:  # the thread has ended, or the mask is refused: apart() tries again
+        pass

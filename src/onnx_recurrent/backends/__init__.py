@@ -2,9 +2,10 @@
 
 A backend runs one block of time steps of one direction (:meth:`Backend.run_block`);
 the skeleton (:mod:`onnx_recurrent.scan`) does everything else. Optional: ``shares``
-(threads that share a direction's hidden units, :mod:`.sync`) and ``small_call`` (a
+(threads that share a direction's hidden units, :mod:`.sync`), ``small_call`` (a
 layer's small calls as one compiled call each, prepared once by
-:meth:`onnx_recurrent.Layer.prepare`).
+:meth:`onnx_recurrent.Layer.prepare`) and ``run_unit`` (a unit of gathered rows as one
+compiled call).
 ``supports`` returns the reason a backend cannot run a call, or None. The automatic
 choice (numba where it is installed and supports the call, else numpy) can be
 overridden with
@@ -46,7 +47,12 @@ class Backend(Protocol):
       or absent: the skeleton splits rows instead);
     - ``small_call(spec, directions, dtype)``: a callable ``call(X, h0, c0,
       output_sequence) -> (Y or None, Y_h[, Y_c])`` running a whole full-length call
-      as one compiled call (:meth:`onnx_recurrent.Layer.prepare` makes it once).
+      as one compiled call (:meth:`onnx_recurrent.Layer.prepare` makes it once);
+    - ``run_unit(spec, w, acts, d, rows, x, Y_tm, finals_tm, abort) -> bool``:
+      direction ``d`` of the batch ``rows`` of a call computed in its own dtype, its
+      gathers and scatters included, as one call without Python between its blocks,
+      reading the int64 word ``abort`` between them (False: stopped); the skeleton
+      uses it for units of gathered rows.
     """
 
     name: str

@@ -23,7 +23,7 @@ from numba.core import types
 from ..scan import BLOCK_BYTES, BLOCK_MACS, MIN_BLOCK  # the skeleton's block, in compiled code
 from .jit_cache import jit, prepare
 from .numba_backend import PROJECT_BELOW, _block, block_scratch, load_plan
-from .views import INTS, allocate, part, release, unowned
+from .views import INTS, allocate, copy, part, release, unowned, zero
 
 _jit = jit(fastmath={"contract", "nsz"}, nogil=True, error_model="numpy")
 
@@ -47,7 +47,7 @@ TWO_DIRECTIONS, REVERSE, LAYOUT, WRITE_Y, HAS_H0, HAS_C0, LSTM, HAS_LENS = (
 
 
 @_jit
-def run_node(address0, address1, flags, X, lens, h0, c0, Y, Yh, Yc, sync, calls, abort):
+def run_node(address0, address1, flags, X, lens, h0, c0, Y, Yh, Yc, rows, sync, calls, abort):
     """One call of a recurrent node on checked arrays: :data:`DONE`, :data:`ABORTED`
     (``abort[0]`` was set) or :data:`FAILED` (no memory, or arrays that disagree with
     the plans; nothing meaningful written). Never raises; its memory from ``malloc``.
@@ -64,6 +64,8 @@ def run_node(address0, address1, flags, X, lens, h0, c0, Y, Yh, Yc, sync, calls,
     - ``Y``: ``[T, D, N, H]`` (``[N, T, D, H]``), written with ``WRITE_Y``; ``Yh``,
       ``Yc``: ``[D, N, H]`` (``[N, D, H]``), the final states (``Yc``: LSTM only, else
       any array);
+    - ``rows``: the batch rows to run (int64; the others are neither read nor
+      written), or none (size 0): every row;
     - ``sync``, ``calls``: a one-share meeting (:data:`.numba_backend._ALONE`);
       ``abort``: one word, read between blocks.
     """
@@ -73,9 +75,10 @@ def run_node(address0, address1, flags, X, lens, h0, c0, Y, Yh, Yc, sync, calls,
     has_h0, has_c0 = (flags & HAS_H0) != 0, (flags & HAS_C0) != 0
     # the arrays as views without a reference count (:mod:`.views`)
     X, lens, h0, c0, Y = unowned(X), unowned(lens), unowned(h0), unowned(c0), unowned(Y)
-    Yh, Yc, sync, calls, abort = (
+    Yh, Yc, rows, sync, calls, abort = (
         unowned(Yh),
         unowned(Yc),
+        unowned(rows),
         unowned(sync),
         unowned(calls),
         unowned(abort),
@@ -84,6 +87,9 @@ def run_node(address0, address1, flags, X, lens, h0, c0, Y, Yh, Yc, sync, calls,
         N, T, I = X.shape
     else:
         T, N, I = X.shape
+    subset = rows.shape[0] > 0
+    if subset:
+        N = rows.shape[0]  # the rows of this call
     H = Yh.shape[2]
     plan0, plan1 = load_plan(address0, Yh), load_plan(address1, Yh)
     lstm = plan0.kind == 2
@@ -92,34 +98,44 @@ def run_node(address0, address1, flags, X, lens, h0, c0, Y, Yh, Yc, sync, calls,
     block = block_steps(gates, N, I, H, Yh.itemsize)
     project = N < PROJECT_BELOW
     # one allocation each for the integers and the floats of the call (views below)
-    ints = allocate(2 * N + max(T, 1) + T + 1, INTS)
+    ints = allocate(3 * N + max(T, 1) + T + 1, INTS)
     if ints.shape[0] == 0:
         return FAILED
-    L, order = ints[:N], ints[N : 2 * N]
-    active, count = ints[2 * N : 2 * N + max(T, 1)], ints[2 * N + max(T, 1) :]
-    ragged = False
-    for b in range(N):
-        L[b] = lens[b] if has_lens else T
-        ragged = ragged or L[b] < T
-    # the rows longest first, in their order where lengths tie (a counting sort)
+    L, order, first_of = ints[:N], ints[N : 2 * N], ints[2 * N : 3 * N]
+    active, count = ints[3 * N : 3 * N + max(T, 1)], ints[3 * N + max(T, 1) :]
+    for j in range(N):
+        b = rows[j] if subset else j
+        L[j] = lens[b] if has_lens else T
+    # the rows longest first, in their order where lengths tie (a counting sort); then
+    # order[i] is the i-th row's place in the batch and L[i] its length
     count[:] = 0
-    for b in range(N):
-        count[L[b]] += 1
+    for j in range(N):
+        count[L[j]] += 1
     first = 0
     for t in range(T, -1, -1):
         n = count[t]
         count[t] = first
         first += n
-    for b in range(N):
-        order[count[L[b]]] = b
-        count[L[b]] += 1
-    steps = L[order[0]] if N > 0 else 0
+    for j in range(N):
+        first_of[count[L[j]]] = j
+        count[L[j]] += 1
+    for i in range(N):
+        j = first_of[i]
+        order[i] = rows[j] if subset else j
+        first_of[i] = L[j]
+    for i in range(N):
+        L[i] = first_of[i]
+    steps = L[0] if N > 0 else 0
     active[:] = 0
     for i in range(N):
-        for k in range(L[order[i]]):
+        for k in range(L[i]):
             active[k] += 1
-    if write_Y and ragged:
-        Y[...] = 0
+    if write_Y:  # the steps past a row's length: zeros
+        for i in range(N):
+            b = order[i]
+            for t in range(L[i], T):
+                for d in range(D):
+                    zero(Y[b, t, d] if layout else Y[t, d, b])
     nc = N if lstm else 0
     ns = N if split else 0
     ny = N if write_Y else 0
@@ -154,13 +170,9 @@ def run_node(address0, address1, flags, X, lens, h0, c0, Y, Yh, Yc, sync, calls,
         for i in range(N):
             b = order[i]
             if has_h0:
-                src = h0[b, d] if layout else h0[d, b]
-                for j in range(H):
-                    h[i, j] = src[j]
+                copy(h0[b, d] if layout else h0[d, b], h[i])
             if lstm and has_c0:
-                src = c0[b, d] if layout else c0[d, b]
-                for j in range(H):
-                    c[i, j] = src[j]
+                copy(c0[b, d] if layout else c0[d, b], c[i])
         for k0 in range(0, steps, block):
             if abort[0] != 0:
                 result = ABORTED
@@ -171,11 +183,8 @@ def run_node(address0, address1, flags, X, lens, h0, c0, Y, Yh, Yc, sync, calls,
             for k in range(k0, k1):
                 for i in range(active[k]):
                     b = order[i]
-                    t = L[b] - 1 - k if back else k
-                    src = X[b, t] if layout else X[t, b]
-                    dst = xb[k - k0, i]
-                    for j in range(I):
-                        dst[j] = src[j]
+                    t = L[i] - 1 - k if back else k
+                    copy(X[b, t] if layout else X[t, b], xb[k - k0, i])
             Yb = part(floats, ys, (k1 - k0, n0 if write_Y else 0, H))
             if not _block(plan, sync, calls, xb, h, h, c if lstm else h, gz, rh, active[k0:k1],
                           Yb, write_Y, k0, project, scratch):  # fmt: skip
@@ -185,23 +194,22 @@ def run_node(address0, address1, flags, X, lens, h0, c0, Y, Yh, Yc, sync, calls,
                 for k in range(k0, k1):
                     for i in range(active[k]):
                         b = order[i]
-                        t = L[b] - 1 - k if back else k
-                        dst = Y[b, t, d] if layout else Y[t, d, b]
-                        src = Yb[k - k0, i]
-                        for j in range(H):
-                            dst[j] = src[j]
+                        t = L[i] - 1 - k if back else k
+                        copy(Yb[k - k0, i], Y[b, t, d] if layout else Y[t, d, b])
         if result != DONE:
             break
         for i in range(N):
             b = order[i]
             hd = Yh[b, d] if layout else Yh[d, b]
-            ran = L[b] > 0
-            for j in range(H):
-                hd[j] = h[i, j] if ran else 0
-            if lstm:
-                cd = Yc[b, d] if layout else Yc[d, b]
-                for j in range(H):
-                    cd[j] = c[i, j] if ran else 0
+            cd = Yc[b, d] if layout else Yc[d, b]
+            if L[i] > 0:
+                copy(h[i], hd)
+                if lstm:
+                    copy(c[i], cd)
+            else:  # zeros, not the initial state
+                zero(hd)
+                if lstm:
+                    zero(cd)
     release(ints)
     release(floats)
     return result
@@ -238,9 +246,9 @@ def run_layer(address0, address1, X, h0, c0, flags):
     Yh = np.empty(state, dt)
     Yc = np.empty(state if lstm else (0, 0, 0), dt)
     sync, calls, abort = np.zeros(8, np.int64), np.zeros(4, np.int64), np.zeros(1, np.int64)
-    lens = np.zeros(0, np.int32)
+    lens, rows = np.zeros(0, np.int32), np.zeros(0, np.int64)
     result = run_node(address0, address1, flags & ~HAS_LENS, X, lens, h0, c0, Y, Yh,
-                      Yc if lstm else Yh, sync, calls, abort)  # fmt: skip
+                      Yc if lstm else Yh, rows, sync, calls, abort)  # fmt: skip
     if result != DONE:
         raise MemoryError("onnx-recurrent: no memory for a layer call's scratch")
     return Y, Yh, Yc
@@ -261,3 +269,30 @@ def prepare_layer(dt: np.dtype) -> None:
     for array in (usual, given):
         prepare(run_layer, (types.int64, types.int64, array, array, array, types.int64))
     _prepared_layers.add(dt)
+
+
+@_jit
+def run_unit(address, flags, X, lens, rows, h0, c0, Y, Yh, Yc, sync, calls, abort):
+    """:func:`run_node` on one direction (the plan at ``address``) of the batch
+    ``rows``, as a layer's call runs its units from Python
+    (:meth:`.numba_backend.NumbaBackend.run_unit`); its own entry, so that
+    :func:`run_node` stays free to compile for its other callers."""
+    return run_node(address, address, flags, X, lens, h0, c0, Y, Yh, Yc, rows, sync, calls, abort)
+
+
+_prepared_units: set[np.dtype] = set()
+
+
+def prepare_unit(dt: np.dtype) -> None:
+    """Compile (or load) :func:`run_unit` for ``dt``: X and the initial states
+    read-only ``'A'``, the outputs ``'A'`` (views of one direction), the lengths,
+    rows and words int64."""
+    if dt in _prepared_units:
+        return
+    e = numba.from_dtype(np.dtype(dt))
+    given, out = types.Array(e, 3, "A", readonly=True), types.Array(e, 3, "A")
+    ints = types.Array(types.int64, 1, "C")
+    Y = types.Array(e, 4, "A")
+    prepare(run_unit, (types.int64, types.int64, given, ints, ints, given, given, Y, out, out,
+                       ints, ints, ints))  # fmt: skip
+    _prepared_units.add(dt)

@@ -16,6 +16,7 @@ import math
 from collections import namedtuple
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numba
 import numpy as np
@@ -549,6 +550,7 @@ def _alone(dt: np.dtype) -> Shares:
 class NumbaBackend:
     name = "numba"
     calls_blas = False  # products of its own (packed.py)
+    _prepared: ClassVar[set[np.dtype]] = set()  # the dtypes whose entries are compiled
 
     def supports(self, spec, dtype) -> str | None:
         if spec.cell.name not in plans.KIND:
@@ -561,12 +563,14 @@ class NumbaBackend:
         (never in a pool thread, nor on a later call's path)."""
         dt = np.dtype(dtype)
         plans.get(spec, w, acts, dt, shares)
-        for entry, signature in _entries(dt):
-            prepare(entry, signature)
-        if shares == 1:  # a small call's one compiled entry (:meth:`small_call`)
-            from .node import prepare_layer
+        if dt not in self._prepared:
+            from .node import prepare_layer, prepare_unit
 
-            prepare_layer(np.dtype(dtype))
+            for entry, signature in _entries(dt):
+                prepare(entry, signature)
+            prepare_layer(dt)  # a small call's and a unit's compiled entries
+            prepare_unit(dt)
+            self._prepared.add(dt)
 
     def shares(self, spec, rows, dtype, shares) -> Shares:
         """Buffers for ``shares`` shares of the hidden units of ``rows`` rows
@@ -620,6 +624,40 @@ class NumbaBackend:
             return (Y if output_sequence else None, Y_h)
 
         return call
+
+    def run_unit(self, spec, w, acts, d, rows, x, Y_tm, finals_tm, abort) -> bool:
+        """Direction ``d`` (weights ``w``, activations ``acts``) of the batch ``rows``
+        of the call ``x`` (computed in its own dtype), as one compiled call without
+        the GIL (:func:`.node.run_unit`): each row's steps into ``Y_tm[:, d]`` (unless
+        None; zeros past its length) and its final states into ``finals_tm[i][d]``, all
+        time-major. ``abort``: a word read between blocks; False if it stopped the
+        unit (the outputs are then incomplete)."""
+        from . import node
+
+        dt = x.compute_dtype
+        plan = plans.get(spec, w, acts, dt, 1)
+        flags = node.HAS_LENS
+        if spec.direction == "reverse" or d == 1:
+            flags |= node.REVERSE
+        empty = _no_Y(dt, 3)
+        h0, c0 = (*x.initial_states, None)[:2]
+        if h0 is not None:
+            flags |= node.HAS_H0
+        if c0 is not None:
+            flags |= node.HAS_C0
+        Y = _no_Y(dt, 4) if Y_tm is None else Y_tm[:, d : d + 1]
+        if Y_tm is not None:
+            flags |= node.WRITE_Y
+        Yh = finals_tm[0][d : d + 1]
+        Yc = finals_tm[1][d : d + 1] if len(finals_tm) > 1 else Yh
+        result = node.run_unit(
+            plan.address, flags, x.X, x.sequence_lens, rows,
+            empty if h0 is None else h0[d : d + 1], empty if c0 is None else c0[d : d + 1],
+            Y, Yh, Yc, _ALONE.sync, _ALONE.calls, abort,
+        )  # fmt: skip
+        if result == node.FAILED:
+            raise MemoryError("onnx-recurrent: no memory for a unit's scratch")
+        return result == node.DONE
 
     def run_block(self, spec, w, acts, xb, states, active, Yb, shared=None, step0=0) -> None:
         h = states[0]

@@ -124,3 +124,31 @@ def release(a):
     """Free an array made by :func:`allocate`."""
     if a.size > 0:
         _free(pointer(a.ctypes.data))
+
+
+@numba.njit(inline="always")
+def copy(src, dst):
+    """``dst[:] = src`` for two 1-d arrays of one length (a loop, raising nothing); as
+    C arrays where both are contiguous, so that it is vectorized (views of any
+    layout, typed ``'A'``, otherwise copy an element at a time)."""
+    n = dst.shape[0]
+    if src.strides[0] == src.itemsize and dst.strides[0] == dst.itemsize:
+        s, d = view(src.ctypes.data, (n,), src), view(dst.ctypes.data, (n,), dst)
+        for j in range(n):
+            d[j] = s[j]
+    else:
+        for j in range(n):
+            dst[j] = src[j]
+
+
+@numba.njit(inline="always")
+def zero(dst):
+    """``dst[:] = 0`` for a 1-d array (as :func:`copy`, vectorized where contiguous)."""
+    n = dst.shape[0]
+    if dst.strides[0] == dst.itemsize:
+        d = view(dst.ctypes.data, (n,), dst)
+        for j in range(n):
+            d[j] = 0
+    else:
+        for j in range(n):
+            dst[j] = 0

@@ -39,7 +39,6 @@ import functools
 import importlib.util
 import os
 import re
-import signal
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -48,7 +47,7 @@ from pathlib import Path
 import numpy as np
 from onnx import TensorProto
 
-from ... import threads
+from ... import interrupts, threads
 from ...backends import native_code, plans
 from ...cells import CELLS
 from ...scan import PARALLEL_MACS
@@ -548,70 +547,17 @@ def compiled_address(kind: str, dt: np.dtype) -> int:
 
 # -- Ctrl-C during a native node ------------------------------------------------------
 
-_watch_lock = threading.Lock()
-_watch: tuple[int, int] | None = None  # (pid, the pipe's write end)
-#: whether a SIGINT now stops the nodes (:func:`interrupt_watch_start` to ``_end``);
-#: read and written under ``_watch_lock``
-_watching = False
-
-
-def _watcher(fd: int) -> None:
-    """Sets :data:`ABORT` for each SIGINT Python's C handler writes to its wake-up fd."""
-    sigint = int(signal.SIGINT)
-    while True:
-        try:
-            data = os.read(fd, 64)
-        except InterruptedError:
-            continue
-        except OSError:
-            return
-        if not data:
-            return
-        if sigint in data:
-            with _watch_lock:  # read late, after the call's window: no longer ours
-                if _watching:
-                    ABORT[0] = 1
-
-
-def _wakeup_fd() -> int:
-    """The write end of the watcher's pipe, made once per process (a forked child
-    makes its own: the thread does not survive a fork)."""
-    global _watch
-    pid = os.getpid()
-    with _watch_lock:
-        if _watch is None or _watch[0] != pid:
-            r, w = os.pipe()
-            os.set_blocking(w, False)
-            threading.Thread(
-                target=_watcher, args=(r,), name="onnx-recurrent-sigint", daemon=True
-            ).start()
-            _watch = (pid, w)
-        return _watch[1]
-
 
 def interrupt_watch_start() -> int:
     """On the main thread, before ``run``: SIGINT sets :data:`ABORT` (the compiled
-    loops stop within a block) as well as calling Python's handler later. Returns the
-    previous wake-up fd, for :func:`interrupt_watch_end`."""
-    global _watching
-    fd = _watch[1] if _watch is not None and _watch[0] == os.getpid() else _wakeup_fd()
-    with _watch_lock:
-        ABORT[0] = 0
-        _watching = True
-    return _set_wakeup_fd(fd, warn_on_full_buffer=False)
+    loops stop within a block) as well as calling Python's handler later
+    (:func:`onnx_recurrent.interrupts.watch_start`). Returns the previous wake-up fd,
+    for :func:`interrupt_watch_end`."""
+    return interrupts.watch_start(ABORT)
 
 
 def interrupt_watch_end(previous: int) -> bool:
     """The previous wake-up fd back; whether a SIGINT stopped or would stop a node.
     :data:`ABORT` is clear after it, whenever the watcher reads the pipe (a SIGINT
     read late would otherwise stop the next call, unwatched: seen under load)."""
-    global _watching
-    _set_wakeup_fd(previous)
-    with _watch_lock:
-        _watching = False
-        aborted = bool(ABORT[0])
-        ABORT[0] = 0
-    return aborted
-
-
-_set_wakeup_fd = signal.set_wakeup_fd
+    return interrupts.watch_end(ABORT, previous)

@@ -320,7 +320,10 @@ def _outputs(k, fn, kernel, context, dtype, own, X, xp, d0, d1, lens, has_lens, 
     sync = numba.carray(pointer(k[SYNC]), 8, np.int64)
     calls = numba.carray(pointer(k[CALLS]), 4, np.int64)
     abort = numba.carray(pointer(k[ABORT]), 1, np.int64)
-    result = run_node(k[PLAN0], k[PLAN1], flags, X, lens, h0, c0, Y, Yh, Yc, sync, calls, abort)
+    every = numba.carray(pointer(k[SYNC]), 0, np.int64)  # every row
+    result = run_node(
+        k[PLAN0], k[PLAN1], flags, X, lens, h0, c0, Y, Yh, Yc, every, sync, calls, abort
+    )
     return 0 if result == DONE else _failed(k, fn, result)
 
 
@@ -363,8 +366,9 @@ def task(usr, i, dtype):
     if k[REVERSE] != 0 or d == 1:
         one |= node.REVERSE
     rows = lens[lo:hi] if flags & node.HAS_LENS else lens
+    every = numba.carray(pointer(k[SYNC]), 0, np.int64)  # every row of the views
     results[T_RESULTS + i] = run_node(
-        plan, plan, one, Xs, rows, h0s, c0s, Ys, Yhs, Ycs, sync, calls, abort
+        plan, plan, one, Xs, rows, h0s, c0s, Ys, Yhs, Ycs, every, sync, calls, abort
     )
 
 

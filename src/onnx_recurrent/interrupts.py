@@ -1,0 +1,125 @@
+"""Ctrl-C during compiled loops: a word they read between blocks, set on SIGINT.
+
+Compiled code runs without the GIL and never sees Python's SIGINT handler, which runs
+only once the main thread is back in Python. While a call is watched
+(:func:`watch_start` to :func:`watch_end`, or :func:`watching`), Python's C-level
+handler writes the signal's number to a pipe (``signal.set_wakeup_fd``); a daemon
+thread reading it sets the watched words, so the loops stop within a block and the
+call returns to Python, where the handler raises KeyboardInterrupt. A byte read after
+its window (the watcher may run late under load) sets nothing; bytes of other signals
+go on to the wake-up fd that was there before (an event loop's).
+
+The native nodes (:mod:`.runtime.hosts.native`) and a layer's compiled units
+(:mod:`.scan`) are watched this way.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import numpy as np
+
+_lock = threading.Lock()
+_pipe: tuple[int, int] | None = None  # (pid, the pipe's write end)
+#: the words a SIGINT now sets, and the wake-up fd each window replaced (under _lock)
+_windows: list[tuple[np.ndarray, int]] = []
+
+
+def _watcher(fd: int) -> None:
+    """Sets the watched words for each SIGINT Python's C handler writes to the pipe."""
+    sigint = int(signal.SIGINT)
+    while True:
+        try:
+            data = os.read(fd, 64)
+        except InterruptedError:
+            continue
+        except OSError:
+            return
+        if not data:
+            return
+        with _lock:  # read late, after its window: no longer anyone's
+            forward = _windows[0][1] if _windows else -1
+            if sigint in data:
+                for word, _ in _windows:
+                    word[0] = 1
+        others = bytes(b for b in data if b != sigint)
+        if others and forward >= 0:
+            try:
+                os.write(forward, others)
+            except OSError:  # closed or full: as Python's handler does, drop it
+                pass
+
+
+def _write_end() -> int:
+    """The write end of the watcher's pipe, made once per process (a forked child
+    makes its own: the thread does not survive a fork)."""
+    global _pipe
+    pid = os.getpid()
+    with _lock:
+        if _pipe is None or _pipe[0] != pid:
+            _windows.clear()  # a forked child's copy of its parent's windows
+            r, w = os.pipe()
+            os.set_blocking(w, False)
+            threading.Thread(
+                target=_watcher, args=(r,), name="onnx-recurrent-sigint", daemon=True
+            ).start()
+            _pipe = (pid, w)
+        return _pipe[1]
+
+
+def watch_start(word: np.ndarray) -> int:
+    """On the main thread: from now, a SIGINT sets ``word[0]`` (an int64 array, cleared
+    here) as well as calling Python's handler later. Returns the wake-up fd it
+    replaced, for :func:`watch_end`.
+
+    Raises
+    ------
+    ValueError
+        Not on the main thread (``signal.set_wakeup_fd``'s own error).
+    """
+    fd = _write_end()
+    previous = signal.set_wakeup_fd(fd, warn_on_full_buffer=False)
+    with _lock:
+        word[0] = 0
+        _windows.append((word, previous if previous != fd else -1))
+    return previous
+
+
+def watch_end(word: np.ndarray, previous: int) -> bool:
+    """The window of :func:`watch_start` closed: the wake-up fd ``previous`` back.
+    Returns whether a SIGINT set ``word`` in it; ``word`` is clear after it."""
+    signal.set_wakeup_fd(previous)
+    with _lock:
+        _windows[:] = [w for w in _windows if w[0] is not word]
+        aborted = bool(word[0])
+        word[0] = 0
+    return aborted
+
+
+def watchable() -> bool:
+    """Whether a SIGINT now is this thread's to watch for: the main thread, with
+    Python's own handler (one that raises KeyboardInterrupt) installed."""
+    return (
+        threading.current_thread() is threading.main_thread()
+        and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    )
+
+
+@contextmanager
+def watching(word: np.ndarray) -> Iterator[bool]:
+    """:func:`watch_start` to :func:`watch_end` around the block where
+    :func:`watchable`, else nothing; yields whether it watches. ``word`` keeps what a
+    SIGINT set after the block (the caller reads it)."""
+    if not watchable():
+        yield False
+        return
+    previous = watch_start(word)
+    try:
+        yield True
+    finally:
+        if watch_end(word, previous):
+            word[0] = 1
