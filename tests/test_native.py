@@ -120,16 +120,26 @@ def test_shapes_read_as_onnxruntime_before_1_24_gives_the_same_results(monkeypat
 
 @pytest.mark.parametrize(
     ("op", "direction", "layout", "N"),
-    [("LSTM", "bidirectional", 0, 4), ("GRU", "forward", 1, 6), ("RNN", "reverse", 0, 3)],
+    [
+        ("LSTM", "bidirectional", 0, 4),
+        ("GRU", "forward", 1, 6),
+        ("RNN", "reverse", 0, 3),
+        ("GRU", "forward", 0, 37),  # ragged, more rows than threads: buckets by length
+        ("LSTM", "reverse", 1, 33),
+    ],
 )
 def test_a_large_call_on_onnxruntimes_threads_equals_the_layer(
     monkeypatch, op, direction, layout, N
 ):
-    # large enough for threads: directions and slices of rows as ParallelFor tasks
+    # large enough for threads: directions and units of rows as ParallelFor tasks
     monkeypatch.setenv("ONNX_RECURRENT_NUM_THREADS", "2")
     D = 2 if direction == "bidirectional" else 1
     feeds = random_inputs(op, T=300, N=N, I=64, H=64, D=D)
-    feeds["sequence_lens"] = np.linspace(300, 1, N).astype(np.int32)
+    lens = np.linspace(300, 1, N).astype(np.int32)
+    if N > 8:  # in no order, one empty
+        lens = np.random.default_rng(N).permutation(lens)
+        lens[N // 2] = 0
+    feeds["sequence_lens"] = lens
     if layout:
         for name in ("X", "initial_h", "initial_c"):
             if name in feeds:

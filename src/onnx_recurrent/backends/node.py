@@ -36,6 +36,24 @@ def block_steps(gates, N, I, H, itemsize):
     return max(min(block, BLOCK_MACS // (G * (H + I))), 1)
 
 
+@_jit
+def longest_first(L, T, first_of, count):
+    """``first_of[i]``: the index of the ``i``-th longest of the lengths ``L`` (each in
+    ``[0, T]``), in index order where they tie (a counting sort; ``count``: ``T + 1``
+    scratch words)."""
+    count[:] = 0
+    for j in range(L.shape[0]):
+        count[L[j]] += 1
+    first = 0
+    for t in range(T, -1, -1):
+        n = count[t]
+        count[t] = first
+        first += n
+    for j in range(L.shape[0]):
+        first_of[count[L[j]]] = j
+        count[L[j]] += 1
+
+
 #: what :func:`run_node` returns
 DONE, ABORTED, FAILED = 0, 1, 2
 #: a call's flags (:func:`run_node`, :func:`run_layer`): two directions, the one
@@ -106,19 +124,9 @@ def run_node(address0, address1, flags, X, lens, h0, c0, Y, Yh, Yc, rows, sync, 
     for j in range(N):
         b = rows[j] if subset else j
         L[j] = lens[b] if has_lens else T
-    # the rows longest first, in their order where lengths tie (a counting sort); then
-    # order[i] is the i-th row's place in the batch and L[i] its length
-    count[:] = 0
-    for j in range(N):
-        count[L[j]] += 1
-    first = 0
-    for t in range(T, -1, -1):
-        n = count[t]
-        count[t] = first
-        first += n
-    for j in range(N):
-        first_of[count[L[j]]] = j
-        count[L[j]] += 1
+    # the rows longest first; then order[i] is the i-th row's place in the batch and
+    # L[i] its length
+    longest_first(L, T, first_of, count)
     for i in range(N):
         j = first_of[i]
         order[i] = rows[j] if subset else j

@@ -14,9 +14,11 @@ PARALLEL, GATES, SLICES, TASK = 18, 19, 20, 21
 FAILED = 22
 WORDS = 23
 # a large call's words (``usr_data`` of KernelContext_ParallelFor); T_FLAGS: the call's
-# flags (:mod:`onnx_recurrent.backends.node`)
+# flags (:mod:`onnx_recurrent.backends.node`); T_SLICES: units of rows a direction is
+# cut into; T_ORDER: 0 (slices of the batch in its order) or the address of the rows
+# sorted by length, longest first (buckets of ``scan.BUCKET_ROWS`` of them)
 (T_KERNEL, T_X, T_D0, T_D1, T_LENS, T_H0, T_C0, T_Y, T_YH, T_YC, T_FLAGS, T_N, T_T,
- T_SLICES, T_RESULTS) = range(15)  # fmt: skip
+ T_SLICES, T_ORDER, T_RESULTS) = range(16)  # fmt: skip
 # FUNCTIONS: the address of the OrtApi functions used, in this order
 (CREATE_STATUS, GET_INPUT_COUNT, GET_INPUT, GET_OUTPUT, GET_DATA, GET_TYPE_AND_SHAPE,
  GET_DIMENSIONS_COUNT, GET_DIMENSIONS, RELEASE_TYPE_AND_SHAPE, PARALLEL_FOR,

@@ -21,6 +21,7 @@ from ...backends.jit_cache import cfunc, cfunc_code, jit
 from ...backends.node import ABORTED, DONE, run_node
 from ...backends.sync import c_call
 from ...backends.views import INTS, address, allocate, part, pointer, release
+from ...scan import BUCKET_ROWS
 from .native_block import (  # the block's words
     ABORT,
     CALLS,
@@ -62,6 +63,7 @@ from .native_block import (  # the block's words
     T_KERNEL,
     T_LENS,
     T_N,
+    T_ORDER,
     T_RESULTS,
     T_SLICES,
     T_T,
@@ -297,14 +299,27 @@ def _outputs(k, fn, kernel, context, dtype, own, X, xp, d0, d1, lens, has_lens, 
         | (node.HAS_H0 if given[0] != 0 else 0) | (node.HAS_C0 if given[1] != 0 else 0)
         | (node.WRITE_Y if wired & 1 else 0)
     )  # fmt: skip
-    if Dn * slices > 1:  # directions and slices of rows on onnxruntime's threads
-        total = Dn * slices
-        task = allocate(T_RESULTS + total, INTS)
+    if Dn * slices > 1:  # directions and units of rows on onnxruntime's threads
+        ragged = False
+        for b in range(N if has_lens else 0):
+            ragged = ragged or lens[b] < T
+        # ragged, threads outnumbering directions: the rows by length into buckets,
+        # the longest first, as the skeleton cuts them (scan._units)
+        buckets = (N + BUCKET_ROWS - 1) // BUCKET_ROWS
+        if not (ragged and Dn < slices and Dn * buckets >= 2 * slices):
+            buckets = 0
+        units = buckets if buckets else slices
+        total = Dn * units
+        task = allocate(T_RESULTS + total + (N + T + 1 if buckets else 0), INTS)
         if task.shape[0] == 0:
             return _failed(k, fn, 2)
         task[:] = 0
+        if buckets:
+            order = task[T_RESULTS + total : T_RESULTS + total + N]
+            node.longest_first(lens, T, order, task[T_RESULTS + total + N :])
+            task[T_ORDER] = order.ctypes.data
         task[T_KERNEL], task[T_X], task[T_D0], task[T_D1] = kernel, xp, d0, d1
-        task[T_N], task[T_T], task[T_SLICES] = N, T, slices
+        task[T_N], task[T_T], task[T_SLICES] = N, T, units
         task[T_LENS] = lens.ctypes.data
         task[T_H0], task[T_C0] = given[0], given[1]
         task[T_Y], task[T_YH], task[T_YC] = Y.ctypes.data, finals[0], finals[1] if lstm else 0
@@ -337,7 +352,8 @@ def task(usr, i, dtype):
     Dn, layout, H, I = k[D], k[LAYOUT] != 0, k[HIDDEN], k[INPUT]
     N, T, S, flags = t[T_N], t[T_T], t[T_SLICES], t[T_FLAGS]
     d, s = i % Dn, i // Dn
-    lo, hi = s * N // S, (s + 1) * N // S
+    # a slice of the batch (views), or all of it and a bucket's rows
+    lo, hi = (0, N) if t[T_ORDER] != 0 else (s * N // S, (s + 1) * N // S)
     X = numba.carray(pointer(t[T_X]), (t[T_D0], t[T_D1], I), dtype)
     state = (N, Dn, H) if layout else (Dn, N, H)
     lstm = k[STATES] == 2
@@ -366,9 +382,12 @@ def task(usr, i, dtype):
     if k[REVERSE] != 0 or d == 1:
         one |= node.REVERSE
     rows = lens[lo:hi] if flags & node.HAS_LENS else lens
-    every = numba.carray(pointer(k[SYNC]), 0, np.int64)  # every row of the views
+    bucket = numba.carray(pointer(k[SYNC]), 0, np.int64)  # none: every row of the views
+    if t[T_ORDER] != 0:
+        b0, b1 = s * BUCKET_ROWS, min(N, (s + 1) * BUCKET_ROWS)
+        bucket = numba.carray(pointer(t[T_ORDER] + b0 * 8), b1 - b0, np.int64)
     results[T_RESULTS + i] = run_node(
-        plan, plan, one, Xs, rows, h0s, c0s, Ys, Yhs, Ycs, every, sync, calls, abort
+        plan, plan, one, Xs, rows, h0s, c0s, Ys, Yhs, Ycs, bucket, sync, calls, abort
     )
 
 
