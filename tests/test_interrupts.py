@@ -169,3 +169,46 @@ def test_a_sigint_read_late_stops_no_later_call():
     assert native.interrupt_watch_end(previous) is False
     os.write(interrupts._pipe[1], bytes([signal.SIGINT]))  # read after the window
     assert not abort_within(0.5), "a SIGINT read after its call's window set ABORT"
+
+
+def test_the_watcher_forwards_other_signals_to_the_previous_wakeup_fd():
+    """While a call is watched, SIGINT's byte sets the call's word; another signal's
+    byte goes on to the wake-up fd that was there before (an event loop's), which would
+    otherwise miss it."""
+    import time
+
+    import numpy as np
+
+    from onnx_recurrent import interrupts
+
+    r, w = os.pipe()
+    os.set_blocking(r, False)
+    os.set_blocking(w, False)
+    before = signal.set_wakeup_fd(w)
+    word = np.zeros(1, np.int64)
+    try:
+        previous = interrupts.watch_start(word)
+        assert previous == w
+        try:
+            os.write(interrupts._pipe[1], bytes([signal.SIGUSR1]))
+            got = b""
+            deadline = time.monotonic() + 5
+            while not got and time.monotonic() < deadline:
+                try:
+                    got = os.read(r, 64)
+                except BlockingIOError:
+                    time.sleep(0.005)
+            assert got == bytes([signal.SIGUSR1]) and not word[0]
+            os.write(interrupts._pipe[1], bytes([signal.SIGINT]))
+            deadline = time.monotonic() + 5
+            while not word[0] and time.monotonic() < deadline:
+                time.sleep(0.005)
+            assert word[0] == 1
+            with pytest.raises(BlockingIOError):
+                os.read(r, 64)  # SIGINT's byte is the watcher's, not forwarded
+        finally:
+            assert interrupts.watch_end(word, previous) is True
+        assert signal.set_wakeup_fd(before) == w
+    finally:
+        os.close(r)
+        os.close(w)
