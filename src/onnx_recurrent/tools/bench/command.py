@@ -11,11 +11,13 @@ from pathlib import Path
 from typing import Any
 
 from ..arguments import note_first_use, number, writable
+from . import cases
 from .cases import DEFAULT_BUDGET, MIN_REPEATS, OPS, Case
 from .driver import run_bench
 from .models import MODEL_BUDGET, REFERENCE_REPEATS
 from .options import COMPETITORS, MODEL_RUNTIMES, Options
 from .plot import check_plot_support, plot_ratios
+from .report import DOUBLE_BOUND, PEAK_SHARE
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -150,6 +152,15 @@ def _add_options(p: argparse.ArgumentParser, models: bool) -> None:
     p.set_defaults(handler=cmd_bench, models=models)
 
 
+#: the targets over the fastest peer, as ``bench --help`` states them
+_TARGETS = (
+    f"step through Layer <= {cases.STEP_LAYER_BOUND:.1f} and through the functions <= "
+    f"{cases.STEP_FUNCTIONS_BOUND:.1f}, S through Layer <= {cases.S_LAYER_BOUND:.1f}, M forward "
+    f"<= {cases.M_FORWARD_BOUND:.1f}, M bidirectional <= {cases.M_BIDI_BOUND:.1f}, ragged <= "
+    f"{cases.RAGGED_BOUND:.1f}, L <= {cases.L_BOUND:.1f}, layout=1 <= {cases.LAYOUT1_BOUND:.1f} "
+    f"of OpenVINO, {cases.REFERENCE_SPEEDUP:g}x faster than onnx.reference at M and L"
+)
+
 _MODELS_HELP = (
     "Time whole models instead of single operators: Silero VAD v6 (1 and 128 streams per "
     "call), public streaming models bundled under tests/data/models (Silero VAD v6.0 as "
@@ -173,10 +184,12 @@ def add_parser(subparsers: Any) -> None:
             "onnx.reference, each where installed and where it supports the case, on the "
             "same single-node ONNX models. Prints a table of median times with their "
             "quartiles, ratios of ours to the fastest peer (onnxruntime or OpenVINO) with "
-            "their spread and the issue's targets (PASS/MISS), each competitor's largest "
-            "difference from our outputs, our GMAC/s at M and L as a share of the "
-            "machine's sgemm peak (measured once per run), and with --background-load each "
-            "runtime's contended over quiet time. `bench models` times whole models."
+            f"their spread and issue 21's targets (PASS/MISS: {_TARGETS}), each "
+            "competitor's largest difference from our outputs, our GMAC/s at M and L as a "
+            "share of the machine's sgemm peak (measured once per run; at L forward at "
+            f"least {PEAK_SHARE:.0%}), float64 over our own float32 (at most {DOUBLE_BOUND:g}; "
+            "no peer computes real double), and with --background-load each runtime's "
+            "contended over quiet time. `bench models` times whole models."
         ),
     )
     p.add_argument("--ops", default=",".join(OPS), help="operators (default: gru,lstm,rnn)")

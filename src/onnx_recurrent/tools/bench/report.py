@@ -83,10 +83,14 @@ def _verdict_cells(result: CaseResult) -> tuple[str, str, str, str]:
             ref_target = f"{target.text()} {word}"
     if ratios:
         base_ratio, base_target = "; ".join(ratios), "; ".join(targets)
-    if base_ratio == "—":  # no baseline target (not expected, but show the ratio anyway)
-        r = result.ratio(result.case.baseline)
+    if base_ratio == "—":  # no peer target (float64): the ratio as information
+        baseline = result.case.baseline
+        r = result.ratio(baseline)
         if r is not None:
-            base_ratio = f"{fmt_ratio(r)} ({SHORT_NAMES[result.case.baseline]})"
+            spread = _bracket(result.spread(baseline))
+            base_ratio = f"{SHORT_NAMES[baseline]} {fmt_ratio(r)}{spread}"
+        if result.case.dtype == "float64":  # judged over our float32: format_double
+            base_target = f"none (f32 ≤ {DOUBLE_BOUND:g} below)"
     if ref_ratio == "—":
         r = result.ratio("reference")
         if r is not None:
@@ -189,10 +193,15 @@ def format_table(results: Sequence[CaseResult], runtimes: Sequence[Runtime]) -> 
 
 
 def format_notes(
-    results: Sequence[CaseResult], runtimes: Sequence[Runtime], *, targets: bool = True
+    results: Sequence[CaseResult],
+    runtimes: Sequence[Runtime],
+    *,
+    targets: bool = True,
+    info: dict[str, Any] | None = None,
 ) -> str:
     """Skipped competitors (grouped by reason), disagreeing outputs, target summary
-    (unless ``targets`` is false)."""
+    (unless ``targets`` is false): the cases' targets and, with the run's ``info``
+    (its sgemm peak), L forward's share of the peak (:data:`PEAK_SHARE`)."""
     titles = {r.name: r.title.removesuffix(" ms") for r in runtimes}
     grouped: dict[tuple[str, str], list[str]] = {}
     for res in results:
@@ -243,6 +252,15 @@ def format_notes(
                     f"{res.case.shape.name} {res.case.label} {versus} {shown} "
                     f"(target {target.text()})"
                 )
+    for res, share, met in peak_verdicts(results, info or {}):
+        if met:
+            passed += 1
+        else:
+            missed += 1
+            misses.append(
+                f"{res.case.shape.name} {res.case.label} share of the sgemm peak "
+                f"{share:.0%} (target ≥ {PEAK_SHARE:.0%})"
+            )
     lines.append(f"Targets: {passed} PASS, {missed} MISS.")
     lines += [f"- MISS {m}" for m in misses]
     return "\n".join(lines)
@@ -301,25 +319,72 @@ def _our_faces(res: CaseResult) -> Iterator[tuple[str, str, float, tuple[float, 
             yield name, " (Layer)" if name == "layer" else "", median, q
 
 
+#: ours through the functions at L forward in GMAC/s over the machine's sgemm peak (the
+#: better of all threads and one, NumPy's BLAS, measured in the same run), at least
+#: (issue 21; besides :data:`~.cases.L_BOUND` of the fastest peer)
+PEAK_SHARE = 0.9
+
+
+def _gmacs(res: CaseResult, seconds: float) -> float:
+    """The case's multiply-adds (over the valid steps) per ``seconds``, in GMAC/s."""
+    macs = res.macs if res.macs is not None else res.case.macs
+    return macs / seconds / 1e9
+
+
+def _peak_judged(res: CaseResult) -> bool:
+    """Whether ``res`` is held to :data:`PEAK_SHARE`: L forward, float32, not ragged."""
+    case = res.case
+    return (
+        case.shape.name == "L"
+        and case.direction == "forward"
+        and case.dtype == "float32"
+        and not case.ragged
+        and case.layout == 0
+        and res.error is None
+    )
+
+
+def peak_verdicts(
+    results: Sequence[CaseResult], info: dict[str, Any]
+) -> list[tuple[CaseResult, float, bool]]:
+    """Each L forward case's share of the sgemm peak (our functions' median GMAC/s over
+    the better peak of ``info``) and whether it meets :data:`PEAK_SHARE`; none without a
+    peak or where ours did not run."""
+    peak = info.get("sgemm_peak_gmacs")
+    if not peak:
+        return []
+    best = max(peak.values())
+    out = []
+    for res in results:
+        median = res.median("ours")
+        if _peak_judged(res) and median:
+            share = _gmacs(res, median) / best
+            out.append((res, share, share >= PEAK_SHARE))
+    return out
+
+
 def format_peak(results: Sequence[CaseResult], info: dict[str, Any]) -> str:
     """Ours at M and L in GMAC/s (over the valid steps: fewer when ragged), as a share of
     the machine's sgemm peak (the better of all threads and one), with the spread from
-    our quartiles."""
+    our quartiles; at L forward, the functions' share judged against
+    :data:`PEAK_SHARE`."""
     peak = info.get("sgemm_peak_gmacs")
     if not peak:
         return ""
     best = max(peak.values())
+    judged = {id(res): met for res, _, met in peak_verdicts(results, info)}
     parts = []
     for res in results:
         if res.case.shape.name not in ("M", "L") or res.error or res.case.dtype != "float32":
             continue
-        macs = res.macs if res.macs is not None else res.case.macs
-        for _, face, median, q in _our_faces(res):
-            rate = macs / median / 1e9
-            low, high = macs / q[1] / 1e9, macs / q[0] / 1e9
+        for name, face, median, q in _our_faces(res):
+            rate = _gmacs(res, median)
+            low, high = _gmacs(res, q[1]), _gmacs(res, q[0])
+            met = judged.get(id(res)) if name == "ours" else None
+            word = "" if met is None else (" PASS" if met else " MISS")
             parts.append(
                 f"{res.case.shape.name} {res.case.label}{face} {rate:.0f} [{low:.0f}-{high:.0f}]"
-                f" ({rate / best:.0%} [{low / best:.0%}-{high / best:.0%}])"
+                f" ({rate / best:.0%} [{low / best:.0%}-{high / best:.0%}]){word}"
             )
     if not parts:
         return ""
@@ -328,7 +393,8 @@ def format_peak(results: Sequence[CaseResult], info: dict[str, Any]) -> str:
         "sgemm peak of this machine (NumPy's BLAS, 1024² float32 products, best of several "
         f"calls, measured once per run): {peak['all']:.0f} GMAC/s on all threads{one}. "
         "Ours, GMAC/s from the median [from the quartiles], counting T N D G H (I + H) "
-        "multiply-adds over the valid steps (share of the better peak): " + "; ".join(parts)
+        "multiply-adds over the valid steps (share of the better peak; target at L "
+        f"forward, through the functions: ≥ {PEAK_SHARE:.0%}): " + "; ".join(parts)
     )
 
 
@@ -427,8 +493,10 @@ LEGEND = (
     "with --background-load), with the first-third quartile in parentheses; other CPU: "
     "the share of the CPUs that other processes (not --background-load's) used meanwhile "
     f"('!' above {OTHERS_WARNING:.0%}: unreliable). ours/peer: our median over the fastest "
-    "peer's (ort = onnxruntime, ov = OpenVINO; ov alone where onnxruntime has no kernel), "
-    "'Layer/': through a prepared Layer; in brackets our quartiles over that median; "
+    "peer's (ort = onnxruntime, ov = OpenVINO; ov alone where onnxruntime has no kernel; "
+    "float64: OpenVINO's, shown but not judged, as it computes double in float32: the "
+    "target is our own float32, below), 'Layer/': through a prepared Layer; in brackets "
+    "our quartiles over that median; "
     "ref/ours: how many times faster than onnx.reference, in brackets its median over our "
     "quartiles. Δ: largest absolute difference of that runtime's outputs (Y, Y_h[, Y_c]) "
     f"from ours; '!' marks one above {TOLERANCE:g}. '—': not run, '*': timed with a caveat "
@@ -496,7 +564,7 @@ def format_report(
             format_header(info, shapes),
             format_table(results, runtimes),
             LEGEND,
-            format_notes(results, runtimes),
+            format_notes(results, runtimes, info=info),
             format_peak(results, info),
             format_double(results),
             format_contention(results, runtimes),
