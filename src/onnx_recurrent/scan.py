@@ -140,14 +140,14 @@ def _units(
         # Buckets of rows of like lengths, the longest first, taken from the queue by
         # whichever thread is free (at least two a thread, so the ends even out).
         starts = range(0, N, BUCKET_ROWS)
-        units = [(d, np.sort(by_length[i : i + BUCKET_ROWS])) for i in starts for d in range(D)]
+        units = [(d, by_length[i : i + BUCKET_ROWS]) for i in starts for d in range(D)]
         return units, large, 1
     # Dealt by length there and back (1 2 2 1 1 2 ...): the slices' total lengths
     # differ by less than one row's (round-robin gave the first slice the longer row
     # of every pair: 11% more work at M ragged, measured).
     turn = np.arange(N) % (2 * slices)
     slice_of = np.minimum(turn, 2 * slices - 1 - turn)
-    units = [(d, np.sort(by_length[slice_of == i])) for d in range(D) for i in range(slices)]
+    units = [(d, by_length[slice_of == i]) for d in range(D) for i in range(slices)]
     return units, large, 1
 
 
@@ -257,7 +257,8 @@ class Scan:
         for d in sorted({d for d, _ in units}) if prepare is not None else ():
             prepare(spec, self.directions[d], spec.activations[d], x.compute_dtype, shares)
         # compiled units stop within a block on Ctrl-C (:mod:`.interrupts`)
-        compiled = shared is None and any(self._gathered(u) for u in units)
+        gathered = sum(self._gathered(u) for u in units) if shared is None else 0
+        compiled = gathered > 0
         with interrupts.watching(self.abort) if compiled else nullcontext():
             if shared is not None:
                 self._shared(units[0], shared)
@@ -269,7 +270,8 @@ class Scan:
                 self._queued(units, workers)
         if self.abort[0]:  # stopped by a SIGINT whose KeyboardInterrupt has not come
             raise KeyboardInterrupt
-        if x.ragged or x.X.shape[0] == 0:  # no step ran: zeros, not initial_h (docs/semantics.md)
+        # no step ran: zeros, not initial_h (docs/semantics.md); compiled units wrote them
+        if (x.ragged or x.X.shape[0] == 0) and gathered < len(units):
             empty = x.sequence_lens == 0
             for final in self.finals_tm:
                 final[:, empty] = 0

@@ -335,18 +335,18 @@ def check_call(
     if sequence_lens is None:
         lens = np.full(N, T, np.int64)
     else:
-        lens = np.asarray(sequence_lens)
-        if not np.issubdtype(lens.dtype, np.integer):
-            raise RecurrentTypeError(f"sequence_lens must be int32, got {lens.dtype}")
-        _check_shape("sequence_lens", lens, (N,), "[batch_size]")
-        bad = (lens < 0) | (lens > T)
-        if bad.any():
-            b = int(np.argmax(bad))
+        given = np.asarray(sequence_lens)
+        if given.dtype.kind not in "iu":
+            raise RecurrentTypeError(f"sequence_lens must be int32, got {given.dtype}")
+        _check_shape("sequence_lens", given, (N,), "[batch_size]")
+        lens = given.astype(np.int64)  # a copy: the caller's array is never touched
+        low, high = (int(lens.min()), int(lens.max())) if N else (T, T)
+        if low < 0 or high > T:  # (uint64 past int64's range wraps to negative)
+            b = int(np.argmax((given < 0) | (given > T)))
             raise RecurrentError(
-                f"sequence_lens must lie in [0, seq_length={T}], got sequence_lens[{b}]={lens[b]}"
+                f"sequence_lens must lie in [0, seq_length={T}], got sequence_lens[{b}]={given[b]}"
             )
-        lens = lens.astype(np.int64)
-        ragged = bool((lens < T).any())
+        ragged = low < T
 
     states = []
     for name, value in initial_states:
