@@ -250,10 +250,11 @@ def test_ragged_rows_dealt_evenly_between_threads(monkeypatch, threads):
 
 @pytest.mark.parametrize(("direction", "threads"), [("forward", 2), ("bidirectional", 4)])
 def test_ragged_rows_in_buckets_of_like_lengths(monkeypatch, direction, threads):
-    """Enough ragged rows, more threads than directions: buckets of BUCKET_ROWS rows of
-    like lengths, the longest first (both directions of a bucket before the next), from
-    a queue; the outputs are bit for bit those of one thread (37 rows: the last bucket
-    has 5). As many threads as directions: a unit per direction, as before."""
+    """Enough ragged rows, more threads than directions: buckets of rows of like
+    lengths, the longest first (both directions of a bucket before the next), from a
+    queue, the longer half by BUCKET_ROWS, the rest by half as many; the outputs are
+    bit for bit those of one thread. As many threads as directions: a unit per
+    direction, as before."""
     from onnx_recurrent import scan
 
     monkeypatch.setattr(scan, "PARALLEL_MACS", 0)
@@ -266,12 +267,15 @@ def test_ragged_rows_in_buckets_of_like_lengths(monkeypatch, direction, threads)
     if D == 2:
         assert [(d, len(rows)) for d, rows in scan._units(spec, x, 2)[0]] == [(0, 37), (1, 37)]
     units, _, shares = scan._units(spec, x, threads)
-    assert shares == 1 and len(units) == 5 * D
+    # two buckets of 8 (the longer half), then 21 rows in buckets of 4 (the last of 1)
+    sizes = [b - a for a, b in (scan.bucket_bounds(i, 37) for i in range(scan.buckets(37)))]
+    assert sizes == [8, 8, 4, 4, 4, 4, 4, 1]
+    assert shares == 1 and len(units) == len(sizes) * D
     order = np.argsort(-x.sequence_lens, kind="stable")
     for i, (d, rows) in enumerate(units):
-        b = i // D
+        a, b = scan.bucket_bounds(i // D, 37)
         assert d == i % D
-        assert rows.tolist() == order[8 * b : 8 * b + 8].tolist()  # longest first
+        assert rows.tolist() == order[a:b].tolist()  # longest first
     monkeypatch.setenv("ONNX_RECURRENT_NUM_THREADS", "1")
     alone = FUNCTIONS["LSTM"](**feeds, direction=direction)
     monkeypatch.setenv("ONNX_RECURRENT_NUM_THREADS", str(threads))

@@ -139,8 +139,8 @@ def _units(
     if x.ragged and D < workers and D * -(-N // BUCKET_ROWS) >= 2 * workers:
         # Buckets of rows of like lengths, the longest first, taken from the queue by
         # whichever thread is free (at least two a thread, so the ends even out).
-        starts = range(0, N, BUCKET_ROWS)
-        units = [(d, by_length[i : i + BUCKET_ROWS]) for i in starts for d in range(D)]
+        cuts = [bucket_bounds(i, N) for i in range(buckets(N))]
+        units = [(d, by_length[a:b]) for a, b in cuts for d in range(D)]
         return units, large, 1
     # Dealt by length there and back (1 2 2 1 1 2 ...): the slices' total lengths
     # differ by less than one row's (round-robin gave the first slice the longer row
@@ -149,6 +149,31 @@ def _units(
     slice_of = np.minimum(turn, 2 * slices - 1 - turn)
     units = [(d, by_length[slice_of == i]) for d in range(D) for i in range(slices)]
     return units, large, 1
+
+
+def buckets(N: int) -> int:
+    """How many buckets the ``N`` rows of a ragged direction go into (:func:`bucket_bounds`)."""
+    B = BUCKET_ROWS
+    small = max(1, B // 2)
+    long = B * (N // (2 * B))
+    return long // B + -(-(N - long) // small)
+
+
+def bucket_bounds(i: int, N: int) -> tuple[int, int]:
+    """Rows ``start, stop`` (of the ``N`` sorted longest first) of bucket ``i``: the
+    longer half in buckets of :data:`BUCKET_ROWS`, the rest in buckets of half as many,
+    so that the queue ends in small units and the threads finish nearly together
+    (AMD EPYC, M ragged forward, alternating with buckets of 8 throughout: LSTM
+    0.96-0.995, GRU 0.98 of the time). Plain integer arithmetic: the native nodes
+    compile this same function (:mod:`.runtime.hosts.native_compute`)."""
+    B = BUCKET_ROWS
+    small = max(1, B // 2)
+    long = B * (N // (2 * B))
+    whole = long // B
+    if i < whole:
+        return i * B, (i + 1) * B
+    start = long + (i - whole) * small
+    return start, min(N, start + small)
 
 
 def planned_share() -> bool:

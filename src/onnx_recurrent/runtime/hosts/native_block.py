@@ -16,7 +16,7 @@ WORDS = 23
 # a large call's words (``usr_data`` of KernelContext_ParallelFor); T_FLAGS: the call's
 # flags (:mod:`onnx_recurrent.backends.node`); T_SLICES: units of rows a direction is
 # cut into; T_ORDER: 0 (slices of the batch in its order) or the address of the rows
-# sorted by length, longest first (buckets of ``scan.BUCKET_ROWS`` of them)
+# sorted by length, longest first (cut into buckets by ``scan.bucket_bounds``)
 (T_KERNEL, T_X, T_D0, T_D1, T_LENS, T_H0, T_C0, T_Y, T_YH, T_YC, T_FLAGS, T_N, T_T,
  T_SLICES, T_ORDER, T_RESULTS) = range(16)  # fmt: skip
 # FUNCTIONS: the address of the OrtApi functions used, in this order

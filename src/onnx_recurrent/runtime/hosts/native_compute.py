@@ -21,7 +21,7 @@ from ...backends.jit_cache import cfunc, cfunc_code, jit
 from ...backends.node import ABORTED, DONE, run_node
 from ...backends.sync import c_call
 from ...backends.views import INTS, address, allocate, part, pointer, release
-from ...scan import BUCKET_ROWS
+from ...scan import BUCKET_ROWS, bucket_bounds, buckets
 from .native_block import (  # the block's words
     ABORT,
     CALLS,
@@ -80,6 +80,7 @@ from .native_block import (  # the block's words
 ORT_FAIL = 1
 
 _jit = jit(nogil=True, error_model="numpy")
+_buckets, _bucket_bounds = _jit(buckets), _jit(bucket_bounds)  # the skeleton's own rule
 
 
 @_jit
@@ -305,16 +306,15 @@ def _outputs(k, fn, kernel, context, dtype, own, X, xp, d0, d1, lens, has_lens, 
             ragged = ragged or lens[b] < T
         # ragged, threads outnumbering directions: the rows by length into buckets,
         # the longest first, as the skeleton cuts them (scan._units)
-        buckets = (N + BUCKET_ROWS - 1) // BUCKET_ROWS
-        if not (ragged and Dn < slices and Dn * buckets >= 2 * slices):
-            buckets = 0
-        units = buckets if buckets else slices
+        coarse = (N + BUCKET_ROWS - 1) // BUCKET_ROWS  # the skeleton's threshold, too
+        bucketed = ragged and Dn < slices and Dn * coarse >= 2 * slices
+        units = _buckets(N) if bucketed else slices
         total = Dn * units
-        task = allocate(T_RESULTS + total + (N + T + 1 if buckets else 0), INTS)
+        task = allocate(T_RESULTS + total + (N + T + 1 if bucketed else 0), INTS)
         if task.shape[0] == 0:
             return _failed(k, fn, 2)
         task[:] = 0
-        if buckets:
+        if bucketed:
             order = task[T_RESULTS + total : T_RESULTS + total + N]
             node.longest_first(lens, T, order, task[T_RESULTS + total + N :])
             task[T_ORDER] = order.ctypes.data
@@ -384,7 +384,7 @@ def task(usr, i, dtype):
     rows = lens[lo:hi] if flags & node.HAS_LENS else lens
     bucket = numba.carray(pointer(k[SYNC]), 0, np.int64)  # none: every row of the views
     if t[T_ORDER] != 0:
-        b0, b1 = s * BUCKET_ROWS, min(N, (s + 1) * BUCKET_ROWS)
+        b0, b1 = _bucket_bounds(s, N)
         bucket = numba.carray(pointer(t[T_ORDER] + b0 * 8), b1 - b0, np.int64)
     results[T_RESULTS + i] = run_node(
         plan, plan, one, Xs, rows, h0s, c0s, Ys, Yhs, Ycs, bucket, sync, calls, abort
