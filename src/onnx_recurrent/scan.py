@@ -43,7 +43,8 @@ MIN_ROWS = 8
 #: of 16 rows at M ragged: Intel Xeon (tiles of 12 rows, so a slice took a 4-row tile
 #: every step) LSTM 11.5 -> 7.7 ms; AMD EPYC (tiles of 8) beside a busy process 0.71-0.85
 #: of the time, quiet 0.95-1.09 (bidirectional, each thread a direction: 1.03-1.05, so
-#: left as it was)
+#: left as it was). The shorter half of the rows goes in buckets of half as many
+#: (:func:`bucket_bounds`)
 BUCKET_ROWS = 8
 #: threads kept apart during a call (:mod:`.affinity`), by the way they split it:
 #: after a pause Linux may wake the helper on the caller's CPU and leave it there.
@@ -120,7 +121,7 @@ def _units(
     whichever was measured faster on this CPU (:func:`planned_share`; ``share``: that
     choice given). With ragged lengths (the rows' products shrink, and a meeting per
     step no longer pays, measured), where threads outnumber directions, the rows go by
-    length into buckets of :data:`BUCKET_ROWS`, the longest first, which the threads
+    length into buckets (:func:`bucket_bounds`), the longest first, which the threads
     take from a queue; with too few rows for that, and with full lengths, the rows of a
     direction are dealt by length, there and back, so every slice gets a fair share of
     long and short ones.
