@@ -196,10 +196,10 @@ class Case:
             return (Target("openvino", "ratio", LAYOUT1_BOUND), reference)
         if name == "L":
             return (Target("fastest", "ratio", L_BOUND), reference)
-        if self.direction == "forward":  # M (and tiny)
-            contended = Target("quiet", "contended", CONTENDED_BOUND)
-            return (Target("fastest", "ratio", M_FORWARD_BOUND), reference, contended)
-        return (Target("fastest", "ratio", M_BIDI_BOUND), reference)
+        if self.direction == "bidirectional":  # M (and tiny)
+            return (Target("fastest", "ratio", M_BIDI_BOUND), reference)
+        contended = Target("quiet", "contended", CONTENDED_BOUND)
+        return (Target("fastest", "ratio", M_FORWARD_BOUND), reference, contended)
 
     @property
     def macs(self) -> int:
