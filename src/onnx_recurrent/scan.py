@@ -165,7 +165,7 @@ def bucket_bounds(i: int, N: int) -> tuple[int, int]:
     longer half in buckets of :data:`BUCKET_ROWS`, the rest in buckets of half as many,
     so that the queue ends in small units and the threads finish nearly together
     (AMD EPYC, M ragged forward, alternating with buckets of 8 throughout: LSTM
-    0.96-0.995, GRU 0.98 of the time). Plain integer arithmetic: the native nodes
+    0.946-0.995, GRU 0.977-0.98, RNN 1.005 of the time). Plain integer arithmetic: the native nodes
     compile this same function (:mod:`.runtime.hosts.native_compute`)."""
     B = BUCKET_ROWS
     small = max(1, B // 2)

@@ -288,19 +288,13 @@ def run_unit(address, flags, X, lens, rows, h0, c0, Y, Yh, Yc, sync, calls, abor
     return run_node(address, address, flags, X, lens, h0, c0, Y, Yh, Yc, rows, sync, calls, abort)
 
 
-_prepared_units: set[np.dtype] = set()
-
-
 def prepare_unit(dt: np.dtype) -> None:
     """Compile (or load) :func:`run_unit` for ``dt``: X and the initial states
     read-only ``'A'``, the outputs ``'A'`` (views of one direction), the lengths,
-    rows and words int64."""
-    if dt in _prepared_units:
-        return
+    rows and words int64 (once per dtype: :meth:`.numba_backend.NumbaBackend.prepare`)."""
     e = numba.from_dtype(np.dtype(dt))
     given, out = types.Array(e, 3, "A", readonly=True), types.Array(e, 3, "A")
     ints = types.Array(types.int64, 1, "C")
     Y = types.Array(e, 4, "A")
     prepare(run_unit, (types.int64, types.int64, given, ints, ints, given, given, Y, out, out,
                        ints, ints, ints))  # fmt: skip
-    _prepared_units.add(dt)
