@@ -156,3 +156,41 @@ def test_results_do_not_depend_on_the_plan(fresh, monkeypatch, op):
             got = [b"".join(a.tobytes() for a in layer(X)) for X in Xs]
             expected = expected or got
             assert got == expected, (plan, threads)
+
+
+def test_the_split_is_planned_per_element_size(fresh, monkeypatch):
+    """float64's split is measured apart from float32's (its weights take twice the
+    cache): each measured once, in its own dtype, kept under its own name, and a call
+    takes the one for its compute dtype (a lent Xeon planned share=0 on float32, and
+    its float64 then ran 2.2-4.0x its float32 at M, against 1.6-2.2 sharing)."""
+    dtypes = []
+    monkeypatch.setattr(
+        scan, "measure_share", lambda dtype: dtypes.append(np.dtype(dtype)) or (
+            {"share64": 1} if np.dtype(dtype).itemsize > 4 else {"share": 0}
+        ),
+    )  # fmt: skip
+    assert not scan.planned_share(np.float32) and scan.planned_share(np.float64)
+    assert not scan.planned_share(np.float32) and scan.planned_share(np.float64)
+    assert dtypes == [np.float32, np.float64]
+    assert "share=0 share64=1" in tuning.describe()
+    # a call's split: float32 in slices of rows, float64 sharing the hidden units
+    monkeypatch.setattr(scan, "PARALLEL_MACS", 0)
+    rng = np.random.default_rng(0)
+    from onnx_recurrent import cells
+    from onnx_recurrent.spec import check_call, check_X, make_spec
+
+    for dt, shares in ((np.float32, 1), (np.float64, 2)):
+        R = rng.standard_normal((1, 3 * 64, 64)).astype(dt)
+        spec = make_spec(cells.GRU, R, hidden_size=None)
+        X = rng.standard_normal((5, 32, 8)).astype(dt)
+        x = check_call(spec, check_X(spec, X), None, [("initial_h", None)])
+        units, _, got = scan._units(spec, x, 2)
+        assert (len(units), got) == ((2, 1) if shares == 1 else (1, 2)), dt
+
+
+def test_measured_split_names_its_dtype(fresh):
+    """The real measurement of the split, in float64: one of the candidates, under
+    float64's name."""
+    plan = tuning.planned(("share64",), lambda: scan.measure_share(np.float64))
+    assert plan["share64"] in (0, 1)
+    assert scan.measure_share(np.float32).keys() == {"share"}

@@ -131,7 +131,7 @@ def _units(
     large = T * N * D * G * H * (H + I) >= PARALLEL_MACS
     if workers > 1 and large and can_share and D == 1 and not x.ragged:
         if x.dtype == x.compute_dtype and H >= 2 * max(1, MIN_SHARE):
-            if N < 2 * MIN_ROWS or (planned_share() if share is None else share):
+            if N < 2 * MIN_ROWS or (planned_share(x.compute_dtype) if share is None else share):
                 return [(0, np.arange(N))], large, min(workers, H // max(1, MIN_SHARE))
     slices = min(N, -(-workers // D)) if workers > 1 and large else 1
     if slices <= 1:
@@ -177,22 +177,26 @@ def bucket_bounds(i: int, N: int) -> tuple[int, int]:
     return start, min(N, start + small)
 
 
-def planned_share() -> bool:
-    """Whether threads split one direction by sharing its hidden units (else by
-    slices of its rows), as measured on this CPU once (:mod:`.backends.tuning`)."""
-    return bool(tuning.planned(("share",), measure_share)["share"])
+def planned_share(dtype: np.dtype | type = np.float32) -> bool:
+    """Whether threads split one direction computed in ``dtype`` by sharing its hidden
+    units (else by slices of its rows), as measured on this CPU once per element size
+    (:mod:`.backends.tuning`: ``share`` for float32, ``share64`` for float64, whose
+    weights take twice the cache: a slice's thread streams all of them every step)."""
+    name = "share64" if np.dtype(dtype).itemsize > 4 else "share"
+    return bool(tuning.planned((name,), lambda: measure_share(dtype))[name])
 
 
-def measure_share() -> dict[str, int]:
-    """Time a GRU direction (T=20, N=32, I=128, H=256, float32) on the call's threads
-    (:func:`.threads.num_threads`) both ways, interleaved: ``{"share": 1}`` if sharing
-    the hidden units was faster (by median), else ``{"share": 0}``."""
+def measure_share(dtype: np.dtype | type = np.float32) -> dict[str, int]:
+    """Time a GRU direction (T=20, N=32, I=128, H=256) in ``dtype`` on the call's threads
+    (:func:`.threads.num_threads`) both ways, interleaved: ``{name: 1}`` if sharing the
+    hidden units was faster (by median), else ``{name: 0}``, where ``name`` is
+    ``share`` (float32) or ``share64`` (float64)."""
     from .cells import GRU
     from .spec import make_spec
 
     T, N, I, H = 20, 32, 128, 256
     rng = np.random.default_rng(0)
-    ct = np.dtype(np.float32)
+    ct = np.dtype(dtype)
     W = (rng.standard_normal((3 * H, I)) * 0.1).astype(ct)
     R = (rng.standard_normal((3 * H, H)) * 0.1).astype(ct)
     spec = make_spec(GRU, R[None], hidden_size=H)
@@ -208,7 +212,8 @@ def measure_share() -> dict[str, int]:
             scan(spec, weights, x, share=share)
             times[share].append(time.perf_counter() - started)
     median = {k: sorted(v)[len(v) // 2] for k, v in times.items()}
-    return {"share": int(median[True] <= median[False])}
+    name = "share64" if ct.itemsize > 4 else "share"
+    return {name: int(median[True] <= median[False])}
 
 
 def block_steps(spec: RecSpec, N: int, I: int, ct: np.dtype) -> int:

@@ -4,13 +4,13 @@ A *plan* here is a few numbers that change speed, never results: the rows of a p
 tile (:data:`.packed.ROWS`), the rows of ``B`` every tile reads in one pass
 (:data:`.packed.DEPTHS`), the panels a one- or two-row tile spans
 (:data:`.packed.SPANS`), and how the threads of a call split one direction (share its
-hidden units or deal its rows, :mod:`..scan`). Each is timed once, the first time it is
-needed, among its candidates on the running CPU (a few seconds: :func:`measure_tiles`,
-and the scan's own for the split), and kept in a small JSON file named by the CPU's
-name and features and numba's version, beside the compiled kernels
-(``onnx-recurrent/tuning`` in the user cache directory, :mod:`.cache_dirs`): later
-processes read it and measure nothing. A CPU nobody has seen gets a measured choice,
-not a table entry.
+hidden units or deal its rows, :mod:`..scan`), for float32 and for float64 apart. Each
+is timed once, the first time it is needed, among its candidates on the running CPU (a
+few seconds: :func:`measure_tiles`, and the scan's own for the split), and kept in a
+small JSON file named by the CPU's name and features and numba's version, beside the
+compiled kernels (``onnx-recurrent/tuning`` in the user cache directory,
+:mod:`.cache_dirs`): later processes read it and measure nothing. A CPU nobody has seen
+gets a measured choice, not a table entry.
 
 ``ONNX_RECURRENT_PLAN``: unset, the kept choices; ``measure``, measure again (once in
 the process) and keep the new ones; ``rows=8,span=4,share=0``, those values, neither
@@ -42,6 +42,7 @@ FIELDS = {
     "span": (1, 2, 4),
     "depth": (0, 128, 256, 512),
     "share": (0, 1),
+    "share64": (0, 1),  # share for float64 (twice the bytes of weights a step)
 }
 #: bump when the candidates or what a name means change: earlier files are ignored
 VERSION = 2
