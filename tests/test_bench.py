@@ -771,6 +771,12 @@ def test_float64_is_reported_over_our_float32_on_the_same_case():
     assert "tiny GRU lbr=0 fwd float64 (Layer) 2.30 [2.30-2.30] MISS" in text
     assert "lbr=1" not in text  # its float32 twin did not run
     assert bench.format_double(results[1:]) == ""
+    # counted in the targets' summary, through the functions (as the sgemm share)
+    results[2] = bench.CaseResult(cases["GRU lbr=0 fwd layout=1"], samples={"ours": [1.0]})
+    results.append(bench.CaseResult(double, samples={"ours": [2.5] * 3}))
+    notes = bench.format_notes(results, bench.make_runtimes(runtimes=["layer"]), info=_info())
+    assert "Targets: 1 PASS, 1 MISS." in notes
+    assert "- MISS tiny GRU lbr=0 fwd float64 over our float32 2.50 (target ≤ 2.1)" in notes
 
 
 def test_plot_writes_a_png(tmp_path):
