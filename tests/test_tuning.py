@@ -158,21 +158,25 @@ def test_results_do_not_depend_on_the_plan(fresh, monkeypatch, op):
             assert got == expected, (plan, threads)
 
 
-def test_the_split_is_planned_per_element_size(fresh, monkeypatch):
-    """float64's split is measured apart from float32's (its weights take twice the
-    cache): each measured once, in its own dtype, kept under its own name, and a call
-    takes the one for its compute dtype (a lent Xeon planned share=0 on float32, and
-    its float64 then ran 2.2-4.0x its float32 at M, against 1.6-2.2 sharing)."""
-    dtypes = []
+def test_the_split_is_planned_per_size_class(fresh, monkeypatch):
+    """The threads' split of a direction is measured once per size class of its weights
+    of a step (what pays depends on the caches they fit: a lent Xeon planned slices at M
+    float32, and its float64 at M then ran 2.2-4.0x its float32, L at 73-75% of the
+    sgemm peak; sharing: 1.6-2.2x, 87-95%), each kept under its own name, and a call
+    takes its class's: float32 and float64 of one layer differ by a class."""
+    names = []
     monkeypatch.setattr(
-        scan, "measure_share", lambda dtype: dtypes.append(np.dtype(dtype)) or (
-            {"share64": 1} if np.dtype(dtype).itemsize > 4 else {"share": 0}
-        ),
-    )  # fmt: skip
-    assert not scan.planned_share(np.float32) and scan.planned_share(np.float64)
-    assert not scan.planned_share(np.float32) and scan.planned_share(np.float64)
-    assert dtypes == [np.float32, np.float64]
-    assert "share=0 share64=1" in tuning.describe()
+        scan, "measure_share", lambda name: names.append(name) or {name: int(name > "share20")}
+    )
+    assert scan.share_class(3 * 256 * 384 * 4) == "share20"  # M GRU float32, 1.1 MiB
+    assert scan.share_class(3 * 256 * 384 * 8) == "share21"  # float64
+    assert scan.share_class(4 * 512 * 1024 * 4) == "share23"  # L LSTM float32
+    assert (scan.share_class(1), scan.share_class(1 << 40)) == ("share16", "share26")
+    for _ in range(2):
+        assert not scan.planned_share(3 * 256 * 384 * 4)
+        assert scan.planned_share(3 * 256 * 384 * 8)
+    assert names == ["share20", "share21"]
+    assert "share20=0 share21=1" in tuning.describe()
     # a call's split: float32 in slices of rows, float64 sharing the hidden units
     monkeypatch.setattr(scan, "PARALLEL_MACS", 0)
     rng = np.random.default_rng(0)
@@ -180,17 +184,23 @@ def test_the_split_is_planned_per_element_size(fresh, monkeypatch):
     from onnx_recurrent.spec import check_call, check_X, make_spec
 
     for dt, shares in ((np.float32, 1), (np.float64, 2)):
-        R = rng.standard_normal((1, 3 * 64, 64)).astype(dt)
+        R = rng.standard_normal((1, 3 * 256, 256)).astype(dt)
         spec = make_spec(cells.GRU, R, hidden_size=None)
-        X = rng.standard_normal((5, 32, 8)).astype(dt)
+        X = rng.standard_normal((2, 32, 128)).astype(dt)
         x = check_call(spec, check_X(spec, X), None, [("initial_h", None)])
         units, _, got = scan._units(spec, x, 2)
         assert (len(units), got) == ((2, 1) if shares == 1 else (1, 2)), dt
+    # given: share for every class, or one class's
+    monkeypatch.setenv(tuning.ENV, "share=1")
+    assert scan.planned_share(3 * 256 * 384 * 4) and "share20" not in tuning.describe()
+    monkeypatch.setenv(tuning.ENV, "share21=0")
+    assert not scan.planned_share(3 * 256 * 384 * 8)
+    assert names == ["share20", "share21"]
 
 
-def test_measured_split_names_its_dtype(fresh):
-    """The real measurement of the split, in float64: one of the candidates, under
-    float64's name."""
-    plan = tuning.planned(("share64",), lambda: scan.measure_share(np.float64))
-    assert plan["share64"] in (0, 1)
-    assert scan.measure_share(np.float32).keys() == {"share"}
+@pytest.mark.parametrize("name", ["share16", "share21"])
+def test_measured_split_names_its_class(fresh, name):
+    """The real measurement of the split at a size class: one of the candidates, under
+    the class's name."""
+    assert scan.measure_share(name).keys() == {name}
+    assert tuning.planned((name,), lambda: scan.measure_share(name))[name] in (0, 1)

@@ -14,6 +14,7 @@ with the block, not with ``seq_length``, and a Ctrl-C is seen between blocks.
 
 from __future__ import annotations
 
+import math
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -131,7 +132,8 @@ def _units(
     large = T * N * D * G * H * (H + I) >= PARALLEL_MACS
     if workers > 1 and large and can_share and D == 1 and not x.ragged:
         if x.dtype == x.compute_dtype and H >= 2 * max(1, MIN_SHARE):
-            if N < 2 * MIN_ROWS or (planned_share(x.compute_dtype) if share is None else share):
+            nbytes = G * H * (I + H) * x.compute_dtype.itemsize
+            if N < 2 * MIN_ROWS or (planned_share(nbytes) if share is None else share):
                 return [(0, np.arange(N))], large, min(workers, H // max(1, MIN_SHARE))
     slices = min(N, -(-workers // D)) if workers > 1 and large else 1
     if slices <= 1:
@@ -177,26 +179,39 @@ def bucket_bounds(i: int, N: int) -> tuple[int, int]:
     return start, min(N, start + small)
 
 
-def planned_share(dtype: np.dtype | type = np.float32) -> bool:
-    """Whether threads split one direction computed in ``dtype`` by sharing its hidden
-    units (else by slices of its rows), as measured on this CPU once per element size
-    (:mod:`.backends.tuning`: ``share`` for float32, ``share64`` for float64, whose
-    weights take twice the cache: a slice's thread streams all of them every step)."""
-    name = "share64" if np.dtype(dtype).itemsize > 4 else "share"
-    return bool(tuning.planned((name,), lambda: measure_share(dtype))[name])
+def planned_share(nbytes: int) -> bool:
+    """Whether threads split one direction whose weights of a step (``[W; R]``) take
+    ``nbytes`` by sharing its hidden units (each thread then reads half of them every
+    step) or by slices of its rows (each reads all), as measured on this CPU once per
+    size class (:func:`share_class`, :mod:`.backends.tuning`): what pays depends on
+    which caches the weights fit (a lent Intel Xeon, slices planned at M float32: float64
+    at M 2.2-4.0x our float32 and L at 73-75% of the sgemm peak, against 1.6-2.2x and
+    87-95% sharing, on another day)."""
+    name = share_class(nbytes)
+    return bool(tuning.planned((name,), lambda: measure_share(name))[name])
 
 
-def measure_share(dtype: np.dtype | type = np.float32) -> dict[str, int]:
-    """Time a GRU direction (T=20, N=32, I=128, H=256) in ``dtype`` on the call's threads
+def share_class(nbytes: int) -> str:
+    """The plan's name for the split at ``nbytes`` of weights a step: ``share<k>``, ``2**k``
+    bytes the nearest power of two (:data:`.backends.tuning.SHARE_CLASSES`)."""
+    low, high = tuning.SHARE_CLASSES[0], tuning.SHARE_CLASSES[-1]
+    return f"share{min(max(round(math.log2(max(nbytes, 1))), low), high)}"
+
+
+def measure_share(name: str = "share20") -> dict[str, int]:
+    """Time a float32 GRU direction whose weights of a step take the ``2**k`` bytes of
+    the size class ``name`` (``share<k>``; I = H/2; N = 32 up to 2 MiB, 64 above, as the
+    bench's M and L; T = 20, fewer for the larger) on the call's threads
     (:func:`.threads.num_threads`) both ways, interleaved: ``{name: 1}`` if sharing the
-    hidden units was faster (by median), else ``{name: 0}``, where ``name`` is
-    ``share`` (float32) or ``share64`` (float64)."""
+    hidden units was faster (by median), else ``{name: 0}``."""
     from .cells import GRU
     from .spec import make_spec
 
-    T, N, I, H = 20, 32, 128, 256
+    k = int(name.removeprefix("share"))
+    H = max(32, 16 * round(math.sqrt(2**k / 18) / 16))  # 3H (H + H/2) float32 values
+    T, N, I = max(4, 20 >> max(0, k - 20)), 32 if k <= 21 else 64, H // 2
     rng = np.random.default_rng(0)
-    ct = np.dtype(dtype)
+    ct = np.dtype(np.float32)
     W = (rng.standard_normal((3 * H, I)) * 0.1).astype(ct)
     R = (rng.standard_normal((3 * H, H)) * 0.1).astype(ct)
     spec = make_spec(GRU, R[None], hidden_size=H)
@@ -212,7 +227,6 @@ def measure_share(dtype: np.dtype | type = np.float32) -> dict[str, int]:
             scan(spec, weights, x, share=share)
             times[share].append(time.perf_counter() - started)
     median = {k: sorted(v)[len(v) // 2] for k, v in times.items()}
-    name = "share64" if ct.itemsize > 4 else "share"
     return {name: int(median[True] <= median[False])}
 
 

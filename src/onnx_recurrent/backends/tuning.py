@@ -4,7 +4,7 @@ A *plan* here is a few numbers that change speed, never results: the rows of a p
 tile (:data:`.packed.ROWS`), the rows of ``B`` every tile reads in one pass
 (:data:`.packed.DEPTHS`), the panels a one- or two-row tile spans
 (:data:`.packed.SPANS`), and how the threads of a call split one direction (share its
-hidden units or deal its rows, :mod:`..scan`), for float32 and for float64 apart. Each
+hidden units or deal its rows, :mod:`..scan`), per size class of its weights. Each
 is timed once, the first time it is needed, among its candidates on the running CPU (a
 few seconds: :func:`measure_tiles`, and the scan's own for the split), and kept in a
 small JSON file named by the CPU's name and features and numba's version, beside the
@@ -14,7 +14,8 @@ gets a measured choice, not a table entry.
 
 ``ONNX_RECURRENT_PLAN``: unset, the kept choices; ``measure``, measure again (once in
 the process) and keep the new ones; ``rows=8,span=4,share=0``, those values, neither
-measured nor kept (for experiments; a name not given is planned as usual).
+measured nor kept (for experiments; a name not given is planned as usual; ``share``:
+every size class's split, ``share21=1`` one class's).
 """
 
 from __future__ import annotations
@@ -41,11 +42,15 @@ FIELDS = {
     "rows": (1, 2, 4, 6, 8, 12),
     "span": (1, 2, 4),
     "depth": (0, 128, 256, 512),
-    "share": (0, 1),
-    "share64": (0, 1),  # share for float64 (twice the bytes of weights a step)
+    "share": (0, 1),  # given: every size class's (below); not measured itself
 }
+#: size classes of the threads' split of a direction: ``share<k>`` for ``2**k`` bytes of
+#: weights a step, the nearest power of two (64 KiB to 64 MiB)
+SHARE_CLASSES = tuple(range(16, 27))
+NAMES = tuple(FIELDS)  # the names without the classes
+FIELDS |= {f"share{k}": (0, 1) for k in SHARE_CLASSES}
 #: bump when the candidates or what a name means change: earlier files are ignored
-VERSION = 2
+VERSION = 3
 
 _log = logging.getLogger("onnx_recurrent")
 _lock = threading.RLock()
@@ -90,15 +95,16 @@ def state() -> tuple[bool, str | None]:
 
 
 def describe() -> str:
-    """The plan in use, e.g. ``rows=12 span=4 depth=0 share=1``: the names kept for this
-    CPU or given by ``ONNX_RECURRENT_PLAN`` (given: marked so), without measuring."""
+    """The plan in use, e.g. ``rows=12 span=4 depth=0 share20=0 share21=1``: the names
+    kept for this CPU or given by ``ONNX_RECURRENT_PLAN`` (given: marked so), without
+    measuring."""
     given, _ = _environment()
     with _lock:
         kept = dict(_read())
     parts = [
         f"{n}={given[n]} (given)" if n in given else f"{n}={kept[n]}"
         for n in FIELDS
-        if n in given or n in kept
+        if (n in given or n in kept) and (n in NAMES or "share" not in given)
     ]
     return " ".join(parts) or "not measured yet"
 
@@ -173,12 +179,16 @@ def _environment() -> tuple[dict[str, int], bool]:
         name, _, number = item.strip().partition("=")
         name = name.strip()
         if name not in FIELDS or not number.strip().isdigit() or int(number) not in FIELDS[name]:
-            accepted = "; ".join(f"{n} in {list(v)}" for n, v in FIELDS.items())
+            low, high = SHARE_CLASSES[0], SHARE_CLASSES[-1]
+            accepted = "; ".join(f"{n} in {list(v)}" for n, v in FIELDS.items() if n in NAMES)
+            accepted += f"; share{low} .. share{high} in [0, 1]"
             raise RecurrentError(
                 f"{ENV}={value!r}: expected 'measure' or name=value pairs separated by "
                 f"commas ({accepted}), e.g. 'rows=8,span=4'; got {item.strip()!r}"
             )
         given[name] = int(number)
+    if "share" in given:  # every size class's
+        given = {f"share{k}": given["share"] for k in SHARE_CLASSES} | given
     return given, False
 
 
