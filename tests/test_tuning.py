@@ -126,8 +126,11 @@ def test_a_malformed_variable_is_a_clear_error(fresh, monkeypatch, value):
 
 
 def test_measured_tiles_are_candidates(fresh):
-    """The real measurement returns one of the candidates for each name."""
+    """The real measurement returns one of the candidates for each name; a ragged
+    bucket's step is among the shapes timed."""
     from onnx_recurrent.backends import packed
+
+    assert tuning.BUCKET_STEP[0] == scan.BUCKET_ROWS
 
     chosen = tuning.measure_tiles()
     assert chosen["rows"] in packed.ROWS and chosen["span"] in packed.SPANS

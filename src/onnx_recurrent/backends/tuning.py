@@ -49,6 +49,11 @@ FIELDS = {
 SHARE_CLASSES = tuple(range(16, 27))
 NAMES = tuple(FIELDS)  # the names without the classes
 FIELDS |= {f"share{k}": (0, 1) for k in SHARE_CLASSES}
+#: a ragged bucket's step product, ``[rows, K] x [K, columns]`` (:data:`..scan.BUCKET_ROWS`
+#: rows, an LSTM's at H=256), among the shapes the tiles are timed on: a tile of 6 rows
+#: cuts it 6 + 2 (AMD EPYC: M ragged LSTM 3% slower than with 8, which the batch's and the
+#: large layer's steps alone had chosen as often as not)
+BUCKET_STEP = (8, 384, 1024)
 #: bump when the candidates or what a name means change: earlier files are ignored
 VERSION = 3
 
@@ -118,8 +123,9 @@ def tiles() -> tuple[int, int, int]:
 def measure_tiles() -> dict[str, int]:
     """Time :func:`.packed.mm` for every candidate tile on the shapes that matter: the
     per-step products of a batch (``[32, 384] x [384, 768]``, a GRU's ``[Xt, Ht-1]
-    [W^T; R^T]`` at H=256) and of a large layer (``[64, 1024] x [1024, 1536]``) for
-    the rows and depth (every pair); one row against ``R^T`` (``[1, 256] x [256,
+    [W^T; R^T]`` at H=256), of a large layer (``[64, 1024] x [1024, 1536]``) and of a
+    ragged bucket (``[8, 384] x [384, 1024]``, :data:`..scan.BUCKET_ROWS` rows) for the
+    rows and depth (every pair); one row against ``R^T`` (``[1, 256] x [256,
     1024]``) for the span. Each candidate's median of interleaved rounds; the least
     total time relative to each shape's best wins."""
     import itertools
@@ -131,8 +137,9 @@ def measure_tiles() -> dict[str, int]:
     rng = np.random.default_rng(0)
     dt = np.dtype(np.float32)
     pairs = list(itertools.product(packed.ROWS, packed.DEPTHS))
+    steps = [(32, 384, 768), (64, 1024, 1536), BUCKET_STEP]
     searches = (  # (names, candidates (rows, span, depth), shapes)
-        (("rows", "depth"), [(r, 1, d) for r, d in pairs], [(32, 384, 768), (64, 1024, 1536)]),
+        (("rows", "depth"), [(r, 1, d) for r, d in pairs], steps),
         (("span",), [(max(packed.ROWS), s, 0) for s in packed.SPANS], [(1, 256, 1024)]),
     )
     chosen = {}
