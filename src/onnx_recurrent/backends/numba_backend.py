@@ -111,6 +111,27 @@ def _tanh64(x):
     return t if x == x else x
 
 
+@_inline
+def _sigmoid64(x):
+    """float64 sigmoid, vectorizable: with ``E = e / d = exp(-|x|)`` (Cephes' exp, as in
+    :func:`_tanh64`), ``1 / (1 + E) = d / (d + e)`` for ``x >= 0``, else ``E / (1 + E) =
+    e / (d + e)``: one exp and one division, where ``0.5 + 0.5 tanh(x / 2)`` took the
+    tanh's two branches and two more passes. 0 below -708 (the result would be
+    subnormal) and for -inf, 1 for +inf; NaN gives NaN."""
+    a = abs(x)
+    a = a if a < 708.0 else 708.0  # NaN too: 2^n stays normal
+    y = -a
+    n = math.floor(y * 1.4426950408889634 + 0.5)
+    r = y - n * 6.93145751953125e-1 - n * 1.42860682030941723212e-6
+    r2 = r * r
+    p = r * ((_EXP_P[0] * r2 + _EXP_P[1]) * r2 + _EXP_P[2])
+    q = ((_EXP_Q[0] * r2 + _EXP_Q[1]) * r2 + _EXP_Q[2]) * r2 + _EXP_Q[3]
+    e, d = (q + p) * _pow2(np.int64(n)), q - p
+    t = (d if x >= 0.0 else e) / (d + e)
+    t = 0.0 if x < -708.0 else t
+    return t if x == x else x
+
+
 @_jit
 def _apply(code, v, alpha, beta, fast):
     """Activation ``code`` (:class:`.ActivationCode`) on ``v`` in place; one simple loop
@@ -118,7 +139,10 @@ def _apply(code, v, alpha, beta, fast):
     ``max``/``min`` keep their first argument, so NaN there stays NaN."""
     n = v.shape[0]
     tanh, sigmoid, scaled = ActivationCode.TANH, ActivationCode.SIGMOID, ActivationCode.SCALED_TANH
-    if code == tanh or code == sigmoid or code == scaled:
+    if code == sigmoid and not fast:
+        for j in range(n):
+            v[j] = _sigmoid64(v[j])
+    elif code == tanh or code == sigmoid or code == scaled:
         half = _f32(0.5)  # float32 constants keep float32 math float32
         if code != tanh:
             pre = half if code == sigmoid else beta
