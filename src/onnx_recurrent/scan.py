@@ -139,7 +139,7 @@ def _units(
     if slices <= 1:
         return [(d, np.arange(N)) for d in range(D)], large, 1
     by_length = np.argsort(-x.sequence_lens, kind="stable")
-    if x.ragged and D < workers and D * -(-N // BUCKET_ROWS) >= 2 * workers:
+    if x.ragged and bucketed(N, D, workers):
         # Buckets of rows of like lengths, the longest first, taken from the queue by
         # whichever thread is free (at least two a thread, so the ends even out).
         cuts = [bucket_bounds(i, N) for i in range(buckets(N))]
@@ -152,6 +152,14 @@ def _units(
     slice_of = np.minimum(turn, 2 * slices - 1 - turn)
     units = [(d, by_length[slice_of == i]) for d in range(D) for i in range(slices)]
     return units, large, 1
+
+
+def bucketed(N: int, D: int, workers: int) -> bool:
+    """Whether the ``N`` ragged rows of ``D`` directions go into buckets on ``workers``
+    threads: more threads than directions, and at least two buckets of
+    :data:`BUCKET_ROWS` a thread. Plain integer arithmetic: the native nodes compile
+    this same function (:mod:`.runtime.hosts.native_compute`)."""
+    return D < workers and D * ((N + BUCKET_ROWS - 1) // BUCKET_ROWS) >= 2 * workers
 
 
 def buckets(N: int) -> int:

@@ -86,6 +86,19 @@ def _pow2(typingctx, n):
 
 
 @_inline
+def _exp_parts(y):
+    """``(e, d)`` with ``e / d = exp(y)`` for ``y`` in [-708, 708], left undivided so
+    that the caller divides once: Cephes' exp, ``n ln 2`` split in two parts, ``(q +
+    p) / (q - p)`` on the rest and ``2^n`` from its bits."""
+    n = math.floor(y * 1.4426950408889634 + 0.5)
+    r = y - n * 6.93145751953125e-1 - n * 1.42860682030941723212e-6
+    r2 = r * r
+    p = r * ((_EXP_P[0] * r2 + _EXP_P[1]) * r2 + _EXP_P[2])
+    q = ((_EXP_Q[0] * r2 + _EXP_Q[1]) * r2 + _EXP_Q[2]) * r2 + _EXP_Q[3]
+    return (q + p) * _pow2(np.int64(n)), q - p
+
+
+@_inline
 def _tanh64(x):
     """float64 tanh within 2 ulps, vectorizable (see above); NaN gives NaN. Both
     branches are computed as a numerator and a denominator, then one division (three
@@ -96,13 +109,7 @@ def _tanh64(x):
     z = x * x  # |x| < 0.625: x + x z P(z) / Q(z)
     p_s = (_TANH_P[0] * z + _TANH_P[1]) * z + _TANH_P[2]
     q_s = ((z + _TANH_Q[0]) * z + _TANH_Q[1]) * z + _TANH_Q[2]
-    y = 2.0 * a  # else E = exp(y) = (q + p) / (q - p) 2^n
-    n = math.floor(y * 1.4426950408889634 + 0.5)
-    r = y - n * 6.93145751953125e-1 - n * 1.42860682030941723212e-6
-    r2 = r * r
-    p = r * ((_EXP_P[0] * r2 + _EXP_P[1]) * r2 + _EXP_P[2])
-    q = ((_EXP_Q[0] * r2 + _EXP_Q[1]) * r2 + _EXP_Q[2]) * r2 + _EXP_Q[3]
-    e, d = (q + p) * _pow2(np.int64(n)), q - p  # E = e / d: tanh = 1 - 2 d / (e + d)
+    e, d = _exp_parts(2.0 * a)  # else E = e / d = exp(2|x|): tanh = 1 - 2 d / (e + d)
     one = 1.0 if x > 0 else -1.0
     small = a < 0.625
     t = (x if small else one) + (x * z * p_s if small else -2.0 * one * d) / (
@@ -120,13 +127,7 @@ def _sigmoid64(x):
     subnormal) and for -inf, 1 for +inf; NaN gives NaN."""
     a = abs(x)
     a = a if a < 708.0 else 708.0  # NaN too: 2^n stays normal
-    y = -a
-    n = math.floor(y * 1.4426950408889634 + 0.5)
-    r = y - n * 6.93145751953125e-1 - n * 1.42860682030941723212e-6
-    r2 = r * r
-    p = r * ((_EXP_P[0] * r2 + _EXP_P[1]) * r2 + _EXP_P[2])
-    q = ((_EXP_Q[0] * r2 + _EXP_Q[1]) * r2 + _EXP_Q[2]) * r2 + _EXP_Q[3]
-    e, d = (q + p) * _pow2(np.int64(n)), q - p
+    e, d = _exp_parts(-a)
     t = (d if x >= 0.0 else e) / (d + e)
     t = 0.0 if x < -708.0 else t
     return t if x == x else x

@@ -21,7 +21,7 @@ from ...backends.jit_cache import cfunc, cfunc_code, jit
 from ...backends.node import ABORTED, DONE, run_node
 from ...backends.sync import c_call
 from ...backends.views import INTS, address, allocate, part, pointer, release
-from ...scan import BUCKET_ROWS, bucket_bounds, buckets
+from ...scan import bucket_bounds, bucketed, buckets
 from .native_block import (  # the block's words
     ABORT,
     CALLS,
@@ -80,7 +80,8 @@ from .native_block import (  # the block's words
 ORT_FAIL = 1
 
 _jit = jit(nogil=True, error_model="numpy")
-_buckets, _bucket_bounds = _jit(buckets), _jit(bucket_bounds)  # the skeleton's own rule
+# the skeleton's own rule
+_bucketed, _buckets, _bucket_bounds = _jit(bucketed), _jit(buckets), _jit(bucket_bounds)
 
 
 @_jit
@@ -306,15 +307,14 @@ def _outputs(k, fn, kernel, context, dtype, own, X, xp, d0, d1, lens, has_lens, 
             ragged = ragged or lens[b] < T
         # ragged, threads outnumbering directions: the rows by length into buckets,
         # the longest first, as the skeleton cuts them (scan._units)
-        coarse = (N + BUCKET_ROWS - 1) // BUCKET_ROWS  # the skeleton's threshold, too
-        bucketed = ragged and Dn < slices and Dn * coarse >= 2 * slices
-        units = _buckets(N) if bucketed else slices
+        in_buckets = ragged and _bucketed(N, Dn, slices)
+        units = _buckets(N) if in_buckets else slices
         total = Dn * units
-        task = allocate(T_RESULTS + total + (N + T + 1 if bucketed else 0), INTS)
+        task = allocate(T_RESULTS + total + (N + T + 1 if in_buckets else 0), INTS)
         if task.shape[0] == 0:
             return _failed(k, fn, 2)
         task[:] = 0
-        if bucketed:
+        if in_buckets:
             order = task[T_RESULTS + total : T_RESULTS + total + N]
             node.longest_first(lens, T, order, task[T_RESULTS + total + N :])
             task[T_ORDER] = order.ctypes.data
