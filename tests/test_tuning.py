@@ -207,3 +207,40 @@ def test_measured_split_names_its_class(fresh, name):
     the class's name."""
     assert scan.measure_share(name).keys() == {name}
     assert tuning.planned((name,), lambda: scan.measure_share(name))[name] in (0, 1)
+
+
+def test_threads_from_the_planned_size(fresh, monkeypatch):
+    """Whether a call runs on the pool's threads is planned on this CPU (waking a helper
+    after a pause cost more than it saved below 2**26 multiply-adds on an AMD EPYC):
+    measured once, only for a call that could use them (2**22 multiply-adds and more,
+    more than one thread); a layer's call below the plan runs its small path, above it
+    goes to the threads; ``parallel=k`` given fixes it."""
+    measured = []
+    monkeypatch.setattr(scan, "measure_parallel", lambda: measured.append(1) or {"parallel": 24})
+    monkeypatch.setenv("ONNX_RECURRENT_NUM_THREADS", "2")
+    assert not scan.threaded((1 << 22) - 1) and not scan.threaded(1 << 30, workers=1)
+    assert not measured  # nothing that could run on threads asked
+    assert not scan.threaded((1 << 24) - 1) and scan.threaded(1 << 24)
+    assert scan.parallel_macs() == 1 << 24 and measured == [1]
+    assert "parallel=24" in tuning.describe()
+    rng = np.random.default_rng(0)
+    H, N = 64, 16  # 2**19 multiply-adds a step
+    W = rng.standard_normal((1, 4 * H, H)).astype(np.float32) * 0.1
+    R = rng.standard_normal((1, 4 * H, H)).astype(np.float32) * 0.1
+    layer = orc.Layer("LSTM", W, R)
+    pooled = []
+    run = scan.threads.run
+    monkeypatch.setattr(scan.threads, "run", lambda *a, **k: pooled.append(a[0]) or run(*a, **k))
+    for plan, T in (("", 16), ("", 32), ("parallel=25", 32), ("parallel=25", 64)):
+        monkeypatch.setenv(tuning.ENV, plan)
+        pooled.clear()
+        layer(rng.standard_normal((T, N, H)).astype(np.float32))
+        assert bool(pooled) == ((T == 32 and not plan) or T == 64), (plan, T)
+    assert measured == [1]
+
+
+def test_measured_threads_size_is_a_candidate(fresh, monkeypatch):
+    """The real measurement returns one of the candidates."""
+    monkeypatch.setenv("ONNX_RECURRENT_NUM_THREADS", "2")
+    monkeypatch.setattr(scan, "PAUSE", 0.0)
+    assert scan.measure_parallel()["parallel"] in tuning.FIELDS["parallel"]

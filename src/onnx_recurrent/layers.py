@@ -18,7 +18,7 @@ import numpy as np
 from . import backends
 from .cells import CELLS, COMMON_ATTRIBUTES, Weights
 from .errors import RecurrentError
-from .scan import PARALLEL_MACS, scan
+from .scan import scan, threaded
 from .spec import (
     COMPUTE_DTYPE,
     Inputs,
@@ -30,6 +30,10 @@ from .spec import (
     check_X,
     make_spec,
 )
+
+#: multiply-adds of a call at most for a layer's small path: one compiled call, which
+#: no Ctrl-C stops (about 5 ms at 25 GMAC/s; larger calls go block by block)
+ONE_CALL_MACS = 1 << 27
 
 
 def _frozen(a: np.ndarray | None) -> np.ndarray | None:
@@ -272,7 +276,8 @@ class Layer:
             and X.dtype == self.dtype
             and X.ndim == 3
             and X.shape[2] == self.W.shape[2]
-            and 0 < X.shape[0] * X.shape[1] * self._step_macs < PARALLEL_MACS
+            and 0 < (macs := X.shape[0] * X.shape[1] * self._step_macs) < ONE_CALL_MACS
+            and not threaded(macs)
             and backends.select(self.spec, X.dtype) is small[1]  # not another, by `use`
         ):
             if initial_h is None and initial_c is None:

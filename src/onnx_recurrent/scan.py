@@ -32,8 +32,17 @@ MIN_BLOCK = 16
 #: multiply-adds of one block at most: a block is one compiled call, and Python
 #: (Ctrl-C) runs between blocks (about 20 ms at 28 GMAC/s)
 BLOCK_MACS = 1 << 29
-#: multiply-adds of a call above which it runs on threads
-PARALLEL_MACS = 1 << 23
+#: multiply-adds of a call below which it runs on the calling thread, whatever the plan
+#: (the least of :func:`parallel_macs`'s candidates)
+SERIAL_MACS = 1 << 22
+#: multiply-adds of a call from which it runs on the pool's threads: None, as planned on
+#: this CPU (:func:`parallel_macs`); a number, that one (tests)
+PARALLEL_MACS: int | None = None
+#: pauses before each timed call of :func:`measure_parallel` (seconds): the helpers idle,
+#: as between a stream's calls, where waking them costs most (AMD EPYC, LSTM N=16
+#: I=H=64: two threads over one 1.6x at 2**23 multiply-adds after 2 ms, 1.2x back to
+#: back; even at 2**25, 0.96-1.05x after 2-50 ms)
+PAUSE = 0.005
 #: hidden units of one thread's share of a direction, at least
 MIN_SHARE = 16
 #: rows of one thread's slice of a direction at least (fewer: the threads share its
@@ -111,10 +120,16 @@ class Schedule:
 
 
 def _units(
-    spec: RecSpec, x: Inputs, workers: int, can_share: bool = True, share: bool | None = None
+    spec: RecSpec,
+    x: Inputs,
+    workers: int,
+    can_share: bool = True,
+    share: bool | None = None,
+    parallel: bool | None = None,
 ) -> tuple[list[tuple[int, np.ndarray]], bool, int]:
-    """(direction, batch rows) pairs, whether the call is large enough for threads, and
-    how many shares of hidden units each unit's steps are cut into.
+    """(direction, batch rows) pairs, whether the call is large enough for threads
+    (:func:`threaded`; ``parallel``: that given), and how many shares of hidden units
+    each unit's steps are cut into.
 
     On one direction of full-length sequences written straight into ``Y``, threads
     share its hidden units (every thread's product keeps every row; the weights are
@@ -129,7 +144,7 @@ def _units(
     """
     T, N, I = x.X.shape
     D, H, G = spec.num_directions, spec.hidden_size, spec.cell.n_gates
-    large = T * N * D * G * H * (H + I) >= PARALLEL_MACS
+    large = threaded(T * N * D * G * H * (H + I), workers) if parallel is None else parallel
     if workers > 1 and large and can_share and D == 1 and not x.ragged:
         if x.dtype == x.compute_dtype and H >= 2 * max(1, MIN_SHARE):
             nbytes = G * H * (I + H) * x.compute_dtype.itemsize
@@ -187,6 +202,80 @@ def bucket_bounds(i: int, N: int) -> tuple[int, int]:
     return start, min(N, start + small)
 
 
+def threaded(macs: int, workers: int | None = None) -> bool:
+    """Whether a call of ``macs`` multiply-adds runs on ``workers`` threads (None:
+    :func:`.threads.num_threads`): more than one, and at least :func:`parallel_macs`
+    (planned only for calls of :data:`SERIAL_MACS` and more, on more than one thread)."""
+    if macs < (SERIAL_MACS if PARALLEL_MACS is None else PARALLEL_MACS):
+        return False
+    if (threads.num_threads() if workers is None else workers) <= 1:
+        return False
+    return PARALLEL_MACS is not None or macs >= parallel_macs()
+
+
+def parallel_macs() -> int:
+    """Multiply-adds of a call from which the pool's threads pay on this CPU: waking a
+    helper costs more than it saves in a short call, how much depends on the CPU and
+    its idle states; measured once (:func:`measure_parallel`, :mod:`.backends.tuning`),
+    or :data:`PARALLEL_MACS` where set."""
+    if PARALLEL_MACS is not None:
+        return PARALLEL_MACS
+    return 1 << tuning.planned(("parallel",), measure_parallel)["parallel"]
+
+
+def measure_parallel() -> dict[str, int]:
+    """Time a float32 LSTM direction of 16 rows, I = H = 64 (``2**19`` multiply-adds a
+    step) over ``2**k`` multiply-adds for each candidate ``k`` (22 to 26, :data:`.backends.
+    tuning.FIELDS`), each call after a pause of :data:`PAUSE`, on the calling thread as
+    a small call runs (the backend's one compiled call) and on the call's threads
+    (:func:`.threads.num_threads`), interleaved: ``{"parallel": k}``, the least ``k``
+    from which the threads were faster (by median) at every larger candidate; 27 if
+    they were not at 26."""
+    from .cells import LSTM
+    from .spec import check_call, make_spec
+
+    rng = np.random.default_rng(0)
+    ct = np.dtype(np.float32)
+    N, H = 16, 64
+    W = (rng.standard_normal((4 * H, H)) * 0.1).astype(ct)
+    R = (rng.standard_normal((4 * H, H)) * 0.1).astype(ct)
+    spec = make_spec(LSTM, R[None], hidden_size=H)
+    weights = (LSTM.prepare(spec, W, R, np.zeros(8 * H, ct), None),)
+    backend = backends.select(spec, ct)
+    prepare, small = getattr(backend, "prepare", None), getattr(backend, "small_call", None)
+    if prepare is not None:
+        prepare(spec, weights[0], spec.activations[0], ct, 1)
+    one = None if small is None else small(spec, weights, ct)
+    states = [("initial_h", None), ("initial_c", None)]
+    candidates = [k for k in tuning.FIELDS["parallel"] if k < max(tuning.FIELDS["parallel"])]
+
+    def call(X: np.ndarray, threads: bool) -> float:
+        time.sleep(PAUSE)
+        started = time.perf_counter()
+        if threads or one is None:
+            x = check_call(spec, X, None, states, dtype=ct, input_size=H)
+            scan(spec, weights, x, parallel=threads)
+        else:
+            one(X, None, None, True)
+        return time.perf_counter() - started
+
+    inputs = {k: rng.standard_normal((2 ** (k - 19), N, H)).astype(ct) for k in candidates}
+    for X in inputs.values():  # compiled and prepared before any timing
+        call(X, True), call(X, False)
+    times = {(k, w): [] for k in candidates for w in (True, False)}
+    for _ in range(5):
+        for k, X in inputs.items():
+            for w in (True, False):
+                times[k, w].append(call(X, w))
+    median = {key: sorted(v)[len(v) // 2] for key, v in times.items()}
+    chosen = max(tuning.FIELDS["parallel"])
+    for k in reversed(candidates):
+        if median[k, True] >= median[k, False]:
+            break
+        chosen = k
+    return {"parallel": chosen}
+
+
 def planned_share(nbytes: int) -> bool:
     """Whether threads split one direction whose weights of a step (``[W; R]``) take
     ``nbytes`` by sharing its hidden units (each thread then reads half of them every
@@ -228,11 +317,11 @@ def measure_share(name: str = "share20") -> dict[str, int]:
     x = Inputs(X, np.full(N, T, np.int64), (None,), ct, ct)
     times: dict[bool, list[float]] = {True: [], False: []}
     for share in (True, False):  # compiled and prepared before any timing
-        scan(spec, weights, x, share=share)
+        scan(spec, weights, x, share=share, parallel=True)
     for _ in range(7):
         for share in (True, False):
             started = time.perf_counter()
-            scan(spec, weights, x, share=share)
+            scan(spec, weights, x, share=share, parallel=True)
             times[share].append(time.perf_counter() - started)
     median = {k: sorted(v)[len(v) // 2] for k, v in times.items()}
     return {name: int(median[True] <= median[False])}
@@ -252,15 +341,17 @@ def scan(
     *,
     output_sequence: bool = True,
     share: bool | None = None,
+    parallel: bool | None = None,
 ) -> tuple[np.ndarray | None, ...]:
     """Run every direction over the whole sequence (``directions``: each one's prepared
     weights, :meth:`onnx_recurrent.Layer.directions`); ``share``: how threads split
-    one direction (:func:`_units`), None for the planned way.
+    one direction, ``parallel``: whether the call runs on threads (:func:`_units`),
+    None for the planned way.
 
     Returns ``(Y, *final_states)`` in the caller's layout and X's dtype; ``Y`` is None
     when ``output_sequence`` is false (and is then never materialised).
     """
-    return Scan(spec, directions, x, output_sequence).run(share)
+    return Scan(spec, directions, x, output_sequence).run(share, parallel)
 
 
 class Scan:
@@ -294,18 +385,20 @@ class Scan:
         self.block = block_steps(spec, N, I, x.compute_dtype)
         self.abort = np.zeros(1, np.int64)  # read by compiled units between blocks
 
-    def run(self, share: bool | None = None) -> tuple[np.ndarray | None, ...]:
+    def run(
+        self, share: bool | None = None, parallel: bool | None = None
+    ) -> tuple[np.ndarray | None, ...]:
         """Every unit (:func:`_units`), then the states of empty sequences zeroed:
         ``(Y, *final_states)``."""
         spec, x, backend = self.spec, self.x, self.backend
         workers = threads.num_threads()
-        units, large, shares = _units(spec, x, workers, share=share)
+        units, large, shares = _units(spec, x, workers, share=share, parallel=parallel)
         shared = None
         if shares > 1:
             make = getattr(backend, "shares", None)
             shared = None if make is None else make(spec, x.X.shape[1], x.compute_dtype, shares)
             if shared is None:  # this backend cannot share hidden units
-                units, large, shares = _units(spec, x, workers, can_share=False)
+                units, large, shares = _units(spec, x, workers, False, parallel=large)
         prepare = getattr(backend, "prepare", None)  # here, on the calling thread, not in the pool
         for d in sorted({d for d, _ in units}) if prepare is not None else ():
             prepare(spec, self.directions[d], spec.activations[d], x.compute_dtype, shares)

@@ -3,10 +3,11 @@
 A *plan* here is a few numbers that change speed, never results: the rows of a product
 tile (:data:`.packed.ROWS`), the rows of ``B`` every tile reads in one pass
 (:data:`.packed.DEPTHS`), the panels a one- or two-row tile spans
-(:data:`.packed.SPANS`), and how the threads of a call split one direction (share its
-hidden units or deal its rows, :mod:`..scan`), per size class of its weights. Each
-is timed once, the first time it is needed, among its candidates on the running CPU (a
-few seconds: :func:`measure_tiles`, and the scan's own for the split), and kept in a
+(:data:`.packed.SPANS`), how the threads of a call split one direction (share its
+hidden units or deal its rows, :mod:`..scan`), per size class of its weights, and from
+how many multiply-adds a call runs on threads at all (``parallel``). Each is timed
+once, the first time it is needed, among its candidates on the running CPU (a few
+seconds: :func:`measure_tiles`, and the scan's own for the threads), and kept in a
 small JSON file named by the CPU's name and features and numba's version, beside the
 compiled kernels (``onnx-recurrent/tuning`` in the user cache directory,
 :mod:`.cache_dirs`): later processes read it and measure nothing. A CPU nobody has seen
@@ -43,6 +44,7 @@ FIELDS = {
     "span": (1, 2, 4),
     "depth": (0, 128, 256, 512),
     "share": (0, 1),  # given: every size class's (below); not measured itself
+    "parallel": (22, 23, 24, 25, 26, 27),  # 2**k multiply-adds of a call for threads
 }
 #: size classes of the threads' split of a direction: ``share<k>`` for ``2**k`` bytes of
 #: weights a step, the nearest power of two (64 KiB to 64 MiB)
