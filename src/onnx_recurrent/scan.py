@@ -225,12 +225,12 @@ def parallel_macs() -> int:
 
 def measure_parallel() -> dict[str, int]:
     """Time a float32 LSTM direction of 16 rows, I = H = 64 (``2**19`` multiply-adds a
-    step) over ``2**k`` multiply-adds for each candidate ``k`` (22 to 26, :data:`.backends.
-    tuning.FIELDS`), each call after a pause of :data:`PAUSE`, on the calling thread as
-    a small call runs (the backend's one compiled call) and on the call's threads
-    (:func:`.threads.num_threads`), interleaved: ``{"parallel": k}``, the least ``k``
-    from which the threads were faster (by median) at every larger candidate; 27 if
-    they were not at 26."""
+    step) over ``2**k`` multiply-adds for each candidate ``k`` (22 to 26,
+    :data:`.backends.tuning.FIELDS`), each call after a pause of :data:`PAUSE`, on the
+    calling thread as a small call runs (the backend's one compiled call) and on the
+    call's threads (:func:`.threads.num_threads`), interleaved: ``{"parallel": k}``, the
+    least ``k`` from which the threads were faster (by median) at every larger
+    candidate; 27 if they were not at 26."""
     from .cells import LSTM
     from .spec import check_call, make_spec
 
@@ -261,7 +261,8 @@ def measure_parallel() -> dict[str, int]:
 
     inputs = {k: rng.standard_normal((2 ** (k - 19), N, H)).astype(ct) for k in candidates}
     for X in inputs.values():  # compiled and prepared before any timing
-        call(X, True), call(X, False)
+        call(X, True)
+        call(X, False)
     times = {(k, w): [] for k in candidates for w in (True, False)}
     for _ in range(5):
         for k, X in inputs.items():
