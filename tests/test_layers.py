@@ -168,11 +168,61 @@ def test_short_calls_equal_the_scan(op, direction, states):
         assert not taken
     for a, b in zip(short, by_numpy, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
-    full = np.full(3, 7, np.int32)  # lengths given: the general scan
-    general = layer(feeds["X"], full, **given)
+    full = np.full(3, 7, np.int32)
+    general = _general(layer, feeds["X"], full, **given)
     for a, b in zip(short, general, strict=True):
         np.testing.assert_array_equal(a, b)
     Y_only = layer(feeds["X"], output_sequence=False, **given)
     assert Y_only[0] is None
     for a, b in zip(Y_only[1:], general[1:], strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+def _general(layer: orc.Layer, *args, **kwargs):
+    """The layer's call through the general scan (its small path set aside)."""
+    small, layer._small = layer._small, None
+    try:
+        return layer(*args, **kwargs)
+    finally:
+        layer._small = small
+
+
+@pytest.mark.parametrize("op", ["GRU", "LSTM", "RNN"])
+@pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
+@pytest.mark.parametrize("layout", [0, 1])
+def test_short_calls_with_lengths_equal_the_scan(op, direction, layout):
+    """A small call with ``sequence_lens`` (empty, short and full rows, initial states
+    given) runs as one compiled call too, and gives the general scan's bits; lengths
+    the full checks refuse still reach them (same errors), and the caller's lengths
+    are left as they were."""
+    D = 2 if direction == "bidirectional" else 1
+    feeds = random_inputs(op, T=7, N=5, I=3, H=4, D=D)
+    attributes = {"direction": direction, "layout": layout}
+    layer = orc.Layer(op, feeds["W"], feeds["R"], feeds["B"], attributes, P=feeds.get("P"))
+    states = {k: feeds[k] for k in ("initial_h", "initial_c") if k in feeds}
+    X = feeds["X"]
+    if layout:
+        X = np.ascontiguousarray(np.swapaxes(X, 0, 1))
+        states = {k: np.ascontiguousarray(np.swapaxes(v, 0, 1)) for k, v in states.items()}
+    taken = []
+    if layer._small is not None:
+        call, backend = layer._small
+        layer._small = (lambda *a: taken.append(a) or call(*a), backend)
+    for dtype in (np.int32, np.int64, np.uint16):
+        lens = np.array([7, 0, 3, 1, 5], dtype)
+        kept = lens.copy()
+        got = layer(X, lens, **states)
+        assert bool(taken) == (orc.backends.select(layer.spec, np.float32).name == "numba")
+        np.testing.assert_array_equal(lens, kept)
+        for a, b in zip(got, _general(layer, X, lens, **states), strict=True):
+            np.testing.assert_array_equal(a, b)
+        taken.clear()
+    for bad, error in (
+        (np.array([7, 0, 8, 1, 5]), "sequence_lens"),
+        (np.array([7, 0, -1, 1, 5]), "sequence_lens"),
+        (np.array([7, 0, 3]), "sequence_lens"),
+        (np.array([7.0, 0, 3, 1, 5]), "sequence_lens"),
+    ):
+        with pytest.raises((ValueError, TypeError), match=error):
+            layer(X, bad, **states)
+        assert not taken

@@ -46,8 +46,9 @@ class Backend(Protocol):
       one direction's hidden units, passed back as ``run_block``'s ``shared`` (None
       or absent: the skeleton splits rows instead);
     - ``small_call(spec, directions, dtype)``: a callable ``call(X, h0, c0,
-      output_sequence) -> (Y or None, Y_h[, Y_c])`` running a whole full-length call
-      as one compiled call (:meth:`onnx_recurrent.Layer.prepare` makes it once);
+      output_sequence, lens=None) -> (Y or None, Y_h[, Y_c])`` running a whole call
+      as one compiled call (``lens``: checked int64 lengths, None: full length;
+      :meth:`onnx_recurrent.Layer.prepare` makes it once);
     - ``run_unit(spec, w, acts, d, rows, x, Y_tm, finals_tm, abort) -> bool``:
       direction ``d`` of the batch ``rows`` of a call computed in its own dtype, its
       gathers and scatters included, as one call without Python between its blocks,

@@ -224,12 +224,12 @@ def run_node(address0, address1, flags, X, lens, h0, c0, Y, Yh, Yc, rows, sync, 
 
 
 @_jit
-def run_layer(address0, address1, X, h0, c0, flags):
+def run_layer(address0, address1, X, lens, h0, c0, flags):
     """One small call of a layer on this thread, its outputs made here: ``(Y, Y_h,
     Y_c)`` (``Y`` of size 0 unless ``WRITE_Y``; ``Y_c`` of size 0 unless ``LSTM``).
     ``address0``, ``address1``: the directions' plans (:class:`.plans.Plan`, kept by
-    the caller); ``flags``: the bits above; ``X``, ``h0``, ``c0`` as :func:`run_node`
-    takes them, in the layer's dtype.
+    the caller); ``flags``: the bits above; ``X``, ``lens`` (int64, checked: read with
+    ``HAS_LENS``), ``h0``, ``c0`` as :func:`run_node` takes them, in the layer's dtype.
 
     Raises
     ------
@@ -254,9 +254,9 @@ def run_layer(address0, address1, X, h0, c0, flags):
     Yh = np.empty(state, dt)
     Yc = np.empty(state if lstm else (0, 0, 0), dt)
     sync, calls, abort = np.zeros(8, np.int64), np.zeros(4, np.int64), np.zeros(1, np.int64)
-    lens, rows = np.zeros(0, np.int32), np.zeros(0, np.int64)
-    result = run_node(address0, address1, flags & ~HAS_LENS, X, lens, h0, c0, Y, Yh,
-                      Yc if lstm else Yh, rows, sync, calls, abort)  # fmt: skip
+    rows = np.zeros(0, np.int64)
+    result = run_node(address0, address1, flags, X, lens, h0, c0, Y, Yh, Yc if lstm else Yh,
+                      rows, sync, calls, abort)  # fmt: skip
     if result != DONE:
         raise MemoryError("onnx-recurrent: no memory for a layer call's scratch")
     return Y, Yh, Yc
@@ -268,14 +268,15 @@ _prepared_layers: set[np.dtype] = set()
 def prepare_layer(dt: np.dtype) -> None:
     """Compile (or load) :func:`run_layer` for ``dt``: X and the states C-ordered (a
     signature the dispatcher matches without Python) and read-only ``'A'`` (any array
-    converts to it)."""
+    converts to it); the lengths int64, C-ordered."""
     if dt in _prepared_layers:
         return
     e = numba.from_dtype(np.dtype(dt))
     given = types.Array(e, 3, "A", readonly=True)
     usual = types.Array(e, 3, "C")  # matched without Python; anything else converts
+    lens = types.Array(types.int64, 1, "C")
     for array in (usual, given):
-        prepare(run_layer, (types.int64, types.int64, array, array, array, types.int64))
+        prepare(run_layer, (types.int64, types.int64, array, lens, array, array, types.int64))
     _prepared_layers.add(dt)
 
 

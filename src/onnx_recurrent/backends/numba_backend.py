@@ -625,11 +625,12 @@ class NumbaBackend:
         return Shares(_ALONE if shares == 1 else Sync.make(shares), spare, gz, rh)
 
     def small_call(self, spec, directions, dtype) -> Callable:
-        """A layer's small calls of full-length sequences on this thread, in the
-        layer's dtype (float32 or float64), as one compiled call each
-        (:func:`.node.run_layer`), everything but the arrays worked out now:
-        ``call(X, h0, c0, output_sequence)`` with ``X`` in the caller's layout and the
-        initial states checked (None: zeros) returns ``(Y or None, Y_h[, Y_c])``."""
+        """A layer's small calls on this thread, in the layer's dtype (float32 or
+        float64), as one compiled call each (:func:`.node.run_layer`), everything but
+        the arrays worked out now: ``call(X, h0, c0, output_sequence, lens=None)`` with
+        ``X`` in the caller's layout, the initial states checked (None: zeros) and the
+        lengths checked, ``[batch_size]`` int64 (None: full length), returns ``(Y or
+        None, Y_h[, Y_c])``."""
         from . import node
 
         dt = np.dtype(dtype)
@@ -643,12 +644,16 @@ class NumbaBackend:
             | (node.LAYOUT if spec.layout else 0)
             | (node.LSTM if lstm else 0)
         )
-        with_Y, with_h0, with_c0 = node.WRITE_Y, node.HAS_H0, node.HAS_C0
-        empty = _no_Y(dt, 3)
+        with_Y, with_h0, with_c0, with_lens = node.WRITE_Y, node.HAS_H0, node.HAS_C0, node.HAS_LENS
+        empty, full = _no_Y(dt, 3), np.zeros(0, np.int64)
         run = node.run_layer
 
-        def call(X, h0, c0, output_sequence):
+        def call(X, h0, c0, output_sequence, lens=None):
             flags = base | (with_Y if output_sequence else 0)
+            if lens is None:
+                lens = full
+            else:
+                flags |= with_lens
             if h0 is None:
                 h0 = empty
             else:
@@ -657,7 +662,7 @@ class NumbaBackend:
                 c0 = empty
             else:
                 flags |= with_c0
-            Y, Y_h, Y_c = run(first, last, X, h0, c0, flags)
+            Y, Y_h, Y_c = run(first, last, X, lens, h0, c0, flags)
             if lstm:
                 return (Y if output_sequence else None, Y_h, Y_c)
             return (Y if output_sequence else None, Y_h)
