@@ -244,3 +244,42 @@ def test_measured_threads_size_is_a_candidate(fresh, monkeypatch):
     monkeypatch.setenv("ONNX_RECURRENT_NUM_THREADS", "2")
     monkeypatch.setattr(scan, "PAUSE", 0.0)
     assert scan.measure_parallel()["parallel"] in tuning.FIELDS["parallel"]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_child_forked_while_another_thread_measures_plans(fresh):
+    """A process forked while one of its threads measures a plan (which holds the
+    plan's lock for up to seconds: planning happens inside a call, on whichever thread
+    makes it) has no such thread: the child plans for itself instead of waiting
+    forever for a lock nobody will release."""
+    code = """
+import os, signal, threading, time
+from onnx_recurrent.backends import tuning
+started = threading.Event()
+def slow():
+    started.set()
+    time.sleep(1.0)
+    return {"rows": 8}
+thread = threading.Thread(target=tuning.planned, args=(("rows",), slow))
+thread.start()
+started.wait()
+pid = os.fork()
+if pid == 0:
+    signal.alarm(10)  # the default action ends a child that hangs
+    got = tuning.planned(("span",), lambda: {"span": 2})
+    os._exit(0 if got == {"span": 2} else 3)
+_, status = os.waitpid(pid, 0)
+thread.join()
+print(os.waitstatus_to_exitcode(status), tuning.planned(("rows",), slow))
+"""
+    env = os.environ | {"XDG_CACHE_HOME": str(fresh)}
+    env.pop(tuning.ENV, None)
+    out = subprocess.run(
+        [sys.executable, "-W", "ignore", "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split(None, 1) == ["0", "{'rows': 8}\n"], out.stdout

@@ -65,6 +65,17 @@ _kept: dict[str, int] | None = None  # the file's choices, read once
 _measured: set[str] = set()  # names measured in this process (ONNX_RECURRENT_PLAN=measure)
 
 
+def _after_fork_in_child() -> None:
+    """The child has only the thread that forked: a lock another thread held while it
+    measured would never be released there (a fresh one; the kept choices stay)."""
+    global _lock
+    _lock = threading.RLock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def planned(names: tuple[str, ...], measure: Callable[[], dict[str, int]]) -> dict[str, int]:
     """The values of ``names``: given by ``ONNX_RECURRENT_PLAN``, else kept for this
     CPU, else ``measure()`` (which returns them all), then kept.
