@@ -217,6 +217,7 @@ def test_threads_from_the_planned_size(fresh, monkeypatch):
     goes to the threads; ``parallel=k`` given fixes it."""
     measured = []
     monkeypatch.setattr(scan, "measure_parallel", lambda: measured.append(1) or {"parallel": 24})
+    monkeypatch.setattr(scan.threads, "_cpus", lambda: 2)  # whatever this machine has
     monkeypatch.setenv("ONNX_RECURRENT_NUM_THREADS", "2")
     assert not scan.threaded((1 << 22) - 1) and not scan.threaded(1 << 30, workers=1)
     assert not measured  # nothing that could run on threads asked
@@ -237,6 +238,21 @@ def test_threads_from_the_planned_size(fresh, monkeypatch):
         layer(rng.standard_normal((T, N, H)).astype(np.float32))
         assert bool(pooled) == ((T == 32 and not plan) or T == 64), (plan, T)
     assert measured == [1]
+
+
+def test_more_threads_than_cpus_measure_and_keep_nothing(fresh, monkeypatch):
+    """ONNX_RECURRENT_NUM_THREADS above the process's CPUs: threads from 2**27, not
+    measured (threads that share CPUs lose at every size a measurement would time) and
+    nothing kept for the later processes that run with their own CPUs."""
+    measured = []
+    monkeypatch.setattr(scan, "measure_parallel", lambda: measured.append(1) or {"parallel": 23})
+    monkeypatch.setattr(scan.threads, "_cpus", lambda: 2)
+    monkeypatch.setenv("ONNX_RECURRENT_NUM_THREADS", "4")
+    assert not scan.threaded((1 << 27) - 1) and scan.threaded(1 << 27)
+    assert scan.parallel_macs() == 1 << 27 and not measured
+    assert "parallel" not in tuning.describe()
+    monkeypatch.setenv("ONNX_RECURRENT_NUM_THREADS", "2")
+    assert scan.parallel_macs() == 1 << 23 and measured == [1]
 
 
 def test_measured_threads_size_is_a_candidate(fresh, monkeypatch):

@@ -208,18 +208,21 @@ def threaded(macs: int, workers: int | None = None) -> bool:
     (planned only for calls of :data:`SERIAL_MACS` and more, on more than one thread)."""
     if macs < (SERIAL_MACS if PARALLEL_MACS is None else PARALLEL_MACS):
         return False
-    if (threads.num_threads() if workers is None else workers) <= 1:
-        return False
-    return PARALLEL_MACS is not None or macs >= parallel_macs()
+    workers = threads.num_threads() if workers is None else workers
+    return workers > 1 and (PARALLEL_MACS is not None or macs >= parallel_macs(workers))
 
 
-def parallel_macs() -> int:
-    """Multiply-adds of a call from which the pool's threads pay on this CPU: waking a
-    helper costs more than it saves in a short call, how much depends on the CPU and
-    its idle states; measured once (:func:`measure_parallel`, :mod:`.backends.tuning`),
-    or :data:`PARALLEL_MACS` where set."""
+def parallel_macs(workers: int | None = None) -> int:
+    """Multiply-adds of a call on ``workers`` threads (None: :func:`.threads.num_threads`)
+    from which they pay on this CPU: waking a helper costs more than it saves in a short
+    call, how much depends on the CPU and its idle states; measured once
+    (:func:`measure_parallel`, :mod:`.backends.tuning`), or :data:`PARALLEL_MACS` where
+    set. With more threads than the process has CPUs, ``2**27``, neither measured nor
+    kept (a measurement would speak for that setting only, and be kept for all)."""
     if PARALLEL_MACS is not None:
         return PARALLEL_MACS
+    if (threads.num_threads() if workers is None else workers) > threads._cpus():
+        return 1 << max(tuning.FIELDS["parallel"])
     return 1 << tuning.planned(("parallel",), measure_parallel)["parallel"]
 
 
