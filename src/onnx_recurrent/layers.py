@@ -31,9 +31,11 @@ from .spec import (
     make_spec,
 )
 
-#: multiply-adds of a call at most for a layer's small path: one compiled call, which
-#: no Ctrl-C stops (about 5 ms at 25 GMAC/s; larger calls go block by block)
+#: multiply-adds and row steps (``seq_length * batch_size``) of a call at most for a
+#: layer's small path: one compiled call, which no Ctrl-C stops (about 5 ms at 25
+#: GMAC/s, or 20-50 ms of the smallest cells; larger calls go block by block)
 ONE_CALL_MACS = 1 << 27
+ONE_CALL_STEPS = 1 << 20
 
 
 def _lengths(value: Any, shape: tuple[int, ...], layout: int) -> np.ndarray | None:
@@ -287,7 +289,8 @@ class Layer:
             and X.dtype == self.dtype
             and X.ndim == 3
             and X.shape[2] == self.W.shape[2]
-            and 0 < (macs := X.shape[0] * X.shape[1] * self._step_macs) < ONE_CALL_MACS
+            and 0 < X.shape[0] * X.shape[1] <= ONE_CALL_STEPS
+            and (macs := X.shape[0] * X.shape[1] * self._step_macs) < ONE_CALL_MACS
             and not threaded(macs)
             and backends.select(self.spec, X.dtype) is small[1]  # not another, by `use`
             and (
