@@ -171,6 +171,28 @@ def test_a_sigint_read_late_stops_no_later_call():
     assert not abort_within(0.5), "a SIGINT read after its call's window set ABORT"
 
 
+def test_a_sigint_read_late_stops_no_later_watched_call():
+    """The watcher may not have read a SIGINT's byte when its call's window ends and
+    the next call's opens (seen under load: a stream's next step after a Ctrl-C raised a
+    second KeyboardInterrupt, 1 run in 30-60). A window ends only once every byte
+    written in it is read: the SIGINT counts for its own window, never the next."""
+    import time
+
+    from onnx_recurrent import interrupts
+    from onnx_recurrent.runtime.hosts import native
+
+    for _ in range(20):
+        previous = native.interrupt_watch_start()
+        os.write(interrupts._pipe[1], bytes([signal.SIGINT]))  # as Python's C handler does
+        assert native.interrupt_watch_end(previous) is True  # at once: the GIL still ours
+        previous = native.interrupt_watch_start()  # the next call's window
+        try:
+            time.sleep(0.02)
+            assert not native.ABORT[0], "a SIGINT of the last window stopped the next"
+        finally:
+            assert native.interrupt_watch_end(previous) is False
+
+
 def test_the_watcher_forwards_other_signals_to_the_previous_wakeup_fd():
     """While a call is watched, SIGINT's byte sets the call's word; another signal's
     byte goes on to the wake-up fd that was there before (an event loop's), which would

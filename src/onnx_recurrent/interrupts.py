@@ -5,9 +5,11 @@ only once the main thread is back in Python. While a call is watched
 (:func:`watch_start` to :func:`watch_end`, or :func:`watching`), Python's C-level
 handler writes the signal's number to a pipe (``signal.set_wakeup_fd``); a daemon
 thread reading it sets the watched words, so the loops stop within a block and the
-call returns to Python, where the handler raises KeyboardInterrupt. A byte read after
-its window (the watcher may run late under load) sets nothing; bytes of other signals
-go on to the wake-up fd that was there before (an event loop's).
+call returns to Python, where the handler raises KeyboardInterrupt. A window ends only
+once the watcher has read every byte written while it was open (a marker byte behind
+them, :func:`watch_end`), so a SIGINT read late under load never stops the next call,
+watched or not; bytes of other signals go on to the wake-up fd that was there before
+(an event loop's).
 
 The native nodes (:mod:`.runtime.hosts.native`) and a layer's compiled units
 (:mod:`.scan`) are watched this way.
@@ -27,10 +29,20 @@ _lock = threading.Lock()
 _pipe: tuple[int, int] | None = None  # (pid, the pipe's write end)
 #: the words a SIGINT now sets, and the wake-up fd each window replaced (under _lock)
 _windows: list[tuple[np.ndarray, int]] = []
+#: the byte :func:`watch_end` writes behind a window's (no signal's number), and the
+#: markers the watcher has read (under _lock; ``_read`` notified)
+MARKER = 0
+_markers = 0
+_read = threading.Condition(_lock)
+#: seconds a window's end waits for the watcher at most (it runs within microseconds
+#: unless the machine is starved)
+FLUSH_SECONDS = 1.0
 
 
 def _watcher(fd: int) -> None:
-    """Sets the watched words for each SIGINT Python's C handler writes to the pipe."""
+    """Sets the watched words for each SIGINT Python's C handler writes to the pipe,
+    and counts :func:`watch_end`'s markers."""
+    global _markers
     sigint = int(signal.SIGINT)
     while True:
         try:
@@ -41,12 +53,15 @@ def _watcher(fd: int) -> None:
             return
         if not data:
             return
-        with _lock:  # read late, after its window: no longer anyone's
+        with _lock:  # a window's bytes are all read before it ends
             forward = _windows[0][1] if _windows else -1
             if sigint in data:
                 for word, _ in _windows:
                     word[0] = 1
-        others = bytes(b for b in data if b != sigint)
+            if MARKER in data:
+                _markers += data.count(MARKER)
+                _read.notify_all()
+        others = bytes(b for b in data if b not in (sigint, MARKER))
         if others and forward >= 0:
             try:
                 os.write(forward, others)
@@ -57,11 +72,15 @@ def _watcher(fd: int) -> None:
 def _write_end() -> int:
     """The write end of the watcher's pipe, made once per process (a forked child
     makes its own: the thread does not survive a fork)."""
-    global _pipe
+    global _pipe, _markers, _lock, _read
     pid = os.getpid()
+    if _pipe is not None and _pipe[0] != pid:  # a forked child: its parent's lock and
+        _lock = threading.Lock()  # condition may be held by a thread it lacks
+        _read = threading.Condition(_lock)
     with _lock:
         if _pipe is None or _pipe[0] != pid:
             _windows.clear()  # a forked child's copy of its parent's windows
+            _markers = 0
             r, w = os.pipe()
             os.set_blocking(w, False)
             threading.Thread(
@@ -90,13 +109,26 @@ def watch_start(word: np.ndarray) -> int:
 
 
 def watch_end(word: np.ndarray, previous: int) -> bool:
-    """The window of :func:`watch_start` closed: the wake-up fd ``previous`` back.
-    Returns whether a SIGINT set ``word`` in it; ``word`` is clear after it."""
+    """The window of :func:`watch_start` closed: the wake-up fd ``previous`` back, then
+    a marker written behind the bytes of its SIGINTs and waited for (at most
+    :data:`FLUSH_SECONDS`), so that none is read after the window, when it would stop
+    the next one. Returns whether a SIGINT set ``word`` in it; ``word`` is clear after
+    it."""
     signal.set_wakeup_fd(previous)
-    with _lock:
-        _windows[:] = [w for w in _windows if w[0] is not word]
-        aborted = bool(word[0])
-        word[0] = 0
+    fd = _write_end()
+    try:
+        with _lock:
+            target = _markers + 1
+        os.write(fd, bytes([MARKER]))
+        with _lock:
+            _read.wait_for(lambda: _markers >= target, FLUSH_SECONDS)
+    except OSError:  # the pipe full: the watcher is far behind; end without waiting
+        pass
+    finally:  # also on an interrupt while waiting
+        with _lock:
+            _windows[:] = [w for w in _windows if w[0] is not word]
+            aborted = bool(word[0])
+            word[0] = 0
     return aborted
 
 
