@@ -25,6 +25,7 @@ from .spec import (
     RecSpec,
     as_float_array,
     check_call,
+    check_lengths,
     check_state,
     check_weights,
     check_X,
@@ -36,18 +37,6 @@ from .spec import (
 #: GMAC/s, or 20-50 ms of the smallest cells; larger calls go block by block)
 ONE_CALL_MACS = 1 << 27
 ONE_CALL_STEPS = 1 << 20
-
-
-def _lengths(value: Any, shape: tuple[int, ...], layout: int) -> np.ndarray | None:
-    """``sequence_lens`` for a small call, as int64: an integer array of ``[batch_size]``
-    values in ``[0, seq_length]`` (X's ``shape`` in the ``layout``); anything else None,
-    for the full checks (:func:`~onnx_recurrent.spec.check_call`) to name."""
-    if type(value) is not np.ndarray or value.ndim != 1 or value.dtype.kind not in "iu":
-        return None
-    N, T = (shape[0], shape[1]) if layout else (shape[1], shape[0])
-    if value.shape[0] != N or value.min() < 0 or value.max() > T:
-        return None
-    return value.astype(np.int64)  # a copy
 
 
 def _frozen(a: np.ndarray | None) -> np.ndarray | None:
@@ -282,7 +271,7 @@ class Layer:
         """
         if not self._prepared:
             self.prepare()
-        small, lens = self._small, None
+        small = self._small
         if (
             small is not None
             and type(X) is np.ndarray
@@ -293,14 +282,12 @@ class Layer:
             and (macs := X.shape[0] * X.shape[1] * self._step_macs) < ONE_CALL_MACS
             and not threaded(macs)
             and backends.select(self.spec, X.dtype) is small[1]  # not another, by `use`
-            and (
-                sequence_lens is None
-                or (lens := _lengths(sequence_lens, X.shape, self.spec.layout)) is not None
-            )
         ):
+            N, T = X.shape[:2] if self.spec.layout else X.shape[1::-1]
+            lens = None if sequence_lens is None else check_lengths(sequence_lens, N, T)
             if initial_h is None and initial_c is None:
                 return small[0](X, None, None, output_sequence, lens)
-            states = self._states(X.shape[0 if self.spec.layout else 1], initial_h, initial_c)
+            states = self._states(N, initial_h, initial_c)
             return small[0](X, *states, *(None,) * (2 - len(states)), output_sequence, lens)
         spec = self.spec
         states = [("initial_h", initial_h)]

@@ -14,6 +14,7 @@ with the block, not with ``seq_length``, and a Ctrl-C is seen between blocks.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from contextlib import nullcontext
@@ -209,7 +210,7 @@ def threaded(macs: int, workers: int | None = None) -> bool:
     if macs < (SERIAL_MACS if PARALLEL_MACS is None else PARALLEL_MACS):
         return False
     workers = threads.num_threads() if workers is None else workers
-    return workers > 1 and (PARALLEL_MACS is not None or macs >= parallel_macs(workers))
+    return workers > 1 and macs >= parallel_macs(workers)
 
 
 def parallel_macs(workers: int | None = None) -> int:
@@ -235,15 +236,12 @@ def measure_parallel() -> dict[str, int]:
     least ``k`` from which the threads were faster (by median) at every larger
     candidate; 27 if they were not at 26."""
     from .cells import LSTM
-    from .spec import check_call, make_spec
+    from .spec import check_call
 
     rng = np.random.default_rng(0)
     ct = np.dtype(np.float32)
     N, H = 16, 64
-    W = (rng.standard_normal((4 * H, H)) * 0.1).astype(ct)
-    R = (rng.standard_normal((4 * H, H)) * 0.1).astype(ct)
-    spec = make_spec(LSTM, R[None], hidden_size=H)
-    weights = (LSTM.prepare(spec, W, R, np.zeros(8 * H, ct), None),)
+    spec, weights = _probe(LSTM, H, H, rng)
     backend = backends.select(spec, ct)
     prepare, small = getattr(backend, "prepare", None), getattr(backend, "small_call", None)
     if prepare is not None:
@@ -263,18 +261,11 @@ def measure_parallel() -> dict[str, int]:
         return time.perf_counter() - started
 
     inputs = {k: rng.standard_normal((2 ** (k - 19), N, H)).astype(ct) for k in candidates}
-    for X in inputs.values():  # compiled and prepared before any timing
-        call(X, True)
-        call(X, False)
-    times = {(k, w): [] for k in candidates for w in (True, False)}
-    for _ in range(5):
-        for k, X in inputs.items():
-            for w in (True, False):
-                times[k, w].append(call(X, w))
-    median = {key: sorted(v)[len(v) // 2] for key, v in times.items()}
+    ways = {(k, w): functools.partial(call, X, w) for k, X in inputs.items() for w in (1, 0)}
+    median = _medians(ways, 5)
     chosen = max(tuning.FIELDS["parallel"])
     for k in reversed(candidates):
-        if median[k, True] >= median[k, False]:
+        if median[k, 1] >= median[k, 0]:
             break
         chosen = k
     return {"parallel": chosen}
@@ -306,29 +297,47 @@ def measure_share(name: str = "share20") -> dict[str, int]:
     (:func:`.threads.num_threads`) both ways, interleaved: ``{name: 1}`` if sharing the
     hidden units was faster (by median), else ``{name: 0}``."""
     from .cells import GRU
-    from .spec import make_spec
 
     k = int(name.removeprefix("share"))
     H = max(32, 16 * round(math.sqrt(2**k / 18) / 16))  # 3H (H + H/2) float32 values
     T, N, I = max(4, 20 >> max(0, k - 20)), 32 if k <= 21 else 64, H // 2
     rng = np.random.default_rng(0)
     ct = np.dtype(np.float32)
-    W = (rng.standard_normal((3 * H, I)) * 0.1).astype(ct)
-    R = (rng.standard_normal((3 * H, H)) * 0.1).astype(ct)
-    spec = make_spec(GRU, R[None], hidden_size=H)
-    weights = (GRU.prepare(spec, W, R, np.zeros(6 * H, ct), None),)
+    spec, weights = _probe(GRU, H, I, rng)
     X = rng.standard_normal((T, N, I)).astype(ct)
     x = Inputs(X, np.full(N, T, np.int64), (None,), ct, ct)
-    times: dict[bool, list[float]] = {True: [], False: []}
-    for share in (True, False):  # compiled and prepared before any timing
+
+    def call(share: bool) -> float:
+        started = time.perf_counter()
         scan(spec, weights, x, share=share, parallel=True)
-    for _ in range(7):
-        for share in (True, False):
-            started = time.perf_counter()
-            scan(spec, weights, x, share=share, parallel=True)
-            times[share].append(time.perf_counter() - started)
-    median = {k: sorted(v)[len(v) // 2] for k, v in times.items()}
+        return time.perf_counter() - started
+
+    median = _medians({share: functools.partial(call, share) for share in (True, False)}, 7)
     return {name: int(median[True] <= median[False])}
+
+
+def _probe(cell, H: int, I: int, rng: np.random.Generator) -> tuple[RecSpec, tuple[Weights]]:
+    """One float32 direction of ``cell`` (``hidden_size`` H, ``input_size`` I) with
+    random weights and zero biases, prepared: what the plan's measurements run."""
+    from .spec import make_spec
+
+    ct, G = np.dtype(np.float32), cell.n_gates
+    W = (rng.standard_normal((G * H, I)) * 0.1).astype(ct)
+    R = (rng.standard_normal((G * H, H)) * 0.1).astype(ct)
+    spec = make_spec(cell, R[None], hidden_size=H)
+    return spec, (cell.prepare(spec, W, R, np.zeros(2 * G * H, ct), None),)
+
+
+def _medians(timed: dict, rounds: int) -> dict:
+    """The median seconds of each of ``timed``'s calls (each returns its own time):
+    one untimed round first (compiled and prepared), then ``rounds`` interleaved."""
+    for call in timed.values():
+        call()
+    times: dict = {key: [] for key in timed}
+    for _ in range(rounds):
+        for key, call in timed.items():
+            times[key].append(call())
+    return {key: sorted(v)[len(v) // 2] for key, v in times.items()}
 
 
 def block_steps(spec: RecSpec, N: int, I: int, ct: np.dtype) -> int:

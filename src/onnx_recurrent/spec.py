@@ -306,6 +306,32 @@ def check_state(
     return value
 
 
+def check_lengths(sequence_lens: Any, N: int, T: int) -> np.ndarray:
+    """``sequence_lens`` checked for a batch of ``N`` sequences of ``seq_length`` T: a
+    copy as int64 (the caller's array is never touched).
+
+    Raises
+    ------
+    TypeError
+        (``RecurrentTypeError``) not integers.
+    ValueError
+        (``RecurrentError``) not of shape ``[batch_size]``, or a length outside
+        ``[0, seq_length]`` (the message names the first).
+    """
+    given = np.asarray(sequence_lens)
+    if given.dtype.kind not in "iu":
+        raise RecurrentTypeError(f"sequence_lens must be int32, got {given.dtype}")
+    _check_shape("sequence_lens", given, (N,), "[batch_size]")
+    lens = given.astype(np.int64)
+    low, high = (int(lens.min()), int(lens.max())) if N else (T, T)
+    if low < 0 or high > T:  # (uint64 past int64's range wraps to negative)
+        b = int(np.argmax((given < 0) | (given > T)))
+        raise RecurrentError(
+            f"sequence_lens must lie in [0, seq_length={T}], got sequence_lens[{b}]={given[b]}"
+        )
+    return lens
+
+
 def check_call(
     spec: RecSpec,
     X: np.ndarray,
@@ -331,22 +357,11 @@ def check_call(
             f"got shape {list(X.shape)}"
         )
 
-    ragged = False
     if sequence_lens is None:
-        lens = np.full(N, T, np.int64)
+        lens, ragged = np.full(N, T, np.int64), False
     else:
-        given = np.asarray(sequence_lens)
-        if given.dtype.kind not in "iu":
-            raise RecurrentTypeError(f"sequence_lens must be int32, got {given.dtype}")
-        _check_shape("sequence_lens", given, (N,), "[batch_size]")
-        lens = given.astype(np.int64)  # a copy: the caller's array is never touched
-        low, high = (int(lens.min()), int(lens.max())) if N else (T, T)
-        if low < 0 or high > T:  # (uint64 past int64's range wraps to negative)
-            b = int(np.argmax((given < 0) | (given > T)))
-            raise RecurrentError(
-                f"sequence_lens must lie in [0, seq_length={T}], got sequence_lens[{b}]={given[b]}"
-            )
-        ragged = low < T
+        lens = check_lengths(sequence_lens, N, T)
+        ragged = bool(N) and int(lens.min()) < T
 
     states = []
     for name, value in initial_states:
