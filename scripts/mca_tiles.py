@@ -1,15 +1,17 @@
 """Model the packed micro-kernel's inner loop with llvm-mca on other CPUs than this one.
 
-For each tile height R (rows of ``A`` per tile, ``2 R`` vector accumulators: see
-``onnx_recurrent/backends/packed.py``), compiles the tile numba emits here, takes its
-LLVM IR, emits assembly for each ``-mcpu`` with llvmlite, cuts out the loop over ``k``
-(the first backward jump after an FMA) and runs ``llvm-mca`` on it. Prints, per tile and
-CPU: cycles per step of ``k`` (one broadcast of each row of ``A`` and ``2 R`` FMAs),
-the bound of the busiest port, multiply-adds per cycle and that port's name.
+For each tile height R (rows of ``A`` per tile) and span G (panels at once; ``2 R G``
+vector accumulators: see ``onnx_recurrent/backends/packed.py``), compiles the tile numba
+emits here, takes its LLVM IR, emits assembly for each ``-mcpu`` with llvmlite, cuts out
+the loop over ``k`` (the first backward jump after an FMA) and runs ``llvm-mca`` on it.
+Prints, per tile and CPU: cycles per step of ``k`` (one broadcast of each row of ``A``
+and ``2 R G`` FMAs), the bound of the busiest port, multiply-adds per cycle and that
+port's name.
 
-    apt-get install llvm-19          # llvm-mca with znver4 (LLVM >= 16)
+    apt-get install llvm-19          # llvm-mca with znver4 and znver5 (LLVM >= 19)
     python scripts/mca_tiles.py                    # AVX-512 (zmm) tiles
     python scripts/mca_tiles.py --vector-bytes 32  # AVX2 (ymm) tiles
+    python scripts/mca_tiles.py --rows 1,2 --spans 1,2,4  # a product's one or two rows
 
 Used for docs/benchmarks.md ("The micro-kernel on two CPUs, modelled").
 """
@@ -35,9 +37,9 @@ FEATURES = {
 ITERATIONS = 200
 
 
-def tile_ir(rows: int) -> str:
-    """LLVM IR of a function holding one float32 tile of ``rows`` rows."""
-    tile = packed._tile_of(rows)
+def tile_ir(rows: int, span: int = 1) -> str:
+    """LLVM IR of a function holding one float32 tile of ``rows`` rows by ``span`` panels."""
+    tile = packed._tile_of(rows, span)
 
     @numba.njit
     def one_tile(A, lda, K, Bp, C, ldc):
@@ -84,6 +86,7 @@ def model(body: str, cpu: str, mca: str) -> dict:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rows", default="4,6,8,10,12,14", help="tile heights R")
+    p.add_argument("--spans", default="1", help="panels G a tile spans (with R <= 2: 2, 4)")
     p.add_argument("--cpus", default="znver4,sapphirerapids", help="llvm-mca -mcpu values")
     p.add_argument("--vector-bytes", type=int, choices=(32, 64), default=64)
     p.add_argument("--mca", default=shutil.which("llvm-mca-19") or shutil.which("llvm-mca"))
@@ -98,21 +101,22 @@ def main() -> int:
     llvm.initialize_native_asmprinter()
     target = llvm.Target.from_triple(llvm.get_process_triple())
     print(f"{register} tiles, float32, {lanes} lanes; llvm-mca: {args.mca}")
-    print("| R | -mcpu | cycles per k step | busiest port (cycles) | MAC/cycle |")
-    print("|---|---|---|---|---|")
-    for rows in (int(r) for r in args.rows.split(",")):
-        ir = tile_ir(rows)
+    print("| R | G | -mcpu | cycles per k step | busiest port (cycles) | MAC/cycle |")
+    print("|---|---|---|---|---|---|")
+    shapes = [(int(r), int(g)) for r in args.rows.split(",") for g in args.spans.split(",")]
+    for rows, span in shapes:
+        ir = tile_ir(rows, span)
         for cpu in args.cpus.split(","):
             machine = target.create_target_machine(
                 cpu=cpu, features=FEATURES[args.vector_bytes], opt=3
             )
             body = k_loop(machine.emit_assembly(llvm.parse_assembly(ir)), register)
-            steps = body.count("vfmadd") // (2 * rows)  # the loop may be unrolled
+            steps = body.count("vfmadd") // (2 * rows * span)  # the loop may be unrolled
             m = model(body, cpu, args.mca)
             per = m["cycles"] / steps
             print(
-                f"| {rows} | {cpu} | {per:.1f} | {m['port']} ({m['port_cycles'] / steps:.1f}) "
-                f"| {2 * rows * lanes / per:.1f} |"
+                f"| {rows} | {span} | {cpu} | {per:.1f} | {m['port']} "
+                f"({m['port_cycles'] / steps:.1f}) | {2 * rows * span * lanes / per:.1f} |"
             )
     return 0
 

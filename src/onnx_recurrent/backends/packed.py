@@ -160,41 +160,62 @@ def mm(A, lda, K1, A2, lda2, K2, n, Bp, p0, p1, k0, C, ldc, bias, add, rows, spa
     ``ldc`` elements; ``C``'s rows at least :func:`columns` long). Raw addresses: the
     caller checks its operands once (:func:`check`). Panel by panel, ``depth`` of its
     rows at a time (0: all), so that they stay in cache while every row tile reads
-    them; tiles of up to ``rows`` rows (:data:`ROWS`), or with at most two rows, of
-    ``span`` panels at once (:data:`SPANS`). Every element is the same sum in the same
+    them; tiles of up to ``rows`` rows (:data:`ROWS`); one or two rows (a product's,
+    or those past its last whole tile) in tiles of ``span`` panels at once
+    (:data:`SPANS`). Every element is the same sum in the same
     order (kept in ``C`` between blocks: no rounding) whatever the tile and depth:
     results do not depend on ``rows``, ``span`` or ``depth``."""
     K, L = Bp.shape[1], Bp.shape[2]
-    size = Bp.itemsize
     Kt = K1 + K2
     if p1 - p0 == 1 and 0 < n <= 2 and (depth <= 0 or depth >= Kt):  # one tile: a step's
         offset = (p0 * K + k0) * L  # product of a small layer, without the loops
         _tile(1, n, A, lda, K1, A2, lda2, K2, Bp, offset, C, ldc, bias, add)
         return
     rows = min(max(rows, 1), 12)
-    G = span if n <= 2 else 1
-    block = depth if 0 < depth < Kt else max(Kt, 1)
+    # One or two rows (a product's, or those past its last whole tile) span G panels:
+    # a tile of two accumulators a panel is bound by the latency of their chains. Past
+    # the whole tiles, they follow those of the same panels, which are still in cache.
+    tail = n if n <= 2 else n % rows if n % rows <= 2 else 0
+    end = n - tail
+    G = span if tail else 1
     p = p0
     while p < p1:
         g = 4 if G >= 4 and p1 - p >= 4 else 2 if G >= 2 and p1 - p >= 2 else 1
-        b0 = bias + (p - p0) * L * size if bias != 0 else 0
-        kb = 0
-        while kb == 0 or kb < Kt:  # while loops: a range of a variable step may raise
-            ke = min(Kt, kb + block)
-            k1 = max(0, min(ke, K1) - kb)  # this block's rows from A, then from A2
-            k2 = ke - kb - k1
-            s1, s2 = min(kb, K1), max(0, kb - K1)
-            offset = (p * K + k0 + kb) * L
-            start, more = (b0, add) if kb == 0 else (0, True)
-            b = 0
-            while b < n:
-                m = min(rows, n - b)
-                a, a2 = A + (b * lda + s1) * size, A2 + (b * lda2 + s2) * size
-                c = C + (b * ldc + (p - p0) * L) * size
-                _tile(g, m, a, lda, k1, a2, lda2, k2, Bp, offset, c, ldc, start, more)
-                b += rows
-            kb += block
+        for q in range(p, p + g if end > 0 else p):
+            _panels(A, lda, K1, A2, lda2, K2, 0, end, Bp, q, 1, p0, k0, C, ldc, bias, add,
+                    rows, depth)  # fmt: skip
+        if tail:
+            _panels(A, lda, K1, A2, lda2, K2, end, n, Bp, p, g, p0, k0, C, ldc, bias, add,
+                    rows, depth)  # fmt: skip
         p += g
+
+
+@jit(nogil=True, inline="always")
+def _panels(A, lda, K1, A2, lda2, K2, r0, r1, Bp, p, g, p0, k0, C, ldc, bias, add, rows, depth):
+    """Rows ``r0 .. r1-1`` of :func:`mm`'s product for the ``g`` panels from ``p``, in
+    tiles of up to ``rows`` rows (``g > 1``: at most two rows), ``depth`` panel rows at
+    a time."""
+    K, L = Bp.shape[1], Bp.shape[2]
+    size = Bp.itemsize
+    Kt = K1 + K2
+    block = depth if 0 < depth < Kt else max(Kt, 1)
+    b0 = bias + (p - p0) * L * size if bias != 0 else 0
+    kb = 0
+    while r0 < r1 and (kb == 0 or kb < Kt):  # while: a range of a variable step may raise
+        ke = min(Kt, kb + block)
+        k1 = max(0, min(ke, K1) - kb)  # this block's rows from A, then from A2
+        k2 = ke - kb - k1
+        s1, s2 = min(kb, K1), max(0, kb - K1)
+        offset = (p * K + k0 + kb) * L
+        start, more = (b0, add) if kb == 0 else (0, True)
+        b = r0
+        while b < r1:
+            m = min(rows, r1 - b)
+            a, a2 = A + (b * lda + s1) * size, A2 + (b * lda2 + s2) * size
+            c = C + (b * ldc + (p - p0) * L) * size
+            _tile(g, m, a, lda, k1, a2, lda2, k2, Bp, offset, c, ldc, start, more)
+            b += rows
+        kb += block
 
 
 @jit(nogil=True, inline="always")
