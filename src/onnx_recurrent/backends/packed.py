@@ -162,9 +162,9 @@ def mm(A, lda, K1, A2, lda2, K2, n, Bp, p0, p1, k0, C, ldc, bias, add, rows, spa
     rows at a time (0: all), so that they stay in cache while every row tile reads
     them; tiles of up to ``rows`` rows (:data:`ROWS`); one or two rows (a product's,
     or those past its last whole tile) in tiles of ``span`` panels at once
-    (:data:`SPANS`). Every element is the same sum in the same
-    order (kept in ``C`` between blocks: no rounding) whatever the tile and depth:
-    results do not depend on ``rows``, ``span`` or ``depth``."""
+    (:data:`SPANS`). Every element is the same sum in the same order (kept in ``C``
+    between blocks: no rounding) whatever the tile and depth: results do not depend
+    on ``rows``, ``span`` or ``depth``."""
     K, L = Bp.shape[1], Bp.shape[2]
     Kt = K1 + K2
     if p1 - p0 == 1 and 0 < n <= 2 and (depth <= 0 or depth >= Kt):  # one tile: a step's
@@ -178,44 +178,33 @@ def mm(A, lda, K1, A2, lda2, K2, n, Bp, p0, p1, k0, C, ldc, bias, add, rows, spa
     tail = n if n <= 2 else n % rows if n % rows <= 2 else 0
     end = n - tail
     G = span if tail else 1
+    size = Bp.itemsize
+    block = depth if 0 < depth < Kt else max(Kt, 1)
     p = p0
     while p < p1:
         g = 4 if G >= 4 and p1 - p >= 4 else 2 if G >= 2 and p1 - p >= 2 else 1
-        for q in range(p, p + g if end > 0 else p):
-            _panels(A, lda, K1, A2, lda2, K2, 0, end, Bp, q, 1, p0, k0, C, ldc, bias, add,
-                    rows, depth)  # fmt: skip
-        if tail:
-            _panels(A, lda, K1, A2, lda2, K2, end, n, Bp, p, g, p0, k0, C, ldc, bias, add,
-                    rows, depth)  # fmt: skip
+        # pass j < g: the whole tiles of panel p + j; pass g: the tail over all g
+        # (one loop, so that the tiles are inlined once: compile time)
+        for j in range(0 if end > 0 else g, g + 1 if tail else g):
+            q, r0, r1, gq = (p + j, 0, end, 1) if j < g else (p, end, n, g)
+            b0 = bias + (q - p0) * L * size if bias != 0 else 0
+            kb = 0
+            while kb == 0 or kb < Kt:  # while loops: a range of a variable step may raise
+                ke = min(Kt, kb + block)
+                k1 = max(0, min(ke, K1) - kb)  # this block's rows from A, then from A2
+                k2 = ke - kb - k1
+                s1, s2 = min(kb, K1), max(0, kb - K1)
+                offset = (q * K + k0 + kb) * L
+                start, more = (b0, add) if kb == 0 else (0, True)
+                b = r0
+                while b < r1:
+                    m = min(rows, r1 - b)
+                    a, a2 = A + (b * lda + s1) * size, A2 + (b * lda2 + s2) * size
+                    c = C + (b * ldc + (q - p0) * L) * size
+                    _tile(gq, m, a, lda, k1, a2, lda2, k2, Bp, offset, c, ldc, start, more)
+                    b += rows
+                kb += block
         p += g
-
-
-@jit(nogil=True, inline="always")
-def _panels(A, lda, K1, A2, lda2, K2, r0, r1, Bp, p, g, p0, k0, C, ldc, bias, add, rows, depth):
-    """Rows ``r0 .. r1-1`` of :func:`mm`'s product for the ``g`` panels from ``p``, in
-    tiles of up to ``rows`` rows (``g > 1``: at most two rows), ``depth`` panel rows at
-    a time."""
-    K, L = Bp.shape[1], Bp.shape[2]
-    size = Bp.itemsize
-    Kt = K1 + K2
-    block = depth if 0 < depth < Kt else max(Kt, 1)
-    b0 = bias + (p - p0) * L * size if bias != 0 else 0
-    kb = 0
-    while r0 < r1 and (kb == 0 or kb < Kt):  # while: a range of a variable step may raise
-        ke = min(Kt, kb + block)
-        k1 = max(0, min(ke, K1) - kb)  # this block's rows from A, then from A2
-        k2 = ke - kb - k1
-        s1, s2 = min(kb, K1), max(0, kb - K1)
-        offset = (p * K + k0 + kb) * L
-        start, more = (b0, add) if kb == 0 else (0, True)
-        b = r0
-        while b < r1:
-            m = min(rows, r1 - b)
-            a, a2 = A + (b * lda + s1) * size, A2 + (b * lda2 + s2) * size
-            c = C + (b * ldc + (p - p0) * L) * size
-            _tile(g, m, a, lda, k1, a2, lda2, k2, Bp, offset, c, ldc, start, more)
-            b += rows
-        kb += block
 
 
 @jit(nogil=True, inline="always")
