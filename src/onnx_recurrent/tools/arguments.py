@@ -235,13 +235,13 @@ def note_first_use(layers: bool = True) -> None:
         return
     if where is None:
         print(
-            "onnx-recurrent: compiling the kernels and planning them for this CPU (30-60 s "
-            "on 2 cores; they cannot be cached here, so every run compiles them again)",
+            "onnx-recurrent: compiling the kernels and planning them for this CPU (1-2 "
+            "minutes on 2 cores; they cannot be cached here, so every run compiles them again)",
             file=sys.stderr,
         )
     else:
         print(
             f"onnx-recurrent: compiling the kernels and planning them for this CPU on first "
-            f"use (30-60 s on 2 cores, once; cached in {where})",
+            f"use (1-2 minutes on 2 cores, once; cached in {where})",
             file=sys.stderr,
         )
