@@ -315,6 +315,67 @@ def test_two_threads_share_hidden_units(monkeypatch, direction, op, flag, H):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("direction", ["forward", "reverse"])
+@pytest.mark.parametrize(("op", "flag"), [("GRU", 0), ("GRU", 1), ("LSTM", 0), ("LSTM", 1),
+                                          ("RNN", 0)])  # fmt: skip
+def test_ragged_rows_share_hidden_units_in_compiled_units(monkeypatch, direction, op, flag):
+    """One ragged direction on two threads that share its hidden units: each thread a
+    compiled unit of every row (gathers, zeros past the lengths, copies into Y and the
+    final states shared out by rows); rows that end in an earlier block of steps than
+    the longest (their state then stays in whichever of the two alternating buffers
+    held it), lengths 0 and T, initial states: bit for bit one thread's outputs."""
+    from onnx_recurrent import scan
+    from onnx_recurrent.backends import node
+
+    H, N, I = 16, 7, 3
+    G = {"GRU": 3, "LSTM": 4, "RNN": 1}[op]
+    T = node.block_steps.py_func(G, N, I, H, 4) * 5 // 2  # three blocks
+    feeds = random_inputs(op, T=T, N=N, I=I, H=H, D=1, seed=7)
+    lengths = np.random.default_rng(7).integers(0, T + 1, N)
+    lengths[:2] = 0, T
+    feeds["sequence_lens"] = lengths.astype(np.int32)
+    kwargs = {"direction": direction}
+    if op == "GRU":
+        kwargs["linear_before_reset"] = flag
+    if op == "LSTM":
+        kwargs["input_forget"] = flag
+    monkeypatch.setenv("ONNX_RECURRENT_NUM_THREADS", "1")
+    alone = FUNCTIONS[op](**feeds, **kwargs)
+    monkeypatch.setattr(scan, "PARALLEL_MACS", 0)
+    monkeypatch.setattr(scan, "MIN_SHARE", 2)
+    monkeypatch.setenv("ONNX_RECURRENT_NUM_THREADS", "2")
+    spec, x = _spec_and_inputs(op, feeds, 0, direction)
+    assert scan._units(spec, x, 2)[2] == 2
+    parties = []
+    run_unit = numba_backend.NumbaBackend.run_unit
+
+    def party(self, *args, **kwargs):
+        parties.append(kwargs.get("shared", args[-1] if len(args) > 9 else None).first)
+        return run_unit(self, *args, **kwargs)
+
+    monkeypatch.setattr(numba_backend.NumbaBackend, "run_unit", party)
+    shared = FUNCTIONS[op](**feeds, **kwargs)
+    assert sorted(parties) == [0, 1]
+    for a, b in zip(alone, shared, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_each_party_claims_its_own_share_first():
+    """Party ``i`` claims share ``i`` of a phase first (its core keeps that share's
+    weights), then any left; a phase's claims are over once every share is claimed,
+    and a late party's claim in a phase that is over fails."""
+    from onnx_recurrent.backends.sync import Sync, claim
+
+    meeting = Sync.make(3)
+    sync = meeting.sync
+    assert [claim(sync, 0, 3, 2), claim(sync, 0, 3, 1)] == [2, 1]
+    assert [claim(sync, 0, 3, 2), claim(sync, 0, 3, 0)] == [0, -1]  # 0 taken by party 2
+    assert [claim(sync, 1, 3, 1), claim(sync, 1, 3, 1), claim(sync, 1, 3, 1)] == [1, 2, 0]
+    assert claim(sync, 0, 3, 0) == -1  # phase 0 is over for a late party
+    meeting.abort()
+    assert claim(sync, 2, 3, 0) == -1
+
+
 def _spec_and_inputs(op, feeds, layout, direction="bidirectional"):
     from onnx_recurrent import cells
     from onnx_recurrent.spec import check_call, check_X, make_spec
@@ -514,13 +575,16 @@ def test_blas_on_one_thread_while_our_threads_split_the_work(monkeypatch):
     assert seen and max(seen) == 1
 
 
+@pytest.mark.parametrize("lengths", ["full", "ragged"])
 @pytest.mark.parametrize("helpers", ["never", "late"])
 @pytest.mark.parametrize("op", FUNCTIONS)
-def test_a_descheduled_helper_leaves_its_share_to_the_caller(monkeypatch, helpers, op):
-    """Threads that share the hidden units claim the shares step by step: a helper that
-    never runs (descheduled for the whole call) or that starts only when the caller is
-    done costs nothing, and the result is the one-thread result. A barrier that waits
-    for every party hangs here (run in a thread with a timeout)."""
+def test_a_descheduled_helper_leaves_its_share_to_the_caller(monkeypatch, helpers, op, lengths):
+    """Threads that share the hidden units claim the shares step by step (ragged: in
+    compiled units, which also share out the rows' initial states, zeros, copies into
+    Y and final states): a helper that never runs (descheduled for the whole call) or
+    that starts only when the caller is done costs nothing, and the result is the
+    one-thread result. A barrier that waits for every party hangs here (run in a
+    thread with a timeout)."""
     import threading
 
     from onnx_recurrent import scan, threads
@@ -528,7 +592,7 @@ def test_a_descheduled_helper_leaves_its_share_to_the_caller(monkeypatch, helper
     monkeypatch.setattr(scan, "PARALLEL_MACS", 0)
     monkeypatch.setattr(scan, "MIN_SHARE", 2)
     feeds = random_inputs(op, T=9, N=3, I=4, H=8, seed=2)
-    feeds["sequence_lens"] = np.full(3, 9, np.int32)
+    feeds["sequence_lens"] = np.array([9, 9, 9] if lengths == "full" else [4, 9, 0], np.int32)
     monkeypatch.setenv("ONNX_RECURRENT_NUM_THREADS", "1")
     alone = FUNCTIONS[op](**feeds)
     monkeypatch.setenv("ONNX_RECURRENT_NUM_THREADS", "3")

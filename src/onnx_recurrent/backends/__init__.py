@@ -42,18 +42,20 @@ class Backend(Protocol):
     - ``prepare(spec, w, acts, dtype, shares=1)``: make (and compile) now, on the
       calling thread, everything a call of one direction will run (the numba backend:
       the direction's :class:`.plans.Plan`, its entries);
-    - ``shares(spec, rows, dtype, shares)``: buffers for ``shares`` threads that share
-      one direction's hidden units, passed back as ``run_block``'s ``shared`` (None
-      or absent: the skeleton splits rows instead);
+    - ``shares(spec, rows, dtype, shares, input_size=None)``: buffers for ``shares``
+      threads that share one direction's hidden units, whose ``party(i)`` each thread
+      ``i`` passes back as ``run_block``'s ``shared`` (with ``input_size``: as
+      ``run_unit``'s, for units of gathered rows; None or absent: the skeleton splits
+      rows instead);
     - ``small_call(spec, directions, dtype)``: a callable ``call(X, h0, c0,
       output_sequence, lens=None) -> (Y or None, Y_h[, Y_c])`` running a whole call
       as one compiled call (``lens``: checked int64 lengths, None: full length;
       :meth:`onnx_recurrent.Layer.prepare` makes it once);
-    - ``run_unit(spec, w, acts, d, rows, x, Y_tm, finals_tm, abort) -> bool``:
-      direction ``d`` of the batch ``rows`` of a call computed in its own dtype, its
-      gathers and scatters included, as one call without Python between its blocks,
-      reading the int64 word ``abort`` between them (False: stopped); the skeleton
-      uses it for units of gathered rows.
+    - ``run_unit(spec, w, acts, d, rows, x, Y_tm, finals_tm, abort, shared=None) ->
+      bool``: direction ``d`` of the batch ``rows`` of a call computed in its own
+      dtype, its gathers and scatters included, as one call without Python between
+      its blocks, reading the int64 word ``abort`` between them (False: stopped); the
+      skeleton uses it for units of gathered rows (``shared``: a party, as above).
     """
 
     name: str

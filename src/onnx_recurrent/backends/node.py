@@ -23,9 +23,12 @@ from numba.core import types
 from ..scan import BLOCK_BYTES, BLOCK_MACS, MIN_BLOCK  # the skeleton's block, in compiled code
 from .jit_cache import jit, prepare
 from .numba_backend import PROJECT_BELOW, _block, block_scratch, load_plan
-from .views import INTS, allocate, copy, part, release, unowned, zero
+from .sync import ABORTED as ABORTED_AT
+from .sync import atomic_load, claim, cycles, finish, wait
+from .views import INTS, allocate, copy, part, release, unowned, view, zero
 
 _jit = jit(fastmath={"contract", "nsz"}, nogil=True, error_model="numpy")
+_inline = jit(fastmath={"contract", "nsz"}, nogil=True, error_model="numpy", inline="always")
 
 
 @_jit
@@ -65,28 +68,43 @@ TWO_DIRECTIONS, REVERSE, LAYOUT, WRITE_Y, HAS_H0, HAS_C0, LSTM, HAS_LENS = (
 
 
 @_jit
-def run_node(address0, address1, flags, X, lens, h0, c0, Y, Yh, Yc, rows, sync, calls, abort):
-    """One call of a recurrent node on checked arrays: :data:`DONE`, :data:`ABORTED`
-    (``abort[0]`` was set) or :data:`FAILED` (no memory, or arrays that disagree with
-    the plans; nothing meaningful written). Never raises; its memory from ``malloc``.
+def shared_sizes(N, H, shares, lstm, split, steps, write_Y):
+    """Elements of each of the buffers that the ``shares`` parties of a unit of ``N``
+    rows share (:func:`run_unit`): ``h``, its spare, ``c``, ``gz``, ``rh`` and the
+    ``steps`` of a block's ``Y``. Plain integer arithmetic: the skeleton sizes the
+    buffer with the same function (its ``py_func``)."""
+    most = (H + shares - 1) // shares
+    nc, ns, ny = N if lstm else 0, N if split else 0, N if write_Y else 0
+    return (N * H, N * H, nc * H, shares * ns * 3 * most, ns * H, steps * ny * H)
 
-    The kernel's whole contract:
 
-    - ``address0``, ``address1``: the directions' prepared records (:class:`.plans.Plan`:
-      packed weights, activations, tiles), kept alive by the caller; one direction:
-      the same address twice;
-    - ``flags``: the bits above;
-    - ``X``: ``[T, N, I]`` (``[N, T, I]`` with ``LAYOUT``); ``lens``: ``[N]`` int32,
-      read with ``HAS_LENS``; ``h0``, ``c0``: the initial states, read with
-      ``HAS_H0`` / ``HAS_C0``;
-    - ``Y``: ``[T, D, N, H]`` (``[N, T, D, H]``), written with ``WRITE_Y``; ``Yh``,
-      ``Yc``: ``[D, N, H]`` (``[N, D, H]``), the final states (``Yc``: LSTM only, else
-      any array);
-    - ``rows``: the batch rows to run (int64; the others are neither read nor
-      written), or none (size 0): every row;
-    - ``sync``, ``calls``: a one-share meeting (:data:`.numba_backend._ALONE`);
-      ``abort``: one word, read between blocks.
-    """
+@_inline
+def _next(sync, calls, phase, shares, first, done):
+    """In a phase of ``shares`` shares: mark share ``done`` done (unless -1), then the
+    next one this party claims (:func:`.sync.claim`), -1 when none is left; one
+    share: share 0, then -1."""
+    if shares == 1:
+        return 0 if done < 0 else -1
+    if done >= 0:
+        finish(sync, phase, shares, calls, cycles())
+    return claim(sync, phase, shares, first)
+
+
+@_inline
+def _met(sync, calls, phase, shares):
+    """Wait until every share of ``phase`` is done; False if the meeting was aborted."""
+    return shares == 1 or wait(sync, phase, shares, calls)
+
+
+@_inline
+def _run(address0, address1, flags, X, lens, h0, c0, Y, Yh, Yc, rows, sync, calls, abort,
+         first, common):  # fmt: skip
+    """:func:`run_node`, also as one of the parties that share a direction's hidden
+    units (the plan's shares, more than one): ``first``, the share it claims first;
+    ``common``, the buffers the parties share (:func:`shared_sizes`). The parties
+    also share out, by rows, the initial states, the zeros past each row's length,
+    each block's copy into ``Y`` and the final states: every piece is claimed by
+    whoever comes first, so the caller alone can finish (:mod:`.sync`)."""
     D = 2 if flags & TWO_DIRECTIONS else 1
     reverse, layout = (flags & REVERSE) != 0, (flags & LAYOUT) != 0
     write_Y, has_lens = (flags & WRITE_Y) != 0, (flags & HAS_LENS) != 0
@@ -113,8 +131,10 @@ def run_node(address0, address1, flags, X, lens, h0, c0, Y, Yh, Yc, rows, sync, 
     lstm = plan0.kind == 2
     gates = 1 if plan0.kind == 0 else 3 if plan0.kind == 1 else 4
     split = plan0.split  # GRU's reset gate before the product: both directions alike
+    S = plan0.bounds.shape[0] - 1  # parties sharing the hidden units (one direction)
+    phases = 2 if split else 1
     block = block_steps(gates, N, I, H, Yh.itemsize)
-    project = N < PROJECT_BELOW
+    project = N < PROJECT_BELOW and S == 1
     # one allocation each for the integers and the floats of the call (views below)
     ints = allocate(3 * N + max(T, 1) + T + 1, INTS)
     if ints.shape[0] == 0:
@@ -138,51 +158,61 @@ def run_node(address0, address1, flags, X, lens, h0, c0, Y, Yh, Yc, rows, sync, 
     for i in range(N):
         for k in range(L[i]):
             active[k] += 1
-    if write_Y:  # the steps past a row's length: zeros
-        for i in range(N):
-            b = order[i]
-            for t in range(L[i], T):
-                for d in range(D):
-                    zero(Y[b, t, d] if layout else Y[t, d, b])
-    nc = N if lstm else 0
-    ns = N if split else 0
-    ny = N if write_Y else 0
     span = min(block, max(steps, 1))  # steps of the longest block
     work = max(block_scratch(plan0, span, N, project), block_scratch(plan1, span, N, project))
-    sizes = (N * H, nc * H, ns * 3 * H, ns * H, span * N * I, span * ny * H, work)
-    total = sizes[0] + sizes[1] + sizes[2] + sizes[3] + sizes[4] + sizes[5] + sizes[6]
-    floats = allocate(total, Yh)
-    if floats.shape[0] == 0:
+    sizes = shared_sizes(N, H, S, lstm, split, span, write_Y)
+    own = sizes[0] + sizes[2] + sizes[3] + sizes[4] + sizes[5] if S == 1 else 0
+    floats = allocate(own + span * N * I + work, Yh)
+    needed = sizes[0] + sizes[1] + sizes[2] + sizes[3] + sizes[4] + sizes[5]
+    if floats.shape[0] == 0 or (S > 1 and (D > 1 or common.shape[0] < needed)):
         release(ints)
+        release(floats)
         return FAILED
+    pool = floats if S == 1 else common
     o = 0
-    h = part(floats, o, (N, H))
+    h = part(pool, o, (N, H))
     o += sizes[0]
-    c = part(floats, o, (nc, H))
-    o += sizes[1]
-    gz = part(floats, o, (1, ns, 3 * H))
+    spare = h
+    if S > 1:
+        spare = part(pool, o, (N, H))
+        o += sizes[1]
+    c = part(pool, o, (N if lstm else 0, H))
     o += sizes[2]
-    rh = part(floats, o, (ns, H))
+    gz = part(pool, o, (S, N if split else 0, 3 * ((H + S - 1) // S)))
     o += sizes[3]
-    xs = o
+    rh = part(pool, o, (N if split else 0, H))
     o += sizes[4]
-    ys = o
-    o += sizes[5]
-    scratch = part(floats, o, (sizes[6],))
+    Yb_at = o
+    o = own
+    xs = o
+    scratch = part(floats, o + span * N * I, (work,))
     result = DONE
+    phase = 0
     for d in range(D):
         plan = plan0 if d == 0 else plan1
         back = reverse or d == 1
-        h[...] = 0
-        c[...] = 0
-        for i in range(N):
-            b = order[i]
-            if has_h0:
-                copy(h0[b, d] if layout else h0[d, b], h[i])
-            if lstm and has_c0:
-                copy(c0[b, d] if layout else c0[d, b], c[i])
+        # rows' initial states, and the zeros past each row's length
+        s = _next(sync, calls, phase, S, first, -1)
+        while s >= 0:
+            for i in range(s * N // S, (s + 1) * N // S):
+                b = order[i]
+                zero(h[i])
+                if lstm:
+                    zero(c[i])
+                if has_h0:
+                    copy(h0[b, d] if layout else h0[d, b], h[i])
+                if lstm and has_c0:
+                    copy(c0[b, d] if layout else c0[d, b], c[i])
+                if write_Y:
+                    for t in range(L[i], T):
+                        zero(Y[b, t, d] if layout else Y[t, d, b])
+            s = _next(sync, calls, phase, S, first, s)
+        if not _met(sync, calls, phase, S):
+            result = ABORTED
+            break
+        phase += 1
         for k0 in range(0, steps, block):
-            if abort[0] != 0:
+            if abort[0] != 0 or (S > 1 and atomic_load(sync, ABORTED_AT) != 0):
                 result = ABORTED
                 break
             k1 = min(steps, k0 + block)
@@ -193,34 +223,76 @@ def run_node(address0, address1, flags, X, lens, h0, c0, Y, Yh, Yc, rows, sync, 
                     b = order[i]
                     t = L[i] - 1 - k if back else k
                     copy(X[b, t] if layout else X[t, b], xb[k - k0, i])
-            Yb = part(floats, ys, (k1 - k0, n0 if write_Y else 0, H))
-            if not _block(plan, sync, calls, xb, h, h, c if lstm else h, gz, rh, active[k0:k1],
-                          Yb, write_Y, k0, project, scratch):  # fmt: skip
+            Yb = part(pool, Yb_at, (k1 - k0, n0 if write_Y else 0, H))
+            if not _block(plan, sync, calls, first, phase, xb, h, spare, c if lstm else h, gz,
+                          rh, active[k0:k1], Yb, write_Y, k0, project, scratch):  # fmt: skip
                 result = FAILED
                 break
-            if write_Y:
-                for k in range(k0, k1):
-                    for i in range(active[k]):
-                        b = order[i]
-                        t = L[i] - 1 - k if back else k
-                        copy(Yb[k - k0, i], Y[b, t, d] if layout else Y[t, d, b])
+            phase += (k1 - k0) * phases
+            if write_Y:  # the block's states into Y, by rows
+                s = _next(sync, calls, phase, S, first, -1)
+                while s >= 0:
+                    for k in range(k0, k1):
+                        for i in range(s * active[k] // S, (s + 1) * active[k] // S):
+                            b = order[i]
+                            t = L[i] - 1 - k if back else k
+                            copy(Yb[k - k0, i], Y[b, t, d] if layout else Y[t, d, b])
+                    s = _next(sync, calls, phase, S, first, s)
+                if not _met(sync, calls, phase, S):
+                    result = ABORTED
+                    break
+                phase += 1
         if result != DONE:
             break
-        for i in range(N):
-            b = order[i]
-            hd = Yh[b, d] if layout else Yh[d, b]
-            cd = Yc[b, d] if layout else Yc[d, b]
-            if L[i] > 0:
-                copy(h[i], hd)
-                if lstm:
-                    copy(c[i], cd)
-            else:  # zeros, not the initial state
-                zero(hd)
-                if lstm:
-                    zero(cd)
+        s = _next(sync, calls, phase, S, first, -1)
+        while s >= 0:
+            for i in range(s * N // S, (s + 1) * N // S):
+                b = order[i]
+                hd = Yh[b, d] if layout else Yh[d, b]
+                cd = Yc[b, d] if layout else Yc[d, b]
+                if L[i] > 0:
+                    # h and spare alternate (several shares); a row keeps its state
+                    # to the end of the block it finished in, then is left alone
+                    end = min(steps, ((L[i] - 1) // block + 1) * block)
+                    copy(spare[i] if end % 2 == 1 else h[i], hd)
+                    if lstm:
+                        copy(c[i], cd)
+                else:  # zeros, not the initial state
+                    zero(hd)
+                    if lstm:
+                        zero(cd)
+            s = _next(sync, calls, phase, S, first, s)
+        phase += 1
     release(ints)
     release(floats)
     return result
+
+
+@_jit
+def run_node(address0, address1, flags, X, lens, h0, c0, Y, Yh, Yc, rows, sync, calls, abort):
+    """One call of a recurrent node on checked arrays: :data:`DONE`, :data:`ABORTED`
+    (``abort[0]`` was set) or :data:`FAILED` (no memory, or arrays that disagree with
+    the plans; nothing meaningful written). Never raises; its memory from ``malloc``.
+
+    The kernel's whole contract:
+
+    - ``address0``, ``address1``: the directions' prepared records (:class:`.plans.Plan`:
+      packed weights, activations, tiles) of one share, kept alive by the caller; one
+      direction: the same address twice;
+    - ``flags``: the bits above;
+    - ``X``: ``[T, N, I]`` (``[N, T, I]`` with ``LAYOUT``); ``lens``: ``[N]`` int32,
+      read with ``HAS_LENS``; ``h0``, ``c0``: the initial states, read with
+      ``HAS_H0`` / ``HAS_C0``;
+    - ``Y``: ``[T, D, N, H]`` (``[N, T, D, H]``), written with ``WRITE_Y``; ``Yh``,
+      ``Yc``: ``[D, N, H]`` (``[N, D, H]``), the final states (``Yc``: LSTM only, else
+      any array);
+    - ``rows``: the batch rows to run (int64; the others are neither read nor
+      written), or none (size 0): every row;
+    - ``sync``, ``calls``: a one-share meeting (:data:`.numba_backend._ALONE`);
+      ``abort``: one word, read between blocks.
+    """
+    return _run(address0, address1, flags, X, lens, h0, c0, Y, Yh, Yc, rows, sync, calls,
+                abort, 0, view(0, (0,), Yh))  # fmt: skip
 
 
 @_jit
@@ -281,12 +353,15 @@ def prepare_layer(dt: np.dtype) -> None:
 
 
 @_jit
-def run_unit(address, flags, X, lens, rows, h0, c0, Y, Yh, Yc, sync, calls, abort):
+def run_unit(address, flags, X, lens, rows, h0, c0, Y, Yh, Yc, sync, calls, abort, first,
+             common):  # fmt: skip
     """:func:`run_node` on one direction (the plan at ``address``) of the batch
     ``rows``, as a layer's call runs its units from Python
-    (:meth:`.numba_backend.NumbaBackend.run_unit`); its own entry, so that
-    :func:`run_node` stays free to compile for its other callers."""
-    return run_node(address, address, flags, X, lens, h0, c0, Y, Yh, Yc, rows, sync, calls, abort)
+    (:meth:`.numba_backend.NumbaBackend.run_unit`); with a plan of several shares,
+    as party ``first`` of the threads that share its hidden units, ``sync`` their
+    meeting and ``common`` their buffers (:func:`shared_sizes` elements)."""
+    return _run(address, address, flags, X, lens, h0, c0, Y, Yh, Yc, rows, sync, calls, abort,
+                first, common)  # fmt: skip
 
 
 def prepare_unit(dt: np.dtype) -> None:
@@ -298,4 +373,4 @@ def prepare_unit(dt: np.dtype) -> None:
     ints = types.Array(types.int64, 1, "C")
     Y = types.Array(e, 4, "A")
     prepare(run_unit, (types.int64, types.int64, given, ints, ints, given, given, Y, out, out,
-                       ints, ints, ints))  # fmt: skip
+                       ints, ints, ints, types.int64, types.Array(e, 1, "C")))  # fmt: skip

@@ -15,7 +15,7 @@ import functools
 import math
 from collections import namedtuple
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import ClassVar
 
 import numba
@@ -347,17 +347,18 @@ def block_scratch(plan, steps, rows, project):
 
 
 @_inline
-def _block(plan, sync, calls, xb, h, spare, c, gz, rh, active, Y, write_Y, step0, project,
-           scratch):  # fmt: skip
+def _block(plan, sync, calls, first, phase0, xb, h, spare, c, gz, rh, active, Y, write_Y,
+           step0, project, scratch):  # fmt: skip
     """Steps ``step0 ..`` of one direction (``xb``: their inputs), with the weights
     and activations of ``plan`` (:func:`load_plan`); False if the arrays disagree
     with it (nothing computed). Each step (GRU with the reset gate before the
     product: two phases) is cut into the plan's shares of hidden units; this thread
-    computes the shares it claims (:mod:`.sync`; one share: all of it, no waiting),
-    then waits for the others'. A share is the gates' inputs ``[Xt, Ht-1] [W^T; R^T]
-    + b`` of its units as one product, then the cell's update row by row; or, if
-    ``project`` (one share, few rows: a product of one row is bound by reading
-    ``B``), ``Xt W^T + b`` for the whole block first. With several shares ``h`` and
+    computes the shares it claims (:mod:`.sync`; share ``first`` first; the
+    meeting's phases from ``phase0``; one share: all of it, no waiting), then waits
+    for the others'. A share is the gates' inputs
+    ``[Xt, Ht-1] [W^T; R^T] + b`` of its units as one product, then the cell's update
+    row by row; or, if ``project`` (one share, few rows: a product of one row is bound
+    by reading ``B``), ``Xt W^T + b`` for the whole block first. With several shares ``h`` and
     ``spare`` alternate as ``Ht-1`` and ``Ht`` by the step's parity (the caller
     settles which holds the end); with one, ``h`` is updated in place. ``gz``: each
     share's row scratch (kept between GRU's two phases), ``rh``: ``r . Ht-1``;
@@ -390,8 +391,8 @@ def _block(plan, sync, calls, xb, h, spare, c, gz, rh, active, Y, write_Y, step0
         old, new = (h, h) if S == 1 else (h, spare) if kg % 2 == 0 else (spare, h)
         at = k if project else 0
         for sub in range(phases):
-            phase = kg * phases + sub
-            s = 0 if S == 1 else claim(sync, phase, S)
+            phase = phase0 + k * phases + sub
+            s = 0 if S == 1 else claim(sync, phase, S, first)
             while s >= 0:
                 started = cycles() if S > 1 else 0
                 _share(plan, s, sub, xb, k, active[k], old, new, c, gz, rh, pre_b[at],
@@ -399,15 +400,15 @@ def _block(plan, sync, calls, xb, h, spare, c, gz, rh, active, Y, write_Y, step0
                 if S == 1:
                     break
                 finish(sync, phase, S, calls, started)
-                s = claim(sync, phase, S)
+                s = claim(sync, phase, S, first)
             if S > 1 and not wait(sync, phase, S, calls):
                 return True  # aborted
     return True
 
 
 @_jit
-def _part_block(address, sync, calls, xb, h, spare, c, gz, rh, active, Y, write_Y, step0,
-                project):  # fmt: skip
+def _part_block(address, sync, calls, first, xb, h, spare, c, gz, rh, active, Y, write_Y,
+                step0, project):  # fmt: skip
     """:func:`_block` on the plan at ``address`` (a :class:`.plans.Plan`'s, which the
     caller keeps), called from Python: its scratch made here.
 
@@ -425,8 +426,9 @@ def _part_block(address, sync, calls, xb, h, spare, c, gz, rh, active, Y, write_
     c, gz, rh, active, Y = unowned(c), unowned(gz), unowned(rh), unowned(active), unowned(Y)
     plan = load_plan(address, h)
     own = np.empty(block_scratch(plan, xb.shape[0], xb.shape[1], project), h.dtype)
-    ok = _block(plan, sync, calls, xb, h, spare, c, gz, rh, active, Y, write_Y, step0, project,
-                unowned(own))  # fmt: skip
+    phase0 = step0 * (2 if plan.split else 1)
+    ok = _block(plan, sync, calls, first, phase0, xb, h, spare, c, gz, rh, active, Y, write_Y,
+                step0, project, unowned(own))  # fmt: skip
     keep(own)
     if not ok:
         raise ValueError("step loop: states and weights disagree")
@@ -541,7 +543,7 @@ def _entries(dt: np.dtype) -> tuple:
         return types.Array(element, ndim, layout, readonly=readonly)
 
     ints, flag = types.Array(types.int64, 1, "C"), types.boolean
-    head = (types.int64, ints, ints)
+    head = (types.int64, ints, ints, types.int64)
     block = (*head, array(3, "A", True), array(2), array(2), array(2), array(3), array(2), ints,
              array(3, "A"), flag, types.int64, flag)  # fmt: skip
     return ((_part_block, block),)
@@ -556,6 +558,13 @@ class Shares:
     spare: np.ndarray  # [rows, hidden]: Ht on every other step
     gz: np.ndarray  # [shares, rows, 3 * share]: rows' scratch, kept between phases
     rh: np.ndarray  # [rows, hidden]: r . Ht-1 (GRU, linear_before_reset = 0)
+    common: np.ndarray  # what the parties' compiled units share (:func:`.node.shared_sizes`)
+    first: int = 0  # the share this party claims first (:meth:`party`)
+
+    def party(self, i: int) -> Shares:
+        """What party ``i`` of the threads passes: the same buffers and meeting, its
+        own share first (its core keeps that share's weights, step after step)."""
+        return replace(self, first=i % self.shares)
 
     @property
     def shares(self) -> int:
@@ -583,7 +592,7 @@ _ALONE = Sync.make(1)  # one share: never claimed nor waited for
 def _alone(dt: np.dtype) -> Shares:
     """One thread's call without buffers to share (nothing in it is written)."""
     empty = np.empty((0, 0), dt)
-    return Shares(_ALONE, empty, np.empty((1, 0, 0), dt), empty)
+    return Shares(_ALONE, empty, np.empty((1, 0, 0), dt), empty, _no_common(dt))
 
 
 class NumbaBackend:
@@ -611,18 +620,29 @@ class NumbaBackend:
             prepare_unit(dt)
             self._prepared.add(dt)
 
-    def shares(self, spec, rows, dtype, shares) -> Shares:
+    def shares(self, spec, rows, dtype, shares, input_size=None) -> Shares:
         """Buffers for ``shares`` shares of the hidden units of ``rows`` rows
-        (:meth:`run_block` with ``shared``)."""
+        (:meth:`run_block` with ``shared``); with ``input_size``, for compiled units
+        of those rows instead (:meth:`run_unit` with ``shared``)."""
         H = spec.hidden_size
         split = spec.cell.name == "GRU" and not spec.linear_before_reset
+        if input_size is not None and shares > 1:
+            from .node import block_steps, shared_sizes
+
+            G, lstm = spec.cell.n_gates, bool(spec.cell.n_peepholes)
+            block = block_steps.py_func(G, rows, input_size, H, np.dtype(dtype).itemsize)
+            size = sum(shared_sizes.py_func(rows, H, shares, lstm, split, block, True))
+            none = _alone(dtype)
+            common = np.empty(size, dtype)
+            return Shares(Sync.make(shares), none.spare, none.gz, none.rh, common)
         if shares == 1 and not split:
             return _alone(dtype)
         most = -(-H // shares)
         spare = np.empty((rows if shares > 1 else 0, H), dtype)
         gz = np.empty((shares, rows if split else 0, 3 * most), dtype)
         rh = np.empty((rows if split else 0, H), dtype)
-        return Shares(_ALONE if shares == 1 else Sync.make(shares), spare, gz, rh)
+        meeting = _ALONE if shares == 1 else Sync.make(shares)
+        return Shares(meeting, spare, gz, rh, _no_common(dtype))
 
     def small_call(self, spec, directions, dtype) -> Callable:
         """A layer's small calls on this thread, in the layer's dtype (float32 or
@@ -669,17 +689,19 @@ class NumbaBackend:
 
         return call
 
-    def run_unit(self, spec, w, acts, d, rows, x, Y_tm, finals_tm, abort) -> bool:
+    def run_unit(self, spec, w, acts, d, rows, x, Y_tm, finals_tm, abort, shared=None) -> bool:
         """Direction ``d`` (weights ``w``, activations ``acts``) of the batch ``rows``
         of the call ``x`` (computed in its own dtype), as one compiled call without
         the GIL (:func:`.node.run_unit`): each row's steps into ``Y_tm[:, d]`` (unless
         None; zeros past its length) and its final states into ``finals_tm[i][d]``, all
         time-major. ``abort``: a word read between blocks; False if it stopped the
-        unit (the outputs are then incomplete)."""
+        unit (the outputs are then incomplete). ``shared``: this thread's party of
+        those that share the unit's hidden units (:meth:`shares` with ``block``)."""
         from . import node
 
         dt = x.compute_dtype
-        plan = plans.get(spec, w, acts, dt, 1)
+        shared = _alone(dt) if shared is None else shared
+        plan = plans.get(spec, w, acts, dt, shared.shares)
         flags = node.HAS_LENS
         if spec.direction == "reverse" or d == 1:
             flags |= node.REVERSE
@@ -697,7 +719,8 @@ class NumbaBackend:
         result = node.run_unit(
             plan.address, flags, x.X, x.sequence_lens, rows,
             empty if h0 is None else h0[d : d + 1], empty if c0 is None else c0[d : d + 1],
-            Y, Yh, Yc, _ALONE.sync, _ALONE.calls, abort,
+            Y, Yh, Yc, shared.meeting.sync, shared.meeting.calls, abort, shared.first,
+            shared.common,
         )  # fmt: skip
         if result == node.FAILED:
             raise MemoryError("onnx-recurrent: no memory for a unit's scratch")
@@ -713,9 +736,16 @@ class NumbaBackend:
         project = len(h) < PROJECT_BELOW and shared.shares == 1
         meeting = shared.meeting
         _part_block(
-            plan.address, meeting.sync, meeting.calls, np.ascontiguousarray(xb, dt), h,
-            shared.spare, c, shared.gz, shared.rh, active, Y, Yb is not None, step0, project,
+            plan.address, meeting.sync, meeting.calls, shared.first,
+            np.ascontiguousarray(xb, dt), h, shared.spare, c, shared.gz, shared.rh, active, Y,
+            Yb is not None, step0, project,
         )  # fmt: skip
+
+
+@functools.cache
+def _no_common(dt: np.dtype) -> np.ndarray:
+    """No buffers shared between compiled units (one party)."""
+    return np.empty(0, dt)
 
 
 @functools.cache

@@ -2,19 +2,20 @@
 
 The work of a step (a *phase*; GRU with the reset gate before the product has two per
 step) is cut into ``S`` shares of hidden units. Any thread may compute any share: it
-*claims* the next one (:func:`claim`), computes it, marks it done (:func:`finish`),
-and when no share is left waits until all are done (:func:`wait`). A helper that
-starts late, or that the OS has descheduled, leaves its shares to the threads that
-run: the caller alone can finish a call. A waiting thread spins briefly (the others
+*claims* one (:func:`claim`: its own first, share ``i`` for party ``i``, so that each
+share's weights stay in one core's cache; then any left), computes it, marks it done
+(:func:`finish`), and when no share is left waits until all are done (:func:`wait`).
+A helper that starts late, or that the OS has descheduled, leaves its shares to the
+threads that run: the caller alone can finish a call. A waiting thread spins briefly (the others
 are usually microseconds away), then sleeps on a futex (Linux; elsewhere in short
 sleeps), so that its CPU goes idle and the scheduler can run a descheduled party
 there instead of two threads spinning against a busy neighbour.
 
-``sync``, one int64 array per call: ``[claimed, done, aborted, waiters, sequence,
-share_cycles]``.
-Claims and completions count up over the whole call: phase ``p``'s shares are the
-tickets ``p*S .. p*S+S-1``, so a late thread never claims a share of a phase that is
-over. Results do not depend on which thread computes a share.
+``sync``, one int64 array per call: ``[done, aborted, waiters, sequence,
+share_cycles, claimed_0 .. claimed_S-1]``. Completions count up over the whole call
+(phase ``p`` is over at ``(p+1)*S``); ``claimed_s`` is the phase whose share ``s`` is
+next to claim, so a late thread never claims a share of a phase that is over.
+Results do not depend on which thread computes a share.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from numba.core.extending import intrinsic
 
 from .jit_cache import jit, prepare
 
-CLAIMED, DONE, ABORTED, WAITERS, SEQUENCE, SHARE_CYCLES = range(6)
+DONE, ABORTED, WAITERS, SEQUENCE, SHARE_CYCLES, CLAIMED = range(6)  # CLAIMED + s: share s
 #: cycles a waiter spins before it sleeps, at least (about 20-40 µs) ...
 SPIN_CYCLES = 60_000
 #: ... and at least this many times the last share's cycles: a waiter that slept
@@ -130,15 +131,18 @@ def _addresses() -> tuple[int, int]:
 
 
 @_jit
-def claim(sync, phase, shares):
-    """The next unclaimed share of ``phase``, or -1 when none is left."""
-    base = phase * shares
-    while True:
-        c = atomic_load(sync, CLAIMED)
-        if c >= base + shares or atomic_load(sync, ABORTED) != 0:
+def claim(sync, phase, shares, first):
+    """An unclaimed share of ``phase``, ``first`` if it is one (a party's own, whose
+    weights its core holds), else the next after it; -1 when none is left."""
+    for j in range(shares):
+        if atomic_load(sync, ABORTED) != 0:
             return -1
-        if compare_exchange(sync, CLAIMED, c, c + 1):
-            return c - base
+        s = (first + j) % shares
+        if atomic_load(sync, CLAIMED + s) == phase and compare_exchange(
+            sync, CLAIMED + s, phase, phase + 1
+        ):
+            return s
+    return -1
 
 
 @_jit
@@ -189,7 +193,7 @@ class Sync:
     """One call's meeting point (see the module's docstring)."""
 
     shares: int
-    sync: np.ndarray  # [claimed, done, aborted, waiters, sequence]
+    sync: np.ndarray  # [done, aborted, waiters, sequence, share_cycles, claimed_s...]
     calls: np.ndarray  # [syscall, usleep, SYS_futex, timespec address]
     timespec: np.ndarray  # [seconds, nanoseconds]: the longest sleep
 
@@ -199,8 +203,8 @@ class Sync:
         syscall, usleep = _addresses()
         calls = np.array([syscall, usleep, _SYS_FUTEX or 0, timespec.ctypes.data], np.int64)
         if shares > 1:  # abort() may be called on an interrupt: compiled now
-            prepare(_abort, (types.Array(types.int64, 1, "C"),) * 2)
-        return cls(shares, np.zeros(6, np.int64), calls, timespec)
+            _prepare_abort()
+        return cls(shares, np.zeros(CLAIMED + shares, np.int64), calls, timespec)
 
     def abort(self) -> None:
         """Make every party return at its next claim or wait."""
@@ -209,6 +213,12 @@ class Sync:
     @property
     def aborted(self) -> bool:
         return bool(self.sync[ABORTED])
+
+
+@functools.cache
+def _prepare_abort() -> None:
+    """:func:`_abort` compiled, once (a numba type costs tens of µs to make)."""
+    prepare(_abort, (types.Array(types.int64, 1, "C"),) * 2)
 
 
 @_jit
