@@ -350,7 +350,7 @@ def test_ragged_rows_share_hidden_units_in_compiled_units(monkeypatch, direction
     run_unit = numba_backend.NumbaBackend.run_unit
 
     def party(self, *args, **kwargs):
-        parties.append(kwargs.get("shared", args[-1] if len(args) > 9 else None).first)
+        parties.append(kwargs.get("shared", args[9] if len(args) > 9 else None).first)
         return run_unit(self, *args, **kwargs)
 
     monkeypatch.setattr(numba_backend.NumbaBackend, "run_unit", party)

@@ -201,6 +201,50 @@ def test_the_split_is_planned_per_size_class(fresh, monkeypatch):
     assert names == ["share20", "share21"]
 
 
+def test_the_split_of_ragged_rows_is_planned_per_class_and_phases(fresh, monkeypatch):
+    """Ragged rows' split (sharing the hidden units, or buckets of rows) is measured
+    once per size class and kind of step (one phase; two: GRU with the reset gate
+    before the product, whose second meeting a step tipped it the other way on a lent
+    Xeon), apart from full-length rows' (``share<k>``), and a ragged call takes it."""
+    names = []
+    monkeypatch.setattr(
+        scan, "measure_ragged", lambda name: names.append(name) or {name: int("split" in name)}
+    )
+    monkeypatch.setattr(scan, "measure_share", lambda name: {name: 1})
+    for _ in range(2):
+        assert not scan.planned_ragged(4 * 256 * 384 * 4, split=False)  # M LSTM, 1.5 MiB
+        assert scan.planned_ragged(3 * 256 * 384 * 4, split=True)  # M GRU, 1.1 MiB
+    assert names == ["ragged21", "raggedsplit20"]
+    assert "ragged21=0" in tuning.describe() and "raggedsplit20=1" in tuning.describe()
+    monkeypatch.setattr(scan, "PARALLEL_MACS", 0)
+    rng = np.random.default_rng(0)
+    from onnx_recurrent import cells
+    from onnx_recurrent.spec import check_call, check_X, make_spec
+
+    for cell, lbr, shares in ((cells.LSTM, 0, 1), (cells.GRU, 0, 2), (cells.GRU, 1, 1)):
+        G = cell.n_gates
+        R = rng.standard_normal((1, G * 256, 256)).astype(np.float32)
+        attributes = {"linear_before_reset": lbr} if cell is cells.GRU else {}
+        spec = make_spec(cell, R, hidden_size=None, **attributes)
+        X = rng.standard_normal((4, 32, 128)).astype(np.float32)
+        states = [(k, None) for k in cell.state_names]
+        lens = np.arange(32) % 4 + 1
+        ragged = check_call(spec, check_X(spec, X), lens, states)
+        full = check_call(spec, check_X(spec, X), None, states)
+        assert scan._units(spec, ragged, 2)[2] == shares, (cell.name, lbr)
+        assert scan._units(spec, full, 2)[2] == 2  # share<k> planned 1
+    assert names == ["ragged21", "raggedsplit20", "ragged20"]  # GRU lbr=1: one phase
+    monkeypatch.setenv(tuning.ENV, "ragged=1")
+    assert scan.planned_ragged(4 * 256 * 384 * 4, split=False)
+    assert "ragged21" not in tuning.describe()
+
+
+@pytest.mark.parametrize("name", ["ragged16", "raggedsplit21"])
+def test_measured_ragged_split_names_its_class(fresh, name):
+    """The real measurement of ragged rows' split: a candidate, under its class's name."""
+    assert scan.measure_ragged(name).keys() == {name}
+
+
 @pytest.mark.parametrize("name", ["share16", "share21"])
 def test_measured_split_names_its_class(fresh, name):
     """The real measurement of the split at a size class: one of the candidates, under

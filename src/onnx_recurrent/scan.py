@@ -155,7 +155,10 @@ def _units(
     if workers > 1 and large and can_share and D == 1:
         if x.dtype == x.compute_dtype and H >= 2 * max(1, MIN_SHARE):
             nbytes = G * H * (I + H) * x.compute_dtype.itemsize
-            if N < 2 * MIN_ROWS or (planned_share(nbytes) if share is None else share):
+            if share is None and N >= 2 * MIN_ROWS:  # (fewer rows: shared, unmeasured)
+                split = spec.cell.name == "GRU" and not spec.linear_before_reset
+                share = planned_ragged(nbytes, split) if x.ragged else planned_share(nbytes)
+            if N < 2 * MIN_ROWS or share:
                 return [(0, np.arange(N))], large, min(workers, H // max(1, MIN_SHARE))
     slices = min(N, -(-workers // D)) if workers > 1 and large else 1
     if slices <= 1:
@@ -289,6 +292,18 @@ def planned_share(nbytes: int) -> bool:
     return bool(tuning.planned((name,), lambda: measure_share(name))[name])
 
 
+def planned_ragged(nbytes: int, split: bool) -> bool:
+    """:func:`planned_share` for one direction of ragged rows (buckets of rows, or one
+    unit whose hidden units the threads share), per size class and the phases of a
+    step (``split``: two, GRU with ``linear_before_reset = 0``): ``ragged<k>`` or
+    ``raggedsplit<k>`` (:data:`.backends.tuning.RAGGED_KINDS`; AMD EPYC Zen 5, M ragged
+    forward, sharing over buckets: LSTM 0.92-0.94 of the time, GRU 0.93-0.99; a lent
+    Intel Xeon: LSTM 0.94-0.99, GRU 1.06)."""
+    kind = tuning.RAGGED_KINDS[1 if split else 0]
+    name = share_class(nbytes).replace("share", kind)
+    return bool(tuning.planned((name,), lambda: measure_ragged(name))[name])
+
+
 def share_class(nbytes: int) -> str:
     """The plan's name for the split at ``nbytes`` of weights a step: ``share<k>``, ``2**k``
     bytes the nearest power of two (:data:`.backends.tuning.SHARE_CLASSES`)."""
@@ -314,6 +329,38 @@ def measure_share(name: str = "share20") -> dict[str, int]:
     x = Inputs(X, np.full(N, T, np.int64), (None,), ct, ct)
 
     def call(share: bool) -> float:
+        started = time.perf_counter()
+        scan(spec, weights, x, share=share, parallel=True)
+        return time.perf_counter() - started
+
+    median = _medians({share: functools.partial(call, share) for share in (True, False)}, 7)
+    return {name: int(median[True] <= median[False])}
+
+
+def measure_ragged(name: str = "ragged20") -> dict[str, int]:
+    """Time a float32 direction of ragged rows (lengths 1 to T, as the bench's) whose
+    weights of a step take the ``2**k`` bytes of ``name`` (``ragged<k>``: an LSTM, one
+    phase a step; ``raggedsplit<k>``: a GRU with ``linear_before_reset = 0``, two;
+    sizes as :func:`measure_share`'s, T = 100, fewer for the larger) on the call's
+    threads both ways, interleaved, after :data:`PAUSE` each: ``{name: 1}`` if sharing
+    the hidden units was faster (by median), else ``{name: 0}``."""
+    from .cells import GRU, LSTM
+
+    kind = name.rstrip("0123456789")
+    k = int(name.removeprefix(kind))
+    cell = GRU if kind == tuning.RAGGED_KINDS[1] else LSTM
+    H = max(32, 16 * round(math.sqrt(2**k / (6 * cell.n_gates)) / 16))  # G H (H + H/2)
+    T, N, I = max(8, 100 >> max(0, k - 20)), 32 if k <= 21 else 64, H // 2
+    rng = np.random.default_rng(0)
+    ct = np.dtype(np.float32)
+    spec, weights = _probe(cell, H, I, rng)
+    X = rng.standard_normal((T, N, I)).astype(ct)
+    lens = rng.integers(1, T + 1, N).astype(np.int64)
+    lens[0] = T
+    x = Inputs(X, lens, (None,) * len(cell.state_names), ct, ct, ragged=True)
+
+    def call(share: bool) -> float:
+        time.sleep(PAUSE)
         started = time.perf_counter()
         scan(spec, weights, x, share=share, parallel=True)
         return time.perf_counter() - started

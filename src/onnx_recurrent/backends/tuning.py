@@ -4,7 +4,8 @@ A *plan* here is a few numbers that change speed, never results: the rows of a p
 tile (:data:`.packed.ROWS`), the rows of ``B`` every tile reads in one pass
 (:data:`.packed.DEPTHS`), the panels a one- or two-row tile spans
 (:data:`.packed.SPANS`), how the threads of a call split one direction (share its
-hidden units or deal its rows, :mod:`..scan`), per size class of its weights, and from
+hidden units or deal its rows, :mod:`..scan`), per size class of its weights (and
+for ragged rows, per class and phases of a step), and from
 how many multiply-adds a call runs on threads at all (``parallel``). Each is timed
 once, the first time it is needed, among its candidates on the running CPU (a few
 seconds: :func:`measure_tiles`, and the scan's own for the threads), and kept in a
@@ -16,7 +17,8 @@ gets a measured choice, not a table entry.
 ``ONNX_RECURRENT_PLAN``: unset, the kept choices; ``measure``, measure again (once in
 the process) and keep the new ones; ``rows=8,span=4,share=0``, those values, neither
 measured nor kept (for experiments; a name not given is planned as usual; ``share``:
-every size class's split, ``share21=1`` one class's).
+every size class's split, ``share21=1`` one class's; ``ragged``: every class's split of
+ragged rows, both kinds of step).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ FIELDS = {
     "span": (1, 2, 4),
     "depth": (0, 128, 256, 512),
     "share": (0, 1),  # given: every size class's (below); not measured itself
+    "ragged": (0, 1),  # given: every class's of ragged rows (below); likewise
     "parallel": (22, 23, 24, 25, 26, 27),  # 2**k multiply-adds of a call for threads
 }
 #: size classes of the threads' split of a direction: ``share<k>`` for ``2**k`` bytes of
@@ -51,6 +54,12 @@ FIELDS = {
 SHARE_CLASSES = tuple(range(16, 27))
 NAMES = tuple(FIELDS)  # the names without the classes
 FIELDS |= {f"share{k}": (0, 1) for k in SHARE_CLASSES}
+#: the same for ragged rows (sharing the hidden units or buckets of rows): ``ragged<k>``
+#: for steps of one phase, ``raggedsplit<k>`` for two (GRU, linear_before_reset = 0),
+#: whose extra meeting a step tips the balance on some CPUs (a lent Intel Xeon, M ragged,
+#: sharing over buckets: LSTM 0.94-0.99 of the time, GRU 1.06)
+RAGGED_KINDS = ("ragged", "raggedsplit")
+FIELDS |= {f"{kind}{k}": (0, 1) for kind in RAGGED_KINDS for k in SHARE_CLASSES}
 #: a ragged bucket's step product, ``[rows, K] x [K, columns]`` (:data:`..scan.BUCKET_ROWS`
 #: rows, an LSTM's at H=256), among the shapes the tiles are timed on: a tile of 6 rows
 #: cuts it 6 + 2 (AMD EPYC: M ragged LSTM 3% slower than with 8, which the batch's and the
@@ -122,7 +131,8 @@ def describe() -> str:
     parts = [
         f"{n}={given[n]} (given)" if n in given else f"{n}={kept[n]}"
         for n in FIELDS
-        if (n in given or n in kept) and (n in NAMES or "share" not in given)
+        if (n in given or n in kept)
+        and (n in NAMES or not any(n.startswith(k) for k in ("share", "ragged") if k in given))
     ]
     return " ".join(parts) or "not measured yet"
 
@@ -202,6 +212,7 @@ def _environment() -> tuple[dict[str, int], bool]:
             low, high = SHARE_CLASSES[0], SHARE_CLASSES[-1]
             accepted = "; ".join(f"{n} in {list(v)}" for n, v in FIELDS.items() if n in NAMES)
             accepted += f"; share{low} .. share{high} in [0, 1]"
+            accepted += f"; ragged{low}, raggedsplit{low} .. in [0, 1]"
             raise RecurrentError(
                 f"{ENV}={value!r}: expected 'measure' or name=value pairs separated by "
                 f"commas ({accepted}), e.g. 'rows=8,span=4'; got {item.strip()!r}"
@@ -209,6 +220,9 @@ def _environment() -> tuple[dict[str, int], bool]:
         given[name] = int(number)
     if "share" in given:  # every size class's
         given = {f"share{k}": given["share"] for k in SHARE_CLASSES} | given
+    if "ragged" in given:
+        kinds = {f"{kind}{k}": given["ragged"] for kind in RAGGED_KINDS for k in SHARE_CLASSES}
+        given = kinds | given
     return given, False
 
 
