@@ -78,7 +78,7 @@ def shared_sizes(N, H, shares, lstm, split, steps, write_Y):
     return (N * H, N * H, nc * H, shares * ns * 3 * most, ns * H, steps * ny * H)
 
 
-@_inline
+@_jit
 def _next(sync, calls, phase, shares, first, done):
     """In a phase of ``shares`` shares: mark share ``done`` done (unless -1), then the
     next one this party claims (:func:`.sync.claim`), -1 when none is left; one
@@ -90,10 +90,62 @@ def _next(sync, calls, phase, shares, first, done):
     return claim(sync, phase, shares, first)
 
 
-@_inline
+@_jit
 def _met(sync, calls, phase, shares):
     """Wait until every share of ``phase`` is done; False if the meeting was aborted."""
     return shares == 1 or wait(sync, phase, shares, calls)
+
+
+@_jit
+def _start(i0, i1, d, order, L, h, c, h0, c0, Y, flags, lstm):
+    """Rows ``i0 .. i1`` (longest first) of direction ``d``: their initial states
+    into ``h`` and ``c``, and zeros into ``Y`` past their lengths (:func:`_run`)."""
+    layout = (flags & LAYOUT) != 0
+    T = Y.shape[1] if layout else Y.shape[0]
+    for i in range(i0, i1):
+        b = order[i]
+        zero(h[i])
+        if lstm:
+            zero(c[i])
+        if flags & HAS_H0:
+            copy(h0[b, d] if layout else h0[d, b], h[i])
+        if lstm and flags & HAS_C0:
+            copy(c0[b, d] if layout else c0[d, b], c[i])
+        if flags & WRITE_Y:
+            for t in range(L[i], T):
+                zero(Y[b, t, d] if layout else Y[t, d, b])
+
+
+@_jit
+def _store(s, S, k0, k1, d, back, order, L, active, Yb, Y, layout):
+    """Share ``s`` of ``S`` of the running rows of steps ``k0 .. k1``: their states
+    (``Yb``) into ``Y`` (:func:`_run`)."""
+    for k in range(k0, k1):
+        for i in range(s * active[k] // S, (s + 1) * active[k] // S):
+            b = order[i]
+            t = L[i] - 1 - k if back else k
+            copy(Yb[k - k0, i], Y[b, t, d] if layout else Y[t, d, b])
+
+
+@_jit
+def _finish(i0, i1, d, order, L, steps, block, h, spare, c, Yh, Yc, layout, lstm):
+    """Rows ``i0 .. i1``' final states into ``Yh`` and ``Yc`` (zeros for a length of
+    0, not the initial state). ``h`` and ``spare`` alternate with several shares: a
+    row's state stays in the one its block ended in (rows that end are copied along
+    to their block's end, then left alone)."""
+    for i in range(i0, i1):
+        b = order[i]
+        hd = Yh[b, d] if layout else Yh[d, b]
+        cd = Yc[b, d] if layout else Yc[d, b]
+        if L[i] > 0:
+            end = min(steps, ((L[i] - 1) // block + 1) * block)
+            copy(spare[i] if end % 2 == 1 else h[i], hd)
+            if lstm:
+                copy(c[i], cd)
+        else:
+            zero(hd)
+            if lstm:
+                zero(cd)
 
 
 @_inline
@@ -108,7 +160,6 @@ def _run(address0, address1, flags, X, lens, h0, c0, Y, Yh, Yc, rows, sync, call
     D = 2 if flags & TWO_DIRECTIONS else 1
     reverse, layout = (flags & REVERSE) != 0, (flags & LAYOUT) != 0
     write_Y, has_lens = (flags & WRITE_Y) != 0, (flags & HAS_LENS) != 0
-    has_h0, has_c0 = (flags & HAS_H0) != 0, (flags & HAS_C0) != 0
     # the arrays as views without a reference count (:mod:`.views`)
     X, lens, h0, c0, Y = unowned(X), unowned(lens), unowned(h0), unowned(c0), unowned(Y)
     Yh, Yc, rows, sync, calls, abort = (
@@ -194,18 +245,7 @@ def _run(address0, address1, flags, X, lens, h0, c0, Y, Yh, Yc, rows, sync, call
         # rows' initial states, and the zeros past each row's length
         s = _next(sync, calls, phase, S, first, -1)
         while s >= 0:
-            for i in range(s * N // S, (s + 1) * N // S):
-                b = order[i]
-                zero(h[i])
-                if lstm:
-                    zero(c[i])
-                if has_h0:
-                    copy(h0[b, d] if layout else h0[d, b], h[i])
-                if lstm and has_c0:
-                    copy(c0[b, d] if layout else c0[d, b], c[i])
-                if write_Y:
-                    for t in range(L[i], T):
-                        zero(Y[b, t, d] if layout else Y[t, d, b])
+            _start(s * N // S, (s + 1) * N // S, d, order, L, h, c, h0, c0, Y, flags, lstm)
             s = _next(sync, calls, phase, S, first, s)
         if not _met(sync, calls, phase, S):
             result = ABORTED
@@ -232,11 +272,7 @@ def _run(address0, address1, flags, X, lens, h0, c0, Y, Yh, Yc, rows, sync, call
             if write_Y:  # the block's states into Y, by rows
                 s = _next(sync, calls, phase, S, first, -1)
                 while s >= 0:
-                    for k in range(k0, k1):
-                        for i in range(s * active[k] // S, (s + 1) * active[k] // S):
-                            b = order[i]
-                            t = L[i] - 1 - k if back else k
-                            copy(Yb[k - k0, i], Y[b, t, d] if layout else Y[t, d, b])
+                    _store(s, S, k0, k1, d, back, order, L, active, Yb, Y, layout)
                     s = _next(sync, calls, phase, S, first, s)
                 if not _met(sync, calls, phase, S):
                     result = ABORTED
@@ -246,21 +282,8 @@ def _run(address0, address1, flags, X, lens, h0, c0, Y, Yh, Yc, rows, sync, call
             break
         s = _next(sync, calls, phase, S, first, -1)
         while s >= 0:
-            for i in range(s * N // S, (s + 1) * N // S):
-                b = order[i]
-                hd = Yh[b, d] if layout else Yh[d, b]
-                cd = Yc[b, d] if layout else Yc[d, b]
-                if L[i] > 0:
-                    # h and spare alternate (several shares); a row keeps its state
-                    # to the end of the block it finished in, then is left alone
-                    end = min(steps, ((L[i] - 1) // block + 1) * block)
-                    copy(spare[i] if end % 2 == 1 else h[i], hd)
-                    if lstm:
-                        copy(c[i], cd)
-                else:  # zeros, not the initial state
-                    zero(hd)
-                    if lstm:
-                        zero(cd)
+            i0, i1 = s * N // S, (s + 1) * N // S
+            _finish(i0, i1, d, order, L, steps, block, h, spare, c, Yh, Yc, layout, lstm)
             s = _next(sync, calls, phase, S, first, s)
         phase += 1
     release(ints)
