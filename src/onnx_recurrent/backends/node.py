@@ -78,7 +78,7 @@ def shared_sizes(N, H, shares, lstm, split, steps, write_Y):
     return (N * H, N * H, nc * H, shares * ns * 3 * most, ns * H, steps * ny * H)
 
 
-@_jit
+@_inline
 def _next(sync, calls, phase, shares, first, done):
     """In a phase of ``shares`` shares: mark share ``done`` done (unless -1), then the
     next one this party claims (:func:`.sync.claim`), -1 when none is left; one
@@ -90,13 +90,13 @@ def _next(sync, calls, phase, shares, first, done):
     return claim(sync, phase, shares, first)
 
 
-@_jit
+@_inline
 def _met(sync, calls, phase, shares):
     """Wait until every share of ``phase`` is done; False if the meeting was aborted."""
     return shares == 1 or wait(sync, phase, shares, calls)
 
 
-@_jit
+@_inline
 def _start(i0, i1, d, order, L, h, c, h0, c0, Y, flags, lstm):
     """Rows ``i0 .. i1`` (longest first) of direction ``d``: their initial states
     into ``h`` and ``c``, and zeros into ``Y`` past their lengths (:func:`_run`)."""
@@ -127,7 +127,7 @@ def _store(s, S, k0, k1, d, back, order, L, active, Yb, Y, layout):
             copy(Yb[k - k0, i], Y[b, t, d] if layout else Y[t, d, b])
 
 
-@_jit
+@_inline
 def _finish(i0, i1, d, order, L, steps, block, h, spare, c, Yh, Yc, layout, lstm):
     """Rows ``i0 .. i1``' final states into ``Yh`` and ``Yc`` (zeros for a length of
     0, not the initial state). ``h`` and ``spare`` alternate with several shares: a
