@@ -242,6 +242,6 @@ def note_first_use(layers: bool = True) -> None:
     else:
         print(
             f"onnx-recurrent: compiling the kernels and planning them for this CPU on first "
-            f"use (1-2 minutes on 2 cores, once; cached in {where})",
+            f"use (1-3 minutes on 2 cores, once; cached in {where})",
             file=sys.stderr,
         )
