@@ -141,7 +141,8 @@ def _units(
     every running row; the weights are split between the threads' caches, each
     thread's share staying in its own, a meeting per step; ragged rows in compiled
     units, :meth:`Scan._shared`) or take slices of its rows, whichever was measured
-    faster on this CPU (:func:`planned_share`; ``share``: that choice given). Taking
+    faster on this CPU (:func:`planned_share`; ragged rows: :func:`planned_ragged`;
+    ``share``: that choice given). Taking
     slices with ragged lengths, where threads outnumber directions, the rows go by
     length into buckets (:func:`bucket_bounds`), the longest first, which the threads
     take from a queue; with too few rows for that, and with full lengths, the rows of a

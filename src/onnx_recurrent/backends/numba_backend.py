@@ -355,12 +355,13 @@ def _block(plan, sync, calls, first, phase0, xb, h, spare, c, gz, rh, active, Y,
     product: two phases) is cut into the plan's shares of hidden units; this thread
     computes the shares it claims (:mod:`.sync`; share ``first`` first; the
     meeting's phases from ``phase0``; one share: all of it, no waiting), then waits
-    for the others'. A share is the gates' inputs
-    ``[Xt, Ht-1] [W^T; R^T] + b`` of its units as one product, then the cell's update
-    row by row; or, if ``project`` (one share, few rows: a product of one row is bound
-    by reading ``B``), ``Xt W^T + b`` for the whole block first. With several shares ``h`` and
-    ``spare`` alternate as ``Ht-1`` and ``Ht`` by the step's parity (the caller
-    settles which holds the end); with one, ``h`` is updated in place. ``gz``: each
+    for the others'. A share is the gates' inputs ``[Xt, Ht-1] [W^T; R^T] + b`` of its
+    units as one product, then the cell's update row by row; or, if ``project`` (one
+    share, few rows: a product of one row is bound by reading ``B``), ``Xt W^T + b``
+    for the whole block first. With several shares ``h`` and ``spare`` alternate as
+    ``Ht-1`` and ``Ht`` by the step's parity (the caller settles which holds the end;
+    rows that end are copied along to the block's end); with one, ``h`` is updated in
+    place. ``gz``: each
     share's row scratch (kept between GRU's two phases), ``rh``: ``r . Ht-1``;
     ``scratch``: :func:`block_scratch` elements at least, the caller's. Never
     raises, allocates nothing."""

@@ -6,9 +6,9 @@ step) is cut into ``S`` shares of hidden units. Any thread may compute any share
 share's weights stay in one core's cache; then any left), computes it, marks it done
 (:func:`finish`), and when no share is left waits until all are done (:func:`wait`).
 A helper that starts late, or that the OS has descheduled, leaves its shares to the
-threads that run: the caller alone can finish a call. A waiting thread spins briefly (the others
-are usually microseconds away), then sleeps on a futex (Linux; elsewhere in short
-sleeps), so that its CPU goes idle and the scheduler can run a descheduled party
+threads that run: the caller alone can finish a call. A waiting thread spins briefly
+(the others are usually microseconds away), then sleeps on a futex (Linux; elsewhere in
+short sleeps), so that its CPU goes idle and the scheduler can run a descheduled party
 there instead of two threads spinning against a busy neighbour.
 
 ``sync``, one int64 array per call: ``[done, aborted, waiters, sequence,
