@@ -321,21 +321,7 @@ def measure_share(name: str = "share20") -> dict[str, int]:
     from .cells import GRU
 
     k = int(name.removeprefix("share"))
-    H = max(32, 16 * round(math.sqrt(2**k / 18) / 16))  # 3H (H + H/2) float32 values
-    T, N, I = max(4, 20 >> max(0, k - 20)), 32 if k <= 21 else 64, H // 2
-    rng = np.random.default_rng(0)
-    ct = np.dtype(np.float32)
-    spec, weights = _probe(GRU, H, I, rng)
-    X = rng.standard_normal((T, N, I)).astype(ct)
-    x = Inputs(X, np.full(N, T, np.int64), (None,), ct, ct)
-
-    def call(share: bool) -> float:
-        started = time.perf_counter()
-        scan(spec, weights, x, share=share, parallel=True)
-        return time.perf_counter() - started
-
-    median = _medians({share: functools.partial(call, share) for share in (True, False)}, 7)
-    return {name: int(median[True] <= median[False])}
+    return {name: _sharing_pays(GRU, k, max(4, 20 >> max(0, k - 20)), ragged=False)}
 
 
 def measure_ragged(name: str = "ragged20") -> dict[str, int]:
@@ -350,24 +336,35 @@ def measure_ragged(name: str = "ragged20") -> dict[str, int]:
     kind = name.rstrip("0123456789")
     k = int(name.removeprefix(kind))
     cell = GRU if kind == tuning.RAGGED_KINDS[1] else LSTM
+    return {name: _sharing_pays(cell, k, max(8, 100 >> max(0, k - 20)), ragged=True)}
+
+
+def _sharing_pays(cell, k: int, T: int, ragged: bool) -> int:
+    """1 if a float32 direction of ``cell`` whose weights of a step take ``2**k`` bytes
+    (I = H/2; N = 32 up to 2 MiB, 64 above) over ``T`` steps ran faster (median of 7
+    interleaved rounds) with its threads sharing the hidden units than splitting its
+    rows, else 0; ``ragged``: lengths 1 to T, each call after :data:`PAUSE`."""
     H = max(32, 16 * round(math.sqrt(2**k / (6 * cell.n_gates)) / 16))  # G H (H + H/2)
-    T, N, I = max(8, 100 >> max(0, k - 20)), 32 if k <= 21 else 64, H // 2
+    N, I = 32 if k <= 21 else 64, H // 2
     rng = np.random.default_rng(0)
     ct = np.dtype(np.float32)
     spec, weights = _probe(cell, H, I, rng)
     X = rng.standard_normal((T, N, I)).astype(ct)
-    lens = rng.integers(1, T + 1, N).astype(np.int64)
-    lens[0] = T
-    x = Inputs(X, lens, (None,) * len(cell.state_names), ct, ct, ragged=True)
+    lens = np.full(N, T, np.int64)
+    if ragged:
+        lens = rng.integers(1, T + 1, N).astype(np.int64)
+        lens[0] = T
+    x = Inputs(X, lens, (None,) * len(cell.state_names), ct, ct, ragged=ragged)
 
     def call(share: bool) -> float:
-        time.sleep(PAUSE)
+        if ragged:
+            time.sleep(PAUSE)
         started = time.perf_counter()
         scan(spec, weights, x, share=share, parallel=True)
         return time.perf_counter() - started
 
     median = _medians({share: functools.partial(call, share) for share in (True, False)}, 7)
-    return {name: int(median[True] <= median[False])}
+    return int(median[True] <= median[False])
 
 
 def _probe(cell, H: int, I: int, rng: np.random.Generator) -> tuple[RecSpec, tuple[Weights]]:

@@ -234,9 +234,8 @@ def _run(address0, address1, flags, X, lens, h0, c0, Y, Yh, Yc, rows, sync, call
     rh = part(pool, o, (N if split else 0, H))
     o += sizes[4]
     Yb_at = o
-    o = own
-    xs = o
-    scratch = part(floats, o + span * N * I, (work,))
+    xs = own  # this thread's own: a block's gathered inputs, then the step scratch
+    scratch = part(floats, xs + span * N * I, (work,))
     result = DONE
     phase = 0
     for d in range(D):
