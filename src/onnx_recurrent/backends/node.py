@@ -68,14 +68,14 @@ TWO_DIRECTIONS, REVERSE, LAYOUT, WRITE_Y, HAS_H0, HAS_C0, LSTM, HAS_LENS = (
 
 
 @_jit
-def shared_sizes(N, H, shares, lstm, split, steps, write_Y):
+def shared_sizes(N, I, H, shares, lstm, split, steps, write_Y):
     """Elements of each of the buffers that the ``shares`` parties of a unit of ``N``
-    rows share (:func:`run_unit`): ``h``, its spare, ``c``, ``gz``, ``rh`` and the
-    ``steps`` of a block's ``Y``. Plain integer arithmetic: the skeleton sizes the
-    buffer with the same function (its ``py_func``)."""
+    rows share (:func:`run_unit`): ``h``, its spare, ``c``, ``gz``, ``rh``, the
+    ``steps`` of a block's ``Y`` and of its gathered inputs. Plain integer arithmetic:
+    the skeleton sizes the buffer with the same function (its ``py_func``)."""
     most = (H + shares - 1) // shares
     nc, ns, ny = N if lstm else 0, N if split else 0, N if write_Y else 0
-    return (N * H, N * H, nc * H, shares * ns * 3 * most, ns * H, steps * ny * H)
+    return (N * H, N * H, nc * H, shares * ns * 3 * most, ns * H, steps * ny * H, steps * N * I)
 
 
 @_inline
@@ -128,6 +128,17 @@ def _store(s, S, k0, k1, d, back, order, L, active, Yb, Y, layout):
 
 
 @_inline
+def _gather(s, S, k0, k1, back, order, L, active, X, xb, layout):
+    """Share ``s`` of ``S`` of the running rows of steps ``k0 .. k1``: their inputs
+    into ``xb`` (:func:`_run`)."""
+    for k in range(k0, k1):
+        for i in range(s * active[k] // S, (s + 1) * active[k] // S):
+            b = order[i]
+            t = L[i] - 1 - k if back else k
+            copy(X[b, t] if layout else X[t, b], xb[k - k0, i])
+
+
+@_inline
 def _finish(i0, i1, d, order, L, steps, block, h, spare, c, Yh, Yc, layout, lstm):
     """Rows ``i0 .. i1``' final states into ``Yh`` and ``Yc`` (zeros for a length of
     0, not the initial state). ``h`` and ``spare`` alternate with several shares: a
@@ -155,8 +166,9 @@ def _run(address0, address1, flags, X, lens, h0, c0, Y, Yh, Yc, rows, sync, call
     units (the plan's shares, more than one): ``first``, the share it claims first;
     ``common``, the buffers the parties share (:func:`shared_sizes`). The parties
     also share out, by rows, the initial states, the zeros past each row's length,
-    each block's copy into ``Y`` and the final states: every piece is claimed by
-    whoever comes first, so the caller alone can finish (:mod:`.sync`)."""
+    each block's inputs (gathered once, into ``common``), its copy into ``Y`` and
+    the final states: every piece is claimed by whoever comes first, so the caller
+    alone can finish (:mod:`.sync`)."""
     D = 2 if flags & TWO_DIRECTIONS else 1
     reverse, layout = (flags & REVERSE) != 0, (flags & LAYOUT) != 0
     write_Y, has_lens = (flags & WRITE_Y) != 0, (flags & HAS_LENS) != 0
@@ -211,10 +223,10 @@ def _run(address0, address1, flags, X, lens, h0, c0, Y, Yh, Yc, rows, sync, call
             active[k] += 1
     span = min(block, max(steps, 1))  # steps of the longest block
     work = max(block_scratch(plan0, span, N, project), block_scratch(plan1, span, N, project))
-    sizes = shared_sizes(N, H, S, lstm, split, span, write_Y)
-    own = sizes[0] + sizes[2] + sizes[3] + sizes[4] + sizes[5] if S == 1 else 0
-    floats = allocate(own + span * N * I + work, Yh)
-    needed = sizes[0] + sizes[1] + sizes[2] + sizes[3] + sizes[4] + sizes[5]
+    sizes = shared_sizes(N, I, H, S, lstm, split, span, write_Y)
+    needed = sizes[0] + sizes[1] + sizes[2] + sizes[3] + sizes[4] + sizes[5] + sizes[6]
+    own = needed - sizes[1] if S == 1 else 0
+    floats = allocate(own + work, Yh)
     if floats.shape[0] == 0 or (S > 1 and (D > 1 or common.shape[0] < needed)):
         release(ints)
         release(floats)
@@ -234,8 +246,8 @@ def _run(address0, address1, flags, X, lens, h0, c0, Y, Yh, Yc, rows, sync, call
     rh = part(pool, o, (N if split else 0, H))
     o += sizes[4]
     Yb_at = o
-    xs = own  # this thread's own: a block's gathered inputs, then the step scratch
-    scratch = part(floats, xs + span * N * I, (work,))
+    xb_at = o + sizes[5]
+    scratch = part(floats, own, (work,))  # this thread's own
     result = DONE
     phase = 0
     for d in range(D):
@@ -256,12 +268,15 @@ def _run(address0, address1, flags, X, lens, h0, c0, Y, Yh, Yc, rows, sync, call
                 break
             k1 = min(steps, k0 + block)
             n0 = active[k0]
-            xb = part(floats, xs, (k1 - k0, n0, I))
-            for k in range(k0, k1):
-                for i in range(active[k]):
-                    b = order[i]
-                    t = L[i] - 1 - k if back else k
-                    copy(X[b, t] if layout else X[t, b], xb[k - k0, i])
+            xb = part(pool, xb_at, (k1 - k0, n0, I))
+            s = _next(sync, calls, phase, S, first, -1)  # the block's inputs, by rows
+            while s >= 0:
+                _gather(s, S, k0, k1, back, order, L, active, X, xb, layout)
+                s = _next(sync, calls, phase, S, first, s)
+            if not _met(sync, calls, phase, S):
+                result = ABORTED
+                break
+            phase += 1
             Yb = part(pool, Yb_at, (k1 - k0, n0 if write_Y else 0, H))
             if not _block(plan, sync, calls, first, phase, xb, h, spare, c if lstm else h, gz,
                           rh, active[k0:k1], Yb, write_Y, k0, project, scratch):  # fmt: skip

@@ -632,7 +632,7 @@ class NumbaBackend:
 
             G, lstm = spec.cell.n_gates, bool(spec.cell.n_peepholes)
             block = block_steps.py_func(G, rows, input_size, H, np.dtype(dtype).itemsize)
-            size = sum(shared_sizes.py_func(rows, H, shares, lstm, split, block, True))
+            size = sum(shared_sizes.py_func(rows, input_size, H, shares, lstm, split, block, True))
             none = _alone(dtype)
             common = np.empty(size, dtype)
             return Shares(Sync.make(shares), none.spare, none.gz, none.rh, common)
