@@ -68,14 +68,14 @@ TWO_DIRECTIONS, REVERSE, LAYOUT, WRITE_Y, HAS_H0, HAS_C0, LSTM, HAS_LENS = (
 
 
 @_jit
-def shared_sizes(N, I, H, shares, lstm, split, steps, write_Y):
+def shared_sizes(N, I, H, shares, lstm, split, steps):
     """Elements of each of the buffers that the ``shares`` parties of a unit of ``N``
-    rows share (:func:`run_unit`): ``h``, its spare, ``c``, ``gz``, ``rh``, the
-    ``steps`` of a block's ``Y`` and of its gathered inputs. Plain integer arithmetic:
-    the skeleton sizes the buffer with the same function (its ``py_func``)."""
+    rows share (:func:`run_unit`): ``h``, its spare, ``c``, ``gz``, ``rh`` and the
+    ``steps`` of a block's gathered inputs. Plain integer arithmetic: the skeleton
+    sizes the buffer with the same function (its ``py_func``)."""
     most = (H + shares - 1) // shares
-    nc, ns, ny = N if lstm else 0, N if split else 0, N if write_Y else 0
-    return (N * H, N * H, nc * H, shares * ns * 3 * most, ns * H, steps * ny * H, steps * N * I)
+    nc, ns = N if lstm else 0, N if split else 0
+    return (N * H, N * H, nc * H, shares * ns * 3 * most, ns * H, steps * N * I)
 
 
 @_inline
@@ -114,17 +114,6 @@ def _start(i0, i1, d, order, L, h, c, h0, c0, Y, flags, lstm):
         if flags & WRITE_Y:
             for t in range(L[i], T):
                 zero(Y[b, t, d] if layout else Y[t, d, b])
-
-
-@_jit
-def _store(s, S, k0, k1, d, back, order, L, active, Yb, Y, layout):
-    """Share ``s`` of ``S`` of the running rows of steps ``k0 .. k1``: their states
-    (``Yb``) into ``Y`` (:func:`_run`)."""
-    for k in range(k0, k1):
-        for i in range(s * active[k] // S, (s + 1) * active[k] // S):
-            b = order[i]
-            t = L[i] - 1 - k if back else k
-            copy(Yb[k - k0, i], Y[b, t, d] if layout else Y[t, d, b])
 
 
 @_inline
@@ -166,9 +155,9 @@ def _run(address0, address1, flags, X, lens, h0, c0, Y, Yh, Yc, rows, sync, call
     units (the plan's shares, more than one): ``first``, the share it claims first;
     ``common``, the buffers the parties share (:func:`shared_sizes`). The parties
     also share out, by rows, the initial states, the zeros past each row's length,
-    each block's inputs (gathered once, into ``common``), its copy into ``Y`` and
-    the final states: every piece is claimed by whoever comes first, so the caller
-    alone can finish (:mod:`.sync`)."""
+    each block's inputs (gathered once, into ``common``) and the final states (each
+    step's shares write their parts of the states straight into ``Y``): every piece
+    is claimed by whoever comes first, so the caller alone can finish (:mod:`.sync`)."""
     D = 2 if flags & TWO_DIRECTIONS else 1
     reverse, layout = (flags & REVERSE) != 0, (flags & LAYOUT) != 0
     write_Y, has_lens = (flags & WRITE_Y) != 0, (flags & HAS_LENS) != 0
@@ -223,8 +212,8 @@ def _run(address0, address1, flags, X, lens, h0, c0, Y, Yh, Yc, rows, sync, call
             active[k] += 1
     span = min(block, max(steps, 1))  # steps of the longest block
     work = max(block_scratch(plan0, span, N, project), block_scratch(plan1, span, N, project))
-    sizes = shared_sizes(N, I, H, S, lstm, split, span, write_Y)
-    needed = sizes[0] + sizes[1] + sizes[2] + sizes[3] + sizes[4] + sizes[5] + sizes[6]
+    sizes = shared_sizes(N, I, H, S, lstm, split, span)
+    needed = sizes[0] + sizes[1] + sizes[2] + sizes[3] + sizes[4] + sizes[5]
     own = needed - sizes[1] if S == 1 else 0
     floats = allocate(own + work, Yh)
     if floats.shape[0] == 0 or (S > 1 and (D > 1 or common.shape[0] < needed)):
@@ -245,8 +234,7 @@ def _run(address0, address1, flags, X, lens, h0, c0, Y, Yh, Yc, rows, sync, call
     o += sizes[3]
     rh = part(pool, o, (N if split else 0, H))
     o += sizes[4]
-    Yb_at = o
-    xb_at = o + sizes[5]
+    xb_at = o
     scratch = part(floats, own, (work,))  # this thread's own
     result = DONE
     phase = 0
@@ -277,21 +265,12 @@ def _run(address0, address1, flags, X, lens, h0, c0, Y, Yh, Yc, rows, sync, call
                 result = ABORTED
                 break
             phase += 1
-            Yb = part(pool, Yb_at, (k1 - k0, n0 if write_Y else 0, H))
+            to = (order, L, d, back, layout, 0)  # each step's states straight into Y
             if not _block(plan, sync, calls, first, phase, xb, h, spare, c if lstm else h, gz,
-                          rh, active[k0:k1], Yb, write_Y, k0, project, scratch):  # fmt: skip
+                          rh, active[k0:k1], Y, write_Y, k0, project, scratch, to):  # fmt: skip
                 result = FAILED
                 break
             phase += (k1 - k0) * phases
-            if write_Y:  # the block's states into Y, by rows
-                s = _next(sync, calls, phase, S, first, -1)
-                while s >= 0:
-                    _store(s, S, k0, k1, d, back, order, L, active, Yb, Y, layout)
-                    s = _next(sync, calls, phase, S, first, s)
-                if not _met(sync, calls, phase, S):
-                    result = ABORTED
-                    break
-                phase += 1
         if result != DONE:
             break
         s = _next(sync, calls, phase, S, first, -1)

@@ -348,7 +348,7 @@ def block_scratch(plan, steps, rows, project):
 
 @_inline
 def _block(plan, sync, calls, first, phase0, xb, h, spare, c, gz, rh, active, Y, write_Y,
-           step0, project, scratch):  # fmt: skip
+           step0, project, scratch, to):  # fmt: skip
     """Steps ``step0 ..`` of one direction (``xb``: their inputs), with the weights
     and activations of ``plan`` (:func:`load_plan`); False if the arrays disagree
     with it (nothing computed). Each step (GRU with the reset gate before the
@@ -363,8 +363,9 @@ def _block(plan, sync, calls, first, phase0, xb, h, spare, c, gz, rh, active, Y,
     rows that end are copied along to the block's end); with one, ``h`` is updated in
     place. ``gz``: each
     share's row scratch (kept between GRU's two phases), ``rh``: ``r . Ht-1``;
-    ``scratch``: :func:`block_scratch` elements at least, the caller's. Never
-    raises, allocates nothing."""
+    ``scratch``: :func:`block_scratch` elements at least, the caller's. Each share
+    writes its part of the rows' new states straight into ``Y`` (with ``write_Y``)
+    where ``to`` places them (:func:`_into`). Never raises, allocates nothing."""
     steps, rows, I = xb.shape
     S = plan.bounds.shape[0] - 1
     phases = 2 if plan.split else 1
@@ -397,7 +398,8 @@ def _block(plan, sync, calls, first, phase0, xb, h, spare, c, gz, rh, active, Y,
             while s >= 0:
                 started = cycles() if S > 1 else 0
                 _share(plan, s, sub, xb, k, active[k], old, new, c, gz, rh, pre_b[at],
-                       pre_hb[at], hh, g, Y, write_Y and sub == phases - 1, project)  # fmt: skip
+                       pre_hb[at], hh, g, Y, write_Y and sub == phases - 1, project, to,
+                       kg)  # fmt: skip
                 if S == 1:
                     break
                 finish(sync, phase, S, calls, started)
@@ -427,17 +429,22 @@ def _part_block(address, sync, calls, first, xb, h, spare, c, gz, rh, active, Y,
     c, gz, rh, active, Y = unowned(c), unowned(gz), unowned(rh), unowned(active), unowned(Y)
     plan = load_plan(address, h)
     own = np.empty(block_scratch(plan, xb.shape[0], xb.shape[1], project), h.dtype)
+    rows = np.arange(xb.shape[1])  # Y's rows in order, its steps from step0
     phase0 = step0 * (2 if plan.split else 1)
+    to = (rows, rows, 0, False, False, step0)
     ok = _block(plan, sync, calls, first, phase0, xb, h, spare, c, gz, rh, active, Y, write_Y,
-                step0, project, unowned(own))  # fmt: skip
+                step0, project, unowned(own), to)  # fmt: skip
     keep(own)
+    keep(rows)
     if not ok:
         raise ValueError("step loop: states and weights disagree")
 
 
 @_inline
-def _share(plan, s, sub, xb, k, n, old, new, c, gz, rh, pre, pre_h, hh, g, Y, write_Y, project):
-    """Share ``s`` of step ``k``'s phase ``sub`` for its ``n`` running rows."""
+def _share(plan, s, sub, xb, k, n, old, new, c, gz, rh, pre, pre_h, hh, g, Y, write_Y, project,
+           to, kg):  # fmt: skip
+    """Share ``s`` of step ``k`` (``kg`` of the unit)'s phase ``sub`` for its ``n``
+    running rows."""
     rows, I = xb.shape[1], xb.shape[2]
     H = old.shape[1]
     j0, j1 = plan.bounds[s], plan.bounds[s + 1]
@@ -486,9 +493,20 @@ def _share(plan, s, sub, xb, k, n, old, new, c, gz, rh, pre, pre_h, hh, g, Y, wr
                           g, a, clip, fast)  # fmt: skip
     if write_Y:
         for b in range(n):
-            yb, hb = Y[k, b], new[b]
+            yb, hb = _into(Y, to, kg, b), new[b]
             for j in range(j0, j1):
                 yb[j] = hb[j]
+
+
+@_inline
+def _into(Y, to, kg, i):
+    """Where the unit's row ``i`` writes its state of step ``kg``: ``Y[t, d, b]``
+    (``Y[b, t, d]`` if ``layout``) for ``to = (order, L, d, back, layout, t0)``: ``b =
+    order[i]``, ``t = kg - t0``, or ``L[i] - 1 - kg`` if ``back`` (its own last valid
+    step first)."""
+    order, L, d, back, layout, t0 = to
+    t = L[i] - 1 - kg if back else kg - t0
+    return Y[order[i], t, d] if layout else Y[t, d, order[i]]
 
 
 @_jit
@@ -546,7 +564,7 @@ def _entries(dt: np.dtype) -> tuple:
     ints, flag = types.Array(types.int64, 1, "C"), types.boolean
     head = (types.int64, ints, ints, types.int64)
     block = (*head, array(3, "A", True), array(2), array(2), array(2), array(3), array(2), ints,
-             array(3, "A"), flag, types.int64, flag)  # fmt: skip
+             array(4, "A"), flag, types.int64, flag)  # fmt: skip
     return ((_part_block, block),)
 
 
@@ -632,7 +650,7 @@ class NumbaBackend:
 
             G, lstm = spec.cell.n_gates, bool(spec.cell.n_peepholes)
             block = block_steps.py_func(G, rows, input_size, H, np.dtype(dtype).itemsize)
-            size = sum(shared_sizes.py_func(rows, input_size, H, shares, lstm, split, block, True))
+            size = sum(shared_sizes.py_func(rows, input_size, H, shares, lstm, split, block))
             none = _alone(dtype)
             common = np.empty(size, dtype)
             return Shares(Sync.make(shares), none.spare, none.gz, none.rh, common)
@@ -733,7 +751,7 @@ class NumbaBackend:
         c = states[1] if len(states) > 1 else h
         shared = shared if shared is not None else self.shares(spec, len(h), dt, 1)
         plan = plans.get(spec, w, acts, dt, shared.shares)
-        Y = Yb if Yb is not None else _no_Y(dt, 3)
+        Y = Yb[:, None] if Yb is not None else _no_Y(dt, 4)  # [steps, 1, rows, H]
         project = len(h) < PROJECT_BELOW and shared.shares == 1
         meeting = shared.meeting
         _part_block(
