@@ -3,8 +3,8 @@
 :func:`run_node` does what :func:`onnx_recurrent.scan.scan` does for one thread, in
 compiled code: each direction's rows sorted by length (longest first, so the rows
 still running at step ``k`` are a prefix), a reverse direction reading each sequence
-from its own last valid step, either layout, blocks of steps gathered into the
-compute buffer and scattered back into ``Y``; each block is
+from its own last valid step, either layout, the inputs of a block of steps gathered
+into the compute buffer, each step's states written straight into ``Y``; each block is
 :func:`.numba_backend._block` on the direction's plan (:class:`.plans.Plan`).
 Between blocks it reads ``abort[0]`` and stops when it is set (a Ctrl-C). It never
 raises and takes its memory from ``malloc`` (:mod:`.views`): the native nodes' code
