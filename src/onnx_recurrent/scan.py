@@ -157,8 +157,7 @@ def _units(
         if x.dtype == x.compute_dtype and H >= 2 * max(1, MIN_SHARE):
             nbytes = G * H * (I + H) * x.compute_dtype.itemsize
             if share is None and N >= 2 * MIN_ROWS:  # (fewer rows: shared, unmeasured)
-                split = spec.cell.name == "GRU" and not spec.linear_before_reset
-                share = planned_ragged(nbytes, split) if x.ragged else planned_share(nbytes)
+                share = planned_ragged(nbytes, spec.split) if x.ragged else planned_share(nbytes)
             if N < 2 * MIN_ROWS or share:
                 return [(0, np.arange(N))], large, min(workers, H // max(1, MIN_SHARE))
     slices = min(N, -(-workers // D)) if workers > 1 and large else 1

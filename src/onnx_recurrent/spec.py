@@ -59,6 +59,12 @@ class RecSpec:
     def num_directions(self) -> int:
         return 2 if self.direction == "bidirectional" else 1
 
+    @property
+    def split(self) -> bool:
+        """A GRU with ``linear_before_reset = 0``: its step in two phases (``rt`` is
+        needed before ``ht``'s recurrent product, ``(rt . Ht-1) Rh^T``)."""
+        return self.cell.name == "GRU" and not self.linear_before_reset
+
 
 def check_flag(name: str, value: Any) -> bool:
     """An int attribute that is 0 or 1 (``linear_before_reset``, ``input_forget``)."""

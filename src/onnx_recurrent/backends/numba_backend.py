@@ -644,7 +644,7 @@ class NumbaBackend:
         (:meth:`run_block` with ``shared``); with ``input_size``, for compiled units
         of those rows instead (:meth:`run_unit` with ``shared``)."""
         H = spec.hidden_size
-        split = spec.cell.name == "GRU" and not spec.linear_before_reset
+        split = spec.split
         if input_size is not None and shares > 1:
             from .node import block_steps, shared_sizes
 

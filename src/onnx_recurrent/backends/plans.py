@@ -104,7 +104,7 @@ def get(spec, w, acts: tuple, dt: np.dtype, shares: int) -> Plan:
 
 def _make(spec, w, acts: tuple, dt: np.dtype, shares: int, tile: tuple[int, int, int]) -> Plan:
     kind = KIND[spec.cell.name]
-    split = kind == 1 and not spec.linear_before_reset
+    split = spec.split
     H = spec.hidden_size
     bounds = np.array([i * H // shares for i in range(shares + 1)], np.int64)
     L = layout.panel_width(dt)
