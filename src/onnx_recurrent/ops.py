@@ -8,7 +8,7 @@ import numpy as np
 
 from . import cells, prepared
 from .errors import RecurrentError
-from .spec import as_float_array, check_dtype, check_flag, check_weights, check_X, make_spec
+from .spec import as_float_array, check_dtype, check_flag
 
 _COMMON_DOC = """
     X : (seq_length, batch_size, input_size) ndarray
@@ -60,10 +60,7 @@ _ATTRIBUTES = (*cells.COMMON_ATTRIBUTES, "linear_before_reset", "input_forget")
 def _run(cell, arguments, X, W, R, B, sequence_lens, states, P=None):
     """The common body of the public functions: parse, check, the kept layer's call."""
     attributes = {k: arguments[k] for k in _ATTRIBUTES if k in arguments}
-    spec = make_spec(cell, R if type(R) is np.ndarray else np.asarray(R), **attributes)
-    X = check_X(spec, X)
-    W, R, B, P = check_weights(spec, W, R, B, P, dtype=X.dtype, input_size=X.shape[2])
-    layer = prepared.layer(spec, attributes, W, R, B, P)
+    X, layer = prepared.for_call(cell, attributes, X, W, R, B, P)
     try:
         return layer(X, sequence_lens, *states, output_sequence=arguments["output_sequence"])
     finally:

@@ -18,8 +18,9 @@ import threading
 
 import numpy as np
 
+from .cells import Cell
 from .layers import Layer
-from .spec import COMPUTE_DTYPE, RecSpec
+from .spec import COMPUTE_DTYPE, RecSpec, check_weights, check_X, make_spec
 
 #: layers kept, at most (least recently used dropped first)
 MAX_ENTRIES = 16
@@ -85,6 +86,24 @@ def layer(
             while len(_entries) > MAX_ENTRIES or _kept_bytes() > MAX_BYTES:
                 del _entries[0]
     return made
+
+
+def for_call(
+    cell: Cell,
+    attributes: dict,
+    X: np.ndarray,
+    W: np.ndarray,
+    R: np.ndarray,
+    B: np.ndarray | None,
+    P: np.ndarray | None,
+) -> tuple[np.ndarray, Layer]:
+    """What a function's call runs on: ``attributes`` parsed, ``X`` and the weights
+    checked against them and each other (the functions' errors), and the kept layer of
+    these weights (:func:`layer`): ``(X, layer)``."""
+    spec = make_spec(cell, R if type(R) is np.ndarray else np.asarray(R), **attributes)
+    X = check_X(spec, X)
+    W, R, B, P = check_weights(spec, W, R, B, P, dtype=X.dtype, input_size=X.shape[2])
+    return X, layer(spec, attributes, W, R, B, P)
 
 
 def evict_to_fit(layer: Layer) -> None:

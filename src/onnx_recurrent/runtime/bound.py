@@ -9,13 +9,12 @@ states (and weights the graph computes at run time) come per call. Errors name t
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import ml_dtypes
 import numpy as np
 import onnx
 
-from .. import ops
+from .. import prepared
+from ..cells import CELLS
 from ..errors import RecurrentError, RecurrentTypeError
 from ..layers import Layer
 from .graph import (
@@ -26,8 +25,6 @@ from .graph import (
     node_attributes,
     recurrent_nodes,
 )
-
-_FUNCTIONS: dict[str, Callable[..., tuple]] = {"GRU": ops.gru, "RNN": ops.rnn, "LSTM": ops.lstm}
 
 
 def _named(label: str, error: RecurrentError | RecurrentTypeError) -> Exception:
@@ -139,16 +136,23 @@ class BoundNode:
                     m,
                 )
 
-    def __call__(
+    def __call__(self, *args, **keywords) -> tuple[np.ndarray | None, ...]:
+        """:meth:`run`'s outputs alone."""
+        return self.run(*args, **keywords)[0]
+
+    def run(
         self,
         X: np.ndarray,
         sequence_lens: np.ndarray | None = None,
         initial_h: np.ndarray | None = None,
         initial_c: np.ndarray | None = None,
         weights: dict[str, np.ndarray | None] | None = None,
-    ) -> tuple[np.ndarray | None, ...]:
-        """The node's outputs ``(Y, Y_h[, Y_c])``; ``Y`` is None when the node does not
-        name it. ``weights`` gives the dynamic ones by spec name (``W``, ``R``, ...).
+    ) -> tuple[tuple[np.ndarray | None, ...], Layer]:
+        """The node's outputs ``(Y, Y_h[, Y_c])`` (``Y`` None when the node does not
+        name it), and the layer that computed them: the bound one, or for dynamic
+        weights (``weights``, by spec name: ``W``, ``R``, ...) the layer kept for
+        weights equal to these (:func:`onnx_recurrent.prepared.for_call`, as the
+        functions do).
 
         Raises
         ------
@@ -167,24 +171,21 @@ class BoundNode:
                     f"X: bfloat16 needs {self.op} version 22, "
                     f"this node is version {self.node.version}"
                 )
-            if self.layer is not None:
-                return self.layer(
+            layer = self.layer
+            if layer is None:
+                given = {w: (weights or {}).get(w) for w in WEIGHTS}
+                X, layer = prepared.for_call(
+                    CELLS[self.op], self.attributes, X, given["W"], given["R"], given["B"],
+                    given["P"],
+                )  # fmt: skip
+            try:
+                results = layer(
                     X, sequence_lens, initial_h, initial_c, output_sequence=self.want_Y
                 )
-            given = {w: (weights or {}).get(w) for w in WEIGHTS}
-            states = (initial_h, initial_c) if self.op == "LSTM" else (initial_h,)
-            extra = {"P": given["P"]} if self.op == "LSTM" else {}
-            return _FUNCTIONS[self.op](
-                X,
-                given["W"],
-                given["R"],
-                given["B"],
-                sequence_lens,
-                *states,
-                **extra,
-                output_sequence=self.want_Y,
-                **self.attributes,
-            )
+            finally:
+                if layer is not self.layer:
+                    prepared.evict_to_fit(layer)
+            return results, layer
         except (RecurrentError, RecurrentTypeError) as e:
             raise _named(self.label, e) from None
 

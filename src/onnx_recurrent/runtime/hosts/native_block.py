@@ -12,7 +12,18 @@ ABORT, SYNC, CALLS, OUTPUTS, ZERO_STATES, INTERRUPTED, STATES, FUNCTIONS = range
 PARALLEL, GATES, SLICES, TASK = 18, 19, 20, 21
 # FAILED: the address of the message of a call that failed (no memory)
 FAILED = 22
-WORDS = 23
+# DERIVED: for a node whose weights come per call, the address of the block made for
+# the weights its Python path last prepared (0: none); that block's WEIGHTS: the
+# address of their descriptors, WEIGHT_WORDS words for each input of WEIGHT_INPUTS
+# (:func:`.native_compute.same_weights`)
+DERIVED, WEIGHTS = 23, 24
+WORDS = 25
+#: the inputs W, R, B, P by position; a descriptor's words: the address of the layer's
+#: copy (0: the input absent), its bytes, the input's dimension count and its dims (up
+#: to WEIGHT_DIMS)
+WEIGHT_INPUTS = (1, 2, 3, 7)
+WEIGHT_DIMS = 3
+WEIGHT_WORDS = 3 + WEIGHT_DIMS
 # a large call's words (``usr_data`` of KernelContext_ParallelFor); T_FLAGS: the call's
 # flags (:mod:`onnx_recurrent.backends.node`); T_SLICES: units of rows a direction is
 # cut into; T_ORDER: 0 (slices of the batch in its order) or the address of the rows

@@ -5,7 +5,9 @@ A kernel is a block of int64 words (the indices below), made by
 ``OrtApi`` table whose address is in the block, checks them, asks onnxruntime for the
 outputs and runs :func:`onnx_recurrent.backends.node.run_node` on onnxruntime's own
 buffers. Anything it does not take goes to the block's Python path (``SLOW``). It
-never raises: a failure is an ``OrtStatus``.
+never raises: a failure is an ``OrtStatus``. A node whose weights come per call runs
+here too while they equal, bit for bit, those its Python path last prepared
+(:func:`same_weights`, the block ``DERIVED``).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from .native_block import (  # the block's words
     ABORT,
     CALLS,
     CREATE_STATUS,
+    DERIVED,
     FAILED,
     FAST,
     FUNCTION_NAMES,
@@ -72,6 +75,9 @@ from .native_block import (  # the block's words
     T_YC,
     T_YH,
     TASK,
+    WEIGHT_INPUTS,
+    WEIGHT_WORDS,
+    WEIGHTS,
     WORDS,
     ZERO_STATES,
     D,
@@ -143,6 +149,57 @@ def _state_ok(fn, value, out, d0, d1, d2, zero):
 
 
 @_jit
+def same_weights(k, fn, values, out):
+    """1 if the weights given (``values``: the inputs' ``OrtValue`` s) have the dims
+    and bytes of the block's descriptors (``WEIGHTS``), 0 if not, -1 if onnxruntime
+    failed (its status in ``out[1]``)."""
+    held = numba.carray(pointer(k[WEIGHTS]), len(WEIGHT_INPUTS) * WEIGHT_WORDS, np.int64)
+    for j in range(len(WEIGHT_INPUTS)):
+        w = held[j * WEIGHT_WORDS : (j + 1) * WEIGHT_WORDS]
+        value = values[WEIGHT_INPUTS[j]]
+        if w[0] == 0 or value == 0:
+            if w[0] != 0 or value != 0:
+                return 0
+            continue
+        n = _dims(fn, value, out)
+        if n < 0:
+            return -1
+        if n != w[2]:
+            return 0
+        for i in range(n):
+            if out[8 + i] != w[3 + i]:
+                return 0
+        p = _data(fn, value, out)
+        if p == 0 and out[1] != 0:
+            return -1
+        if not _same_bytes(p, w[0], w[1]):
+            return 0
+    return 1
+
+
+@_jit
+def _same_bytes(a, b, n):
+    """Whether the ``n`` bytes at addresses ``a`` and ``b`` are equal (in runs of
+    2 KiB, each compared whole: vector code)."""
+    words = n // 8
+    x = numba.carray(pointer(a), words, np.uint64)
+    y = numba.carray(pointer(b), words, np.uint64)
+    for i in range(0, words, 256):
+        differ = np.uint64(0)
+        for j in range(i, min(words, i + 256)):
+            differ |= x[j] ^ y[j]
+        if differ != 0:
+            return False
+    tail = n - 8 * words
+    xs = numba.carray(pointer(a + 8 * words), tail, np.uint8)
+    ys = numba.carray(pointer(b + 8 * words), tail, np.uint8)
+    for j in range(tail):
+        if xs[j] != ys[j]:
+            return False
+    return True
+
+
+@_jit
 def _python(k, fn, kernel, context, done):
     """The node's Python path (``SLOW``); it marks the word ``done[0]`` when it
     ends: an exception that escaped it (a Ctrl-C at its first line) leaves the word
@@ -174,6 +231,9 @@ def compute(kernel, context, dtype):
     if own.shape[0] == 0:
         return _failed(k, fn, 2)
     own[:] = 0
+    if k[FAST] == 0 and k[DERIVED] != 0:  # weights per call: the block of the last ones
+        kernel = k[DERIVED]
+        k = numba.carray(pointer(kernel), WORDS, np.int64)
     if k[FAST] == 0:
         status = _python(k, fn, kernel, context, own[32:])
     else:
@@ -196,8 +256,14 @@ def _inputs(k, fn, kernel, context, dtype, own):
         if s != 0:
             return s
         values[i] = out[0]
-    if values[0] == 0 or values[1] != 0:  # no X, or weights given per call
+    if values[0] == 0:
         return _python(k, fn, kernel, context, done)
+    if values[1] != 0:  # weights given per call: those this block was made for?
+        same = same_weights(k, fn, values, out) if k[WEIGHTS] != 0 else 0
+        if same < 0:
+            return out[1]
+        if same == 0:
+            return _python(k, fn, kernel, context, done)
     n = _dims(fn, values[0], out)
     if n < 0:
         return out[1]

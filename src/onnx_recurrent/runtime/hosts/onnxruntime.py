@@ -372,7 +372,7 @@ class OnnxruntimeHost:
         keys: dict[str, BoundNode] = {}
         #: seconds per byte of feeds of the last call (:meth:`run`): a call expected
         #: shorter than :data:`UNGUARDED_SECONDS` runs without the SIGINT watch, unless
-        #: a node runs Python on every call (``_floor``: always watched)
+        #: a node's kernel is its Python path (``_floor``: always watched)
         self._rate = math.inf
         self._floor = 0.0
         try:
@@ -385,9 +385,10 @@ class OnnxruntimeHost:
                 n.op_type for g in _graphs(rewritten.graph) for n in g.node if n.domain == DOMAIN
             }
             native.prepare({e for e, name in OP_TYPES.items() if name in used})
-            if any(b.dynamic or b.layer is None for b in keys.values()) or any(
-                name not in {OP_TYPES[e] for e in native.COMPILED} for name in used
-            ):  # a node's Python path runs on every call: always watched
+            if any(name not in {OP_TYPES[e] for e in native.COMPILED} for name in used):
+                # a node whose kernel is its Python path (float16, bfloat16): always
+                # watched (a compiled kernel marks its Python path's end: an interrupt
+                # escaping it fails the call, watched or not)
                 self._floor = math.inf
             import onnxruntime as ort
 
