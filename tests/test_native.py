@@ -514,23 +514,34 @@ def test_a_forked_child_makes_and_runs_sessions():
     assert out.strip() == "child 0"
 
 
-def test_sessions_made_and_dropped_leave_memory_flat():
+@pytest.mark.parametrize("weights", ["bound", "fed"])
+def test_sessions_made_and_dropped_leave_memory_flat(weights):
+    # fed: each session's calls leave blocks for new weights (up to MAX_DERIVED), freed
+    # with its kernel; the functions' kept layers are bounded (prepared.MAX_BYTES)
     out = _child(
-        """
+        f"""
         import gc
         import psutil
+        import numpy as np
         import onnx_recurrent as orc
         from test_native import bound_model
-        from models import random_inputs
+        from models import node_model, random_inputs
         feeds = random_inputs("LSTM", T=4, N=1, I=64, H=64, D=1)
-        model, run = bound_model("LSTM", feeds, {"hidden_size": 64})
+        model, run = bound_model("LSTM", feeds, {{"hidden_size": 64}})
+        if {weights!r} == "fed":
+            model, run = node_model("LSTM", feeds, {{"hidden_size": 64}}), feeds
         data = model.SerializeToString()
         rss = psutil.Process().memory_info
         for i in range(1000):
             if i == 10:
                 gc.collect()
                 start = rss().rss
-            orc.InferenceSession(data, host="onnxruntime").run(None, run)
+            session = orc.InferenceSession(data, host="onnxruntime")
+            session.run(None, run)
+            if {weights!r} == "fed":  # other weights each session, each run twice
+                other = dict(run, W=run["W"] + np.float32(i))
+                session.run(None, other)
+                session.run(None, other)
         gc.collect()
         print((rss().rss - start) / 2**20)
         """
