@@ -222,6 +222,18 @@ def test_weights_fed_per_call_run_compiled_while_they_stay_the_same(
     assert spy.calls == 4
 
 
+def test_weights_fed_per_call_of_a_large_call_run_on_onnxruntimes_threads(monkeypatch):
+    monkeypatch.setenv("ONNX_RECURRENT_NUM_THREADS", "2")
+    feeds = random_inputs("GRU", T=300, N=37, I=64, H=64, D=2, seed=3)  # ragged, buckets
+    attributes = {"hidden_size": 64, "direction": "bidirectional"}
+    spy = PythonPath(monkeypatch)
+    session = orc.InferenceSession(node_model("GRU", feeds, attributes), host="onnxruntime")
+    want = _layer_outputs("GRU", feeds, attributes)
+    for _ in range(2):
+        _assert_same(session.run(None, feeds), want)
+    assert spy.calls == 1
+
+
 def test_weights_fed_per_call_with_more_values_than_kept_blocks_stay_right():
     before = set(native._KERNELS)
     feeds = random_inputs("GRU", T=5, N=3, I=4, H=6, D=1)
