@@ -98,8 +98,23 @@ def for_call(
     P: np.ndarray | None,
 ) -> tuple[np.ndarray, Layer]:
     """What a function's call runs on: ``attributes`` parsed, ``X`` and the weights
-    checked against them and each other (the functions' errors), and the kept layer of
-    these weights (:func:`layer`): ``(X, layer)``."""
+    checked against them and each other, and the kept layer of these weights
+    (:func:`layer`): ``(X, layer)``. Shapes and dtypes as :func:`onnx_recurrent.gru`,
+    :func:`~onnx_recurrent.lstm` and :func:`~onnx_recurrent.rnn` take them (``X``
+    ``[seq_length, batch_size, input_size]``, or batch first with ``layout=1``; ``W``
+    ``[num_directions, gates*hidden_size, input_size]``, ``R`` ``[..., hidden_size]``,
+    ``B`` ``[num_directions, 2*gates*hidden_size]``, ``P`` ``[num_directions,
+    3*hidden_size]``; one float dtype); ONNX GRU/LSTM/RNN's inputs and attributes.
+
+    Raises
+    ------
+    ValueError
+        (``onnx_recurrent.RecurrentError``) a bad attribute value, or a shape that
+        disagrees with the attributes or the other inputs (expected and actual given).
+    TypeError
+        (``onnx_recurrent.RecurrentTypeError``) a non-float ``X``, or weights of
+        another dtype than ``X``'s.
+    """
     spec = make_spec(cell, R if type(R) is np.ndarray else np.asarray(R), **attributes)
     X = check_X(spec, X)
     W, R, B, P = check_weights(spec, W, R, B, P, dtype=X.dtype, input_size=X.shape[2])
