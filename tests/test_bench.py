@@ -231,6 +231,47 @@ def test_share_of_the_sgemm_peak_is_judged_at_l_forward():
     assert "Targets: 0 PASS, 4 MISS." in bench.format_notes(results, runtimes)
 
 
+def test_the_share_of_the_peak_is_judged_round_by_round_beside_the_product():
+    # the machine's speed halves half-way through the case (a VM's neighbours): ours and
+    # the sgemm product timed beside them slow alike, so each round's share stays 95%,
+    # where the peak measured once (at the fast start) would make it 71%
+    info = {**_info(), "sgemm_peak_gmacs": {"all": 100.0, "1": 60.0}}
+    result = _at_share("LSTM fwd", 0.95)
+    fast, slow = result.samples["ours"][0], 2 * result.samples["ours"][0]
+    result.samples["ours"] = [fast, fast, slow, slow, slow]
+    product = bench.machine.SGEMM_SIZE**3 / 100e9  # 100 GMAC/s, then 50
+    result.peak = [product, product, 2 * product, 2 * product, 2 * product]
+    shares = bench.report.peak_shares(result)
+    assert np.allclose(shares, 0.95)
+    [(_, share, met)] = bench.report.peak_verdicts([result], info)
+    assert round(share, 3) == 0.95 and met
+    text = bench.report.format_peak([result], info)
+    assert "L LSTM fwd 48 [48-95] (95% [95%-95%] of the product beside it) PASS" in text
+    assert "beside each L forward case's calls: 50 [50-100] GMAC/s" in text
+    assert text.endswith("L LSTM fwd (Layer) 190 [190-190] (190% [190%-190%])")  # the run's
+    # without the product beside it: the peak measured once in the run
+    result.peak = []
+    [(_, share, met)] = bench.report.peak_verdicts([result], info)
+    assert round(share, 3) == 0.475 and not met
+
+
+def test_an_l_forward_case_times_the_sgemm_product_in_its_rounds():
+    # a case held to the share of the peak (L forward, float32, full length) gets one
+    # sgemm product a round, kept apart from the runtimes' times; others get none
+    tiny_l = bench.Shape("L", 3, 2, 3, 4)
+    case = bench.Case("RNN", tiny_l)
+    assert case.peak_judged
+    assert not bench.Case("RNN", tiny_l, direction="bidirectional").peak_judged
+    assert not bench.Case("RNN", tiny_l, dtype="float64").peak_judged
+    result = bench.run_case(case, [bench.Ours()], repeat=4)
+    assert result.error is None, result.error
+    assert set(result.samples) == {"ours"} and len(result.peak) == 4
+    assert all(t > 0 for t in result.peak)
+    assert result.to_json()["sgemm_beside_s"] == result.peak
+    m = next(c for c in bench.make_cases(["rnn"], ["tiny"]) if c.label == "RNN fwd")
+    assert bench.run_case(m, [bench.Ours()], repeat=2).peak == []
+
+
 def test_background_load_processes_come_and_go():
     import os
 

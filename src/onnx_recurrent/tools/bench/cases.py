@@ -166,6 +166,18 @@ class Case:
         }
 
     @property
+    def peak_judged(self) -> bool:
+        """Whether the case is held to a share of the sgemm peak
+        (:data:`~.report.PEAK_SHARE`): L forward, float32, full length, layout 0."""
+        return (
+            self.shape.name == "L"
+            and self.direction == "forward"
+            and self.dtype == "float32"
+            and not self.ragged
+            and self.layout == 0
+        )
+
+    @property
     def baseline(self) -> str:
         """The runtime the ratio column is taken against."""
         return "openvino" if self.layout == 1 or self.dtype != "float32" else "onnxruntime"
@@ -178,7 +190,7 @@ class Case:
         float32), so the report judges it over our own float32 on the same case
         (:data:`~.report.DOUBLE_BOUND`) and shows its ratio to OpenVINO unjudged. L
         forward's share of the sgemm peak is judged by the report too
-        (:data:`~.report.PEAK_SHARE`: the peak is the run's, not the case's)."""
+        (:data:`~.report.PEAK_SHARE`, :attr:`peak_judged`)."""
         name = self.shape.name
         if name == "step":
             return (

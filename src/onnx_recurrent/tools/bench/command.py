@@ -186,8 +186,9 @@ def add_parser(subparsers: Any) -> None:
             "quartiles, ratios of ours to the fastest peer (onnxruntime or OpenVINO) with "
             f"their spread and issue 21's targets (PASS/MISS: {_TARGETS}), each "
             "competitor's largest difference from our outputs, our GMAC/s at M and L as a "
-            "share of the machine's sgemm peak (measured once per run; at L forward at "
-            f"least {PEAK_SHARE:.0%}), float64 over our own float32 (at most {DOUBLE_BOUND:g}; "
+            "share of the machine's sgemm peak (measured once per run; at L forward timed "
+            f"beside our calls, one product a round, and at least {PEAK_SHARE:.0%} of it "
+            "round by round), float64 over our own float32 (at most {DOUBLE_BOUND:g}; "
             "no peer computes real double), and with --background-load each runtime's "
             "contended over quiet time. `bench models` times whole models."
         ),

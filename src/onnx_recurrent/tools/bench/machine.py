@@ -6,7 +6,7 @@ import contextlib
 import os
 import platform
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -115,22 +115,38 @@ def usable_cpus() -> int:
         return os.cpu_count() or 1
 
 
-def sgemm_peak(size: int = 1024, calls: int = 10) -> dict[str, float]:
-    """The machine's float32 matrix-product peak, GMAC/s: NumPy's BLAS on a square
-    ``size`` product, best of ``calls``, on every usable CPU ("all") and on one thread
-    ("1"); "all" only, on BLAS's default threads, without threadpoolctl."""
-    import time
+#: the side of the square float32 product that measures the sgemm peak
+SGEMM_SIZE = 1024
 
+
+def sgemm_call(size: int = SGEMM_SIZE) -> Callable[[], None]:
+    """One square float32 product of ``size`` (``size**3`` multiply-adds) through NumPy's
+    BLAS, on whatever threads BLAS has at the call: the operands made now."""
     rng = np.random.default_rng(0)
     a = rng.standard_normal((size, size), dtype=np.float32)
     b = rng.standard_normal((size, size), dtype=np.float32)
     out = np.empty_like(a)
 
+    def call() -> None:
+        np.matmul(a, b, out=out)
+
+    return call
+
+
+def sgemm_peak(size: int = SGEMM_SIZE, calls: int = 10) -> dict[str, float]:
+    """The machine's float32 matrix-product peak, GMAC/s: NumPy's BLAS on a square
+    ``size`` product (:func:`sgemm_call`), best of ``calls``, on every usable CPU
+    ("all") and on one thread ("1"); "all" only, on BLAS's default threads, without
+    threadpoolctl."""
+    import time
+
+    product = sgemm_call(size)
+
     def best() -> float:
         fastest = float("inf")
         for _ in range(calls + 1):  # the first: warm-up
             t0 = time.perf_counter()
-            np.matmul(a, b, out=out)
+            product()
             fastest = min(fastest, time.perf_counter() - t0)
         return size**3 / fastest / 1e9
 
