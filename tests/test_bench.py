@@ -272,6 +272,15 @@ def test_an_l_forward_case_times_the_sgemm_product_in_its_rounds():
     assert bench.run_case(m, [bench.Ours()], repeat=2).peak == []
 
 
+def test_the_help_states_the_targets_with_their_values():
+    parser = argparse.ArgumentParser()
+    subparsers = parser.add_subparsers()
+    bench.add_parser(subparsers)
+    text = " ".join(subparsers.choices["bench"].description.split())
+    assert "{" not in text and "}" not in text  # no unformatted field
+    assert "at least 90% of it round by round" in text and "(at most 2.1;" in text
+
+
 def test_background_load_processes_come_and_go():
     import os
 

@@ -188,7 +188,7 @@ def add_parser(subparsers: Any) -> None:
             "competitor's largest difference from our outputs, our GMAC/s at M and L as a "
             "share of the machine's sgemm peak (measured once per run; at L forward timed "
             f"beside our calls, one product a round, and at least {PEAK_SHARE:.0%} of it "
-            "round by round), float64 over our own float32 (at most {DOUBLE_BOUND:g}; "
+            f"round by round), float64 over our own float32 (at most {DOUBLE_BOUND:g}; "
             "no peer computes real double), and with --background-load each runtime's "
             "contended over quiet time. `bench models` times whole models."
         ),
