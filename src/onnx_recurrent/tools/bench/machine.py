@@ -133,6 +133,12 @@ def sgemm_call(size: int = SGEMM_SIZE) -> Callable[[], None]:
     return call
 
 
+def sgemm_gmacs(seconds, size: int = SGEMM_SIZE):
+    """GMAC/s of a :func:`sgemm_call` of ``size`` that took ``seconds`` (a number or an
+    array of them)."""
+    return size**3 / seconds / 1e9
+
+
 def sgemm_peak(size: int = SGEMM_SIZE, calls: int = 10) -> dict[str, float]:
     """The machine's float32 matrix-product peak, GMAC/s: NumPy's BLAS on a square
     ``size`` product (:func:`sgemm_call`), best of ``calls``, on every usable CPU
@@ -148,7 +154,7 @@ def sgemm_peak(size: int = SGEMM_SIZE, calls: int = 10) -> dict[str, float]:
             t0 = time.perf_counter()
             product()
             fastest = min(fastest, time.perf_counter() - t0)
-        return size**3 / fastest / 1e9
+        return sgemm_gmacs(fastest, size)
 
     from threadpoolctl import threadpool_limits
 

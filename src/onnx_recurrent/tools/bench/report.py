@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from .cases import CONTENDED_LOAD, OTHERS_WARNING, SHAPES, TOLERANCE, Case
-from .machine import SGEMM_SIZE
+from .machine import SGEMM_SIZE, sgemm_gmacs
 from .models import SILERO_CHUNK, SILERO_RATE
 from .runtimes import OursHost, Runtime
 from .timing import CaseResult
@@ -359,7 +359,7 @@ def peak_shares(res: CaseResult) -> np.ndarray | None:
         return None
     n = min(len(ours), len(res.peak))
     ours_rate = np.array([_gmacs(res, t) for t in ours[:n]])
-    return ours_rate / (SGEMM_SIZE**3 / np.array(res.peak[:n]) / 1e9)
+    return ours_rate / sgemm_gmacs(np.array(res.peak[:n]))
 
 
 def peak_verdicts(
@@ -412,7 +412,7 @@ def format_peak(results: Sequence[CaseResult], info: dict[str, Any]) -> str:
             else:
                 q1, mid, q3 = np.percentile(shares, [25, 50, 75])
                 share = f"{mid:.0%} [{q1:.0%}-{q3:.0%}] of the product beside it"
-                beside += [SGEMM_SIZE**3 / t / 1e9 for t in res.peak]
+                beside += [sgemm_gmacs(t) for t in res.peak]
             parts.append(
                 f"{res.case.shape.name} {res.case.label}{face} {rate:.0f} [{low:.0f}-{high:.0f}]"
                 f" ({share}){word}"
