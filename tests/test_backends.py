@@ -470,6 +470,108 @@ def test_threads_kept_on_separate_cpus_when_asked(monkeypatch, direction):
         np.testing.assert_array_equal(a, b)
 
 
+ONE_PASS_CELLS = ["RNN", "GRU", "GRU lbr", "LSTM", "LSTM input_forget"]
+
+
+def _cell_rows(cell, one_pass, pre, pre_h, hh, old, new, c, n, j0, j1, clip):
+    """A share's rows (``n`` rows, units ``j0 .. j1``) of ``cell`` with the default
+    activations as ``_share`` computes them: in one pass, or a row at a time through
+    the passes per gate that any activation takes; ``new`` and ``c`` updated, the GRU's
+    scratch returned."""
+    nb, dt = numba_backend, old.dtype
+    fast, H = dt == np.float32, j1 - j0
+    codes = {"RNN": [1, 0, 0], "GRU": [2, 1, 0]}.get(cell.split()[0], [2, 1, 1])
+    a = (np.array(codes, np.int64), np.zeros(3, dt), np.zeros(3, dt))
+    g, gz, rh = np.zeros(4 * H, dt), np.zeros((n, 3 * H), dt), np.zeros_like(old)
+    input_forget = cell == "LSTM input_forget"
+    if one_pass:
+        if cell == "RNN":
+            nb._rnn_rows(pre, new, n, j0, j1, clip)
+        elif cell == "GRU":
+            nb._gru_zr_rows(pre, old, gz, rh, n, j0, j1, clip)
+            nb._gru_h_rows(pre_h, old, new, gz, n, j0, j1, clip)
+        elif cell == "GRU lbr":
+            nb._gru_lbr_rows(pre, pre_h, hh, old, new, n, j0, j1, clip)
+        else:
+            nb._lstm_rows(pre, new, c, input_forget, n, j0, j1, clip)
+        return gz[:, :H]
+    for b in range(n):
+        hp, hb = old[b, j0:j1], new[b, j0:j1]
+        if cell == "RNN":
+            nb._rnn_row(pre[b], hb, a, clip, fast)
+        elif cell == "GRU":
+            nb._gru_zr_row(pre[b], hp, gz[b], rh[b, j0:j1], a, clip, fast)
+        elif cell == "GRU lbr":
+            nb._gru_lbr_row(pre[b], pre_h[b], hh[b], hp, hb, g, a, clip, fast)
+        else:
+            P = np.zeros((3, 0), dt)
+            nb._lstm_row(pre[b], hb, c[b, j0:j1], P, input_forget, g, a, clip, fast)
+    if cell == "GRU":
+        for b in range(n):
+            nb._gru_h_row(pre_h[b], old[b, j0:j1], new[b, j0:j1], gz[b], a, clip, fast)
+    return gz[:, :H]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("clip", [np.inf, 0.7])
+@pytest.mark.parametrize("cell", ONE_PASS_CELLS)
+def test_one_pass_rows_equal_the_passes(cell, clip, dtype):
+    """The default activations' rows in one pass (``_rnn_rows`` ... ``_lstm_rows``)
+    against the passes per gate and activation that every other activation takes:
+    within 4 ulps (the compiler forms fused multiply-adds its own way in each), with
+    the same infinities and NaN; and bit for bit the same whether ``Ht`` is written
+    over ``Ht-1`` (one share) or beside it (a vectorized loop over one view)."""
+    dt = np.dtype(dtype)
+    rng = np.random.default_rng(len(cell))
+    n, H, j0, j1 = 11, 40, 8, 29  # a share of 21 units, odd: vector loops' remainders
+    width = {"RNN": 1, "GRU": 2, "GRU lbr": 2}.get(cell, 4) * (j1 - j0)
+    pre = (3 * rng.standard_normal((n, width))).astype(dt)
+    pre[0, :4] = [np.inf, -np.inf, np.nan, 1e30]
+    pre_h, hh = ((3 * rng.standard_normal((n, j1 - j0))).astype(dt) for _ in range(2))
+    pre_h[1, :2] = [np.nan, -np.inf]
+    old = rng.standard_normal((n, H)).astype(dt)
+    c = rng.standard_normal((n, H)).astype(dt)
+    clip = dt.type(clip)
+    results = {}
+    for one_pass, in_place in [(False, False), (True, False), (True, True)]:
+        new = old.copy() if in_place else np.full_like(old, 7.0)
+        old_in = new if in_place else old.copy()
+        cs = c.copy()
+        z = _cell_rows(cell, one_pass, pre, pre_h, hh, old_in, new, cs, n, j0, j1, clip)
+        results[one_pass, in_place] = (new[:, j0:j1].copy(), cs, z.copy())
+    eps = np.finfo(dt).eps
+    for got, want in zip(results[True, False], results[False, False], strict=True):
+        np.testing.assert_allclose(got, want, rtol=4 * eps, atol=4 * eps)
+        assert np.array_equal(np.isnan(got), np.isnan(want))
+    for got, want in zip(results[True, True], results[True, False], strict=True):
+        np.testing.assert_array_equal(got, want)
+    assert np.isfinite(results[True, False][0][2:]).all()
+
+
+@pytest.mark.parametrize(
+    ("kind", "codes", "peepholes", "expected"),
+    [
+        (0, [1, 0, 0], False, True),  # RNN: Tanh
+        (0, [2, 0, 0], False, False),  # RNN: Sigmoid
+        (1, [2, 1, 0], False, True),  # GRU: Sigmoid, Tanh
+        (1, [2, 2, 0], False, False),
+        (1, [7, 1, 0], False, False),  # HardSigmoid
+        (2, [2, 1, 1], False, True),  # LSTM: Sigmoid, Tanh, Tanh
+        (2, [2, 1, 1], True, False),  # ... with peepholes
+        (2, [2, 1, 6], False, False),  # ScaledTanh
+    ],
+)
+def test_one_pass_rows_only_for_the_default_activations(kind, codes, peepholes, expected):
+    """Which cells take the one-pass rows: the operator's default activations, no
+    peepholes; every other choice the passes per gate."""
+    from onnx_recurrent.activations import ActivationCode
+
+    assert ActivationCode.TANH == 1 and ActivationCode.SIGMOID == 2
+    assert ActivationCode.SCALED_TANH == 6 and ActivationCode.HARD_SIGMOID == 7
+    got = numba_backend._standard(np.array(codes, np.int64), kind, peepholes)
+    assert got is expected
+
+
 def test_float64_tanh_within_two_ulps():
     """The vectorizable float64 tanh of the numba kernels against libm's, over both of
     its branches, the cap at 22, tiny values, infinities and NaN."""
