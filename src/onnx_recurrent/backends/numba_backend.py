@@ -604,8 +604,9 @@ def _share(plan, s, sub, xb, k, n, old, new, c, gz, rh, pre, pre_h, hh, g, Y, wr
                   bias_h, project, R, G, KB)  # fmt: skip
         if fused:
             _gru_h_rows(pre_h, old, new, gz[s], n, j0, j1, clip)
-        for b in range(0 if fused else n):
-            _gru_h_row(pre_h[b], old[b, j0:j1], new[b, j0:j1], gz[s, b], a, clip, fast)
+        else:
+            for b in range(n):
+                _gru_h_row(pre_h[b], old[b, j0:j1], new[b, j0:j1], gz[s, b], a, clip, fast)
     else:
         p0, p1 = plan.starts[s], plan.starts[s + 1]
         bias = plan.bias.ctypes.data + p0 * L * size
@@ -631,17 +632,18 @@ def _share(plan, s, sub, xb, k, n, old, new, c, gz, rh, pre, pre_h, hh, g, Y, wr
                 _gru_lbr_rows(pre, pre_h, hh, old, new, n, j0, j1, clip)
             else:
                 _lstm_rows(pre, new, c, plan.input_forget, n, j0, j1, clip)
-        for b in range(0 if fused else n):
-            hp, hb = old[b, j0:j1], new[b, j0:j1]
-            if kind == 0:
-                _rnn_row(pre[b], hb, a, clip, fast)
-            elif plan.split:
-                _gru_zr_row(pre[b], hp, gz[s, b], rh[b, j0:j1], a, clip, fast)
-            elif lbr:
-                _gru_lbr_row(pre[b], pre_h[b], hh[b], hp, hb, g, a, clip, fast)
-            else:
-                _lstm_row(pre[b], hb, c[b, j0:j1], plan.peepholes[:, j0:j1], plan.input_forget,
-                          g, a, clip, fast)  # fmt: skip
+        else:
+            for b in range(n):
+                hp, hb = old[b, j0:j1], new[b, j0:j1]
+                if kind == 0:
+                    _rnn_row(pre[b], hb, a, clip, fast)
+                elif plan.split:
+                    _gru_zr_row(pre[b], hp, gz[s, b], rh[b, j0:j1], a, clip, fast)
+                elif lbr:
+                    _gru_lbr_row(pre[b], pre_h[b], hh[b], hp, hb, g, a, clip, fast)
+                else:
+                    _lstm_row(pre[b], hb, c[b, j0:j1], plan.peepholes[:, j0:j1], plan.input_forget,
+                              g, a, clip, fast)  # fmt: skip
     if write_Y:
         for b in range(n):
             yb, hb = _into(Y, to, kg, b), new[b]
