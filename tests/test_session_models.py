@@ -214,6 +214,37 @@ def test_the_reference_host_refuses_what_the_checker_refuses(fault):
             _plain_ort(model, feeds)
 
 
+def _with_reduce_mean(keepdims: int) -> tuple[onnx.ModelProto, dict]:
+    model, feeds = _gru()
+    reduce = helper.make_node("ReduceMean", ["Y_h"], ["Z"], name="mean1", keepdims=keepdims)
+    model.graph.node.append(reduce)
+    model.graph.output.append(helper.make_tensor_value_info("Z", 1, None))
+    return model, feeds
+
+
+@pytest.mark.parametrize("keepdims", [-1, 2])
+def test_the_reference_host_refuses_a_flag_neither_0_nor_1(keepdims):
+    # was: the checker takes keepdims=-1; onnx.reference kept the axes, onnxruntime
+    # dropped them: the hosts gave outputs of different shapes (fuzz seed 703459)
+    model, _ = _with_reduce_mean(keepdims)
+    match = rf"^ReduceMean node 'mean1': attribute keepdims={keepdims}, expected 0 or 1"
+    with pytest.raises(ValueError, match=match):
+        _session(model, "reference")
+
+
+@pytest.mark.parametrize("keepdims", [0, 1])
+def test_a_flag_of_0_or_1_runs_alike_under_both_hosts(keepdims):
+    model, feeds = _with_reduce_mean(keepdims)
+    hosts = ["reference", "onnxruntime"] if HAS_ORT else ["reference"]
+    if HAS_ORT:
+        pytest.importorskip("onnxruntime_extensions")
+    outputs = [_session(model, host).run(["Z"], feeds)[0] for host in hosts]
+    assert outputs[0].ndim == (3 if keepdims else 0)  # every axis reduced (no axes given)
+    for other in outputs[1:]:
+        assert other.shape == outputs[0].shape
+        np.testing.assert_allclose(other, outputs[0], rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.skipif(not HAS_ORT, reason="needs onnxruntime")
 def test_auto_falls_back_to_a_refusal_with_the_checker_message():
     # onnxruntime refuses the model; "auto" tried the reference host, which ran it

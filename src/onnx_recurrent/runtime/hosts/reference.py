@@ -5,8 +5,9 @@ onnxruntime-extensions. ``Loop`` is onnx-recurrent's (:mod:`..loop`): onnx.refer
 runs a ``Loop`` whose ``cond`` input is omitted for zero iterations.
 
 Broken models: a tensor whose data cannot be read is named before onnx.reference
-loads the model; then ``onnx.checker.check_model`` checks it, and a model it refuses is
-refused with its message (a ``ValueError``), as onnxruntime refuses such models when it
+loads the model; then ``onnx.checker.check_model`` checks it, and a model it refuses (or
+a standard node's flag attribute other than 0 or 1, which it takes) is refused with its
+message (a ``ValueError``), as onnxruntime refuses such models when it
 loads them (its own graph checks, and onnx's node checks); what onnx.reference raises as
 ``AttributeError``, ``IndexError``, ``KeyError``... on a malformed node is raised as a
 ``RuntimeError`` naming the node.
@@ -72,7 +73,8 @@ class ReferenceHost:
     ------
     ValueError
         A tensor whose data cannot be read (:func:`_read_tensors`); a model that
-        ``onnx.checker.check_model`` refuses (:func:`check`).
+        ``onnx.checker.check_model`` refuses, or a flag attribute neither 0 nor 1
+        (:func:`check`).
     RuntimeError
         onnx.reference cannot load the model (the message names the node).
     """
@@ -148,6 +150,7 @@ def check(model: onnx.ModelProto) -> None:
         too): Unrecognized attribute: bogus for operator Relu ==> Context: Bad node spec
         for node. Name: r OpType: Relu``.
     """
+    _check_flags(model)
     checked = _for_checker(model)
     if checked.ByteSize() >= onnx.checker.MAXIMUM_PROTOBUF:
         return
@@ -157,6 +160,37 @@ def check(model: onnx.ModelProto) -> None:
         raise RecurrentError(
             f"model: onnx.checker refuses it (onnxruntime would too): {one_line(e, typed=False)}"
         ) from None
+
+
+#: the standard operators' attributes that are flags, 0 or 1 (ONNX's ``int`` for a bool)
+_FLAGS = frozenset(
+    {"keepdims", "noop_with_empty_axes", "select_last_index", "transA", "transB", "upper",
+     "exclusive", "reverse", "ceil_mode", "count_include_pad", "largest", "sorted",
+     "detect_negative", "detect_positive", "center_point_box"}
+)  # fmt: skip
+
+
+def _check_flags(model: onnx.ModelProto) -> None:
+    """Refuse a standard node whose flag attribute (:data:`_FLAGS`) is neither 0 nor 1:
+    the checker takes any integer there, and onnxruntime and onnx.reference read the
+    others differently (``ReduceMean`` with ``keepdims=-1``: onnxruntime drops the axis,
+    onnx.reference keeps it), so the hosts would give different outputs.
+
+    Raises
+    ------
+    ValueError
+        Naming the node, the attribute and its value.
+    """
+    for graph in all_graphs(model.graph):
+        for node in graph.node:
+            if node.domain not in ("", "ai.onnx"):
+                continue
+            for a in node.attribute:
+                if a.name in _FLAGS and a.type == onnx.AttributeProto.INT and a.i not in (0, 1):
+                    raise RecurrentError(
+                        f"{node.op_type} node {node.name!r}: attribute {a.name}={a.i}, expected"
+                        " 0 or 1 (onnxruntime and onnx.reference read other values differently)"
+                    )
 
 
 #: the tensor fields that hold data (one of them, the checker says)
