@@ -268,6 +268,35 @@ def test_onnx_reference_failures_name_the_node():
         orc.InferenceSession(model, host="reference")
 
 
+def test_onnx_reference_value_and_type_errors_name_the_node():
+    # a Transpose with a repeated axis (seed 801741), an Unsqueeze given float axes
+    # (seed 800377): NumPy's ValueError, onnx.reference's TypeError, named no node
+    model, feeds = _gru()
+    model.graph.node.append(
+        helper.make_node("Transpose", ["X"], ["t"], name="bad", perm=[1, 1, 2])
+    )
+    model.graph.output.append(helper.make_tensor_value_info("t", TensorProto.FLOAT, None))
+    session = orc.InferenceSession(model, host="reference")
+    with pytest.raises(ValueError, match=r"at Transpose node 'bad': ValueError: repeated axis"):
+        session.run(None, feeds)
+    model, feeds = _gru()
+    axes = numpy_helper.from_array(np.array([0.0], np.float32), "axes")
+    model.graph.initializer.append(axes)
+    model.graph.node.append(helper.make_node("Unsqueeze", ["X", "axes"], ["u"], name="odd"))
+    model.graph.output.append(helper.make_tensor_value_info("u", TensorProto.FLOAT, None))
+    with pytest.raises(TypeError, match=r"at Unsqueeze node 'odd': TypeError"):
+        orc.InferenceSession(model, host="reference").run(None, feeds)
+    # a Transpose of a rank its perm does not have: onnx.reference's RuntimeError
+    # named the operator, not the node (seed 801742)
+    model, feeds = _gru()
+    model.graph.node.append(helper.make_node("Transpose", ["X"], ["t"], name="short", perm=[1, 0]))
+    model.graph.output.append(helper.make_tensor_value_info("t", TensorProto.FLOAT, None))
+    with pytest.raises(
+        RuntimeError, match=r"at Transpose node 'short': RuntimeError: Inconsistent"
+    ):
+        orc.InferenceSession(model, host="reference").run(None, feeds)
+
+
 def test_a_node_whose_bias_is_computed_at_run_time(host):
     # W and R initializers, B computed from a graph input: under onnxruntime the
     # constant W and R were dropped ("R must be 3-D ..., got shape ()", seed 201344)

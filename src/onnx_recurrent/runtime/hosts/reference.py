@@ -10,7 +10,9 @@ a standard node's flag attribute other than 0 or 1, which it takes) is refused w
 message (a ``ValueError``), as onnxruntime refuses such models when it
 loads them (its own graph checks, and onnx's node checks); what onnx.reference raises as
 ``AttributeError``, ``IndexError``, ``KeyError``... on a malformed node is raised as a
-``RuntimeError`` naming the node.
+``RuntimeError`` naming the node, as is its own ``RuntimeError`` (``Inconsistent
+permutation``), and its ``ValueError`` or ``TypeError`` (often NumPy's, such as
+``repeated axis in transpose``) as one of the same kind naming the node.
 
 The checker is stricter than onnxruntime in a few ways, which the copy it checks
 smooths over (the model run is not changed by it): graph inputs and outputs declared
@@ -93,7 +95,7 @@ class ReferenceHost:
             self._evaluator = ReferenceEvaluator(
                 model, new_ops=[*_bound_ops(bound), *reference_fixes()]
             )
-        except _UNCLEAR as e:
+        except (*_UNCLEAR, ValueError, TypeError, RuntimeError) as e:
             if _raised_here(e):
                 raise
             raise _engine_error(e) from e
@@ -106,7 +108,7 @@ class ReferenceHost:
     ) -> list[np.ndarray]:
         try:
             return list(self._evaluator.run(list(output_names), feeds))
-        except _UNCLEAR as e:
+        except (*_UNCLEAR, ValueError, TypeError, RuntimeError) as e:
             if _raised_here(e):
                 raise
             raise _engine_error(e) from e
@@ -367,9 +369,12 @@ def _raised_here(error: Exception) -> bool:
     )
 
 
-def _engine_error(error: Exception) -> RuntimeError:
-    """``error``, raised inside onnx.reference, as a RuntimeError naming the node that
-    onnx.reference was loading or running (when its frames tell)."""
+def _engine_error(error: Exception) -> Exception:
+    """``error``, raised inside onnx.reference (or NumPy under it), naming the node that
+    onnx.reference was loading or running (when its frames tell): a ``ValueError`` or
+    ``TypeError`` stays one (a ``Transpose`` with a repeated axis, an operator given
+    types it does not take), the others (:data:`_UNCLEAR`, onnx.reference's own
+    ``RuntimeError``) become a ``RuntimeError``."""
     node = None
     tb = error.__traceback__
     while tb is not None:  # the innermost operator's frame
@@ -377,6 +382,7 @@ def _engine_error(error: Exception) -> RuntimeError:
         node = found if isinstance(found, onnx.NodeProto) else node
         tb = tb.tb_next
     where = f" at {node.op_type} node {node.name!r}" if node is not None else ""
-    return RuntimeError(
-        f"onnx.reference cannot run this model{where}: {type(error).__name__}: {error}"
-    )
+    kind = next((k for k in (ValueError, TypeError) if isinstance(error, k)), RuntimeError)
+    if isinstance(error, _UNCLEAR):  # numpy's AxisError is a ValueError and an IndexError
+        kind = RuntimeError
+    return kind(f"onnx.reference cannot run this model{where}: {type(error).__name__}: {error}")
