@@ -265,7 +265,8 @@ def _names(model: onnx.ModelProto) -> list[str]:
     names = {t.name for g in _graphs(model) for t in g.initializer}
     names |= {v.name for g in _graphs(model) for v in g.input}
     names |= {o for n in _nodes(model) for o in n.output if o}
-    return sorted(names)
+    # a name that is not UTF-8 (an earlier mutation) comes back as bytes: apart from str
+    return sorted(names, key=lambda name: (isinstance(name, bytes), name))
 
 
 class _NotApplicable(Exception):

@@ -62,6 +62,15 @@ def test_mutants_are_reproducible():
         np.testing.assert_array_equal(a.feeds[name], b.feeds[name])
 
 
+def test_a_mutant_after_a_name_that_is_not_utf8():
+    # a mutation that renamed a tensor with bytes that are not UTF-8, then one that
+    # picked among the names, stopped the fuzzer (seed 810075: "'<' not supported
+    # between instances of 'bytes' and 'str'")
+    m = mutant(810075)
+    assert m.mutations[0].startswith("submessage bytes:")
+    assert m.mutations[1].startswith("outputs: LSTM '' output 0 -> ")
+
+
 @pytest.mark.skipif(sys.platform == "win32", reason="the workers are read with select()")
 def test_mutants_give_outputs_or_clear_errors():
     hosts = _hosts()
