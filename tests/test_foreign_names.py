@@ -50,6 +50,10 @@ ALLOWED = {
         "python",
         "test_signal_c_module",
     ),
+    ("runtime/hosts/onnxruntime.py", "onnxruntime.InferenceSession()._sess"): (
+        "onnxruntime",
+        "test_onnxruntime_core_session",
+    ),
     ("runtime/loop.py", "onnx.reference.ops.op_loop.Loop._run"): (
         "onnx",
         "test_onnx_reference_hooks",
@@ -484,6 +488,34 @@ def test_signal_c_module():
         "signal._signal.signal is gone (the host falls back to signal.signal, slower)",
         "onnx_recurrent/runtime/hosts/onnxruntime.py's _signal",
     )
+
+
+def test_onnxruntime_core_session():
+    """runtime/hosts/onnxruntime.py runs ``InferenceSession._sess.run(output_names,
+    feeds, run_options)`` (the C++ session that the public ``run`` calls after its
+    Python checks) when arrays are fed on the CPU: the same outputs, and a missing
+    input refused by the C++ session itself."""
+    ort = pytest.importorskip("onnxruntime")
+    import numpy as np
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["a", "b"], ["c"])],
+        "g",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2]) for n in "ab"],
+        [helper.make_tensor_value_info("c", TensorProto.FLOAT, [2])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    core = getattr(session, "_sess", None)
+    feeds = {"a": np.ones(2, np.float32), "b": np.arange(2, dtype=np.float32)}
+    what = "InferenceSession._sess.run(output_names, feeds, run_options) is gone or changed"
+    change = "onnx_recurrent/runtime/hosts/onnxruntime.py's _run_arrays (use the public run)"
+    assert callable(getattr(core, "run", None)), _broken("onnxruntime", what, change)
+    (got,) = core.run(["c"], feeds, None)
+    np.testing.assert_array_equal(got, session.run(None, feeds)[0])
+    with pytest.raises(Exception, match="b"):  # a missing input: the C++ session says so
+        core.run(["c"], {"a": feeds["a"]}, None)
 
 
 def test_onnx_reference_hooks():
