@@ -194,11 +194,17 @@ def _gate(a, i, v, fast):
     _apply(a[0][i], v, a[1][i], a[2][i], fast)
 
 
+@_inline
+def _clipped(x, clip):
+    """``x`` within ``[-clip, clip]``; NaN stays NaN, as in ``np.clip``."""
+    return min(max(x, -clip), clip)
+
+
 @_jit
 def _clip(dst, pre, clip):
-    """``dst = clip(pre)``; NaN stays NaN, as in ``np.clip``."""
+    """``dst = clip(pre)`` (:func:`_clipped`)."""
     for j in range(dst.shape[0]):
-        dst[j] = min(max(pre[j], -clip), clip)
+        dst[j] = _clipped(pre[j], clip)
 
 
 # --- per-row cell updates. pre: the row's gate inputs, Xt W^T + Ht-1 R^T + biases;
@@ -247,7 +253,7 @@ def _gru_lbr_row(pre, xh, hh, hp, h, g, a, clip, fast):
     _clip(g[: 2 * H], pre, clip)
     _gate(a, 0, g[: 2 * H], fast)
     for j in range(H):
-        g[2 * H + j] = min(max(xh[j] + g[H + j] * hh[j], -clip), clip)
+        g[2 * H + j] = _clipped(xh[j] + g[H + j] * hh[j], clip)
     _gru_out(g, hp, h, a, fast)
 
 
@@ -260,7 +266,7 @@ def _lstm_row(pre, h, c, P, input_forget, g, a, clip, fast):
     peep = P.shape[1] != 0
     if peep:
         for j in range(H):
-            i[j] = min(max(pre[j] + P[0, j] * c[j], -clip), clip)
+            i[j] = _clipped(pre[j] + P[0, j] * c[j], clip)
     else:
         _clip(i, pre[:H], clip)
     _gate(a, 0, i, fast)
@@ -269,7 +275,7 @@ def _lstm_row(pre, h, c, P, input_forget, g, a, clip, fast):
             f[j] = _f32(1) - i[j]
     elif peep:
         for j in range(H):
-            f[j] = min(max(pre[2 * H + j] + P[2, j] * c[j], -clip), clip)
+            f[j] = _clipped(pre[2 * H + j] + P[2, j] * c[j], clip)
         _gate(a, 0, f, fast)
     else:
         _clip(f, pre[2 * H : 3 * H], clip)
@@ -280,7 +286,7 @@ def _lstm_row(pre, h, c, P, input_forget, g, a, clip, fast):
         c[j] = f[j] * c[j] + i[j] * cc[j]
     if peep:
         for j in range(H):
-            o[j] = min(max(pre[H + j] + P[1, j] * c[j], -clip), clip)
+            o[j] = _clipped(pre[H + j] + P[1, j] * c[j], clip)
     else:
         _clip(o, pre[H : 2 * H], clip)
     _gate(a, 0, o, fast)
@@ -325,12 +331,6 @@ def _tanh_typed(x):
     if x == types.float32:
         return lambda x: _tanh32(x)
     return lambda x: _tanh64(x)
-
-
-@_inline
-def _clipped(x, clip):
-    """``x`` within ``[-clip, clip]``; NaN stays NaN, as in :func:`_clip`."""
-    return min(max(x, -clip), clip)
 
 
 @_jit

@@ -441,15 +441,15 @@ class OnnxruntimeHost:
                 nbytes += value.nbytes
             except AttributeError:  # a sequence, map or empty optional
                 nbytes += _nbytes(value)
+        run = (self._run_arrays if refused is not None else None) or self._session.run
         if (
             self._rate * (nbytes or 1) < UNGUARDED_SECONDS
             or _get_ident() != threading.main_thread().ident
             or _signal.getsignal(_SIGINT) is not _signal.default_int_handler
         ):  # a short call (a Ctrl-C waits for its end), or SIGINT not ours to watch
             start = _clock()
-            run = self._run_arrays if refused is not None else None
             try:
-                outputs = (run or self._session.run)(output_names, feeds, run_options)
+                outputs = run(output_names, feeds, run_options)
             except Exception as e:
                 state = _state
                 error, state.error = getattr(state, "error", None), None
@@ -468,9 +468,8 @@ class OnnxruntimeHost:
         _signal.signal(_SIGINT, _on_sigint)
         previous = native.interrupt_watch_start()
         start = _clock()
-        run = self._run_arrays if refused is not None else None
         try:
-            outputs = (run or self._session.run)(output_names, feeds, run_options)
+            outputs = run(output_names, feeds, run_options)
             self._rate = max(self._floor, (_clock() - start) / (nbytes or 1))
         except Exception as e:
             if state.error is None and not native.ABORT[0]:
