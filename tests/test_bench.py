@@ -840,6 +840,11 @@ def test_plot_writes_a_png(tmp_path):
     path = tmp_path / "ratios.png"
     bench.plot_ratios(results, path)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    bench.plot_ratios(results, tmp_path / "bare")  # no suffix: .png, as matplotlib's
+    bench.plot_ratios(results, tmp_path / "ratios.svg")
+    assert (tmp_path / "bare.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert b"<svg" in (tmp_path / "ratios.svg").read_bytes()[:1000]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bare.png", "ratios.png", "ratios.svg"]
 
 
 @pytest.mark.parametrize("before", [None, "2"])

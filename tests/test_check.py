@@ -216,6 +216,49 @@ def test_a_peer_that_cannot_run_the_model_is_reported(tmp_path, capsys):
     assert "(onnxruntime could not run it)" in out
 
 
+def test_outputs_that_are_not_number_tensors_are_compared():
+    """Strings, sequences and maps (a classifier's ZipMap) were cast to float64: a
+    TypeError for a map, strings of numbers read as numbers. Now a sequence's or map's
+    numbers are compared within the tolerance, its structure and text exactly."""
+    from onnx_recurrent.tools.check.trace import compare
+
+    x = np.array([1.0, 2.0], np.float32)
+    text = np.array(["1.5", "b"], dtype=object)
+    assert compare("s", "p", text, np.array(["1.5", "b"]), 0, 0).max_abs == 0.0
+    differs = compare("s", "p", text, np.array(["1.50", "b"], dtype=object), 0, 0)
+    assert differs.exceeds and differs.error == "not the same structure or text"
+    near = compare("q", "p", [x, x], [x, x + 1e-7], 1e-6, 0)
+    assert not near.exceeds and 0 < near.max_abs < 1e-6
+    assert compare("q", "p", [x, x], [x], 1e-6, 0).exceeds
+    maps = [{0: 0.25, 1: 0.75}]
+    assert compare("z", "p", maps, [{0: 0.25, 1: 0.75 + 1e-9}], 1e-6, 0).exceeds is False
+    assert compare("z", "p", maps, [{0: 0.25, 2: 0.75}], 1e-6, 0).exceeds
+    far = compare("z", "p", maps, [{0: 0.25, 1: 0.5}], 1e-6, 0)
+    assert far.exceeds and far.max_abs == pytest.approx(0.25)
+    assert compare("y", "p", x, x[:1], 0, 0).error == "shape [1], ours [2]"
+
+
+def test_a_model_with_map_and_string_outputs_is_checked(tmp_path, capsys):
+    pytest.importorskip("onnxruntime")
+    nodes = [
+        helper.make_node("Cast", ["x"], ["s"], to=TensorProto.STRING),
+        helper.make_node("ZipMap", ["x"], ["z"], domain="ai.onnx.ml", classlabels_int64s=[0, 1]),
+    ]
+    maps = helper.make_sequence_type_proto(
+        helper.make_map_type_proto(TensorProto.INT64, helper.make_tensor_type_proto(1, []))
+    )
+    outputs = [helper.make_tensor_value_info("s", TensorProto.STRING, [1, 2])]
+    outputs.append(helper.make_value_info("z", maps))
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2])
+    graph = helper.make_graph(nodes, "g", [x], outputs)
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.ml", 3)]
+    argv = _save(tmp_path, helper.make_model(graph, opset_imports=opsets))
+    assert _main(*argv, "--peer", "onnxruntime") == 0
+    out = capsys.readouterr().out
+    assert "  s       onnxruntime  " in out and "  z       onnxruntime  " in out
+    assert "every peer that ran agrees within the tolerance" in out
+
+
 def test_openvino_layout_1_gives_wrong_shapes(tmp_path, capsys):
     pytest.importorskip("openvino")
     feeds = random_inputs("GRU", T=5, N=3, full=False)

@@ -87,6 +87,8 @@ def test_run_model_with_given_and_random_inputs(tmp_path):
         (["run", "{model}", "-o", "{tmp}/no/o.npz"], "-o {tmp}/no/o.npz: no such directory"),
         (["run", "{unknown_op}", "--host", "reference"], "model: onnx.checker refuses it"),
         (["run", "{model}", "-i", "Z={npy}"], "the model has no input 'Z' (['X', 'W', 'R'])"),
+        (["run", "{model}", "-i", "X={npy}", "-i", "X=b.npy"], "-i X: given twice ('{npy}', "),
+        (["run", "{model}", "--dim", "T=2", "--dim", "T=3"], "--dim T: given twice ('2', '3')"),
         (["run", "{model}", "--dim", "T=abc"], "--dim T=abc: the value must be a positive"),
         (["run", "{model}", "--dim", "T=0"], "--dim T=0: the value must be a positive"),
         (["run", "{model}", "--dim", "nosuch=3"], "the model has no dim 'nosuch' (N, T)"),
@@ -106,6 +108,7 @@ def test_run_model_with_given_and_random_inputs(tmp_path):
         (["bench", "--ops", "foo", "--list"], "unknown op 'foo'; choose from gru, lstm, rnn"),
         (["bench", "--json", "{tmp}/no/b.json", "--list"], "--json {tmp}/no/b.json: no such"),
         (["bench", "--models", "--json", "{tmp}/no/b.json", "--list"], "no such directory"),
+        (["bench", "--plot", "{tmp}/r.xyz", "--list"], "--plot {tmp}/r.xyz: matplotlib cannot"),
         ([], "onnx-recurrent: error: the following arguments are required: command"),
         (["nosuch"], "onnx-recurrent: error: argument command: invalid choice: 'nosuch'"),
     ],
@@ -162,6 +165,164 @@ def _relu_model(op: str = "Relu") -> onnx.ModelProto:
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
     )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _outputs_model() -> onnx.ModelProto:
+    """x [2] -> outputs named as numpy.savez's own keywords and as a path, a string
+    tensor and a sequence of two tensors."""
+    from onnx import TensorProto, helper
+
+    f = TensorProto.FLOAT
+    nodes = [
+        helper.make_node("Identity", ["x"], ["file"]),
+        helper.make_node("Neg", ["x"], ["allow_pickle"]),
+        helper.make_node("Abs", ["x"], ["a/b"]),
+        helper.make_node("Cast", ["x"], ["text"], to=TensorProto.STRING),
+        helper.make_node("SequenceConstruct", ["x", "x"], ["seq"]),
+    ]
+    outputs = [helper.make_tensor_value_info(n, f, [2]) for n in ("file", "allow_pickle", "a/b")]
+    outputs.append(helper.make_tensor_value_info("text", TensorProto.STRING, [2]))
+    sequence = helper.make_sequence_type_proto(helper.make_tensor_type_proto(f, [2]))
+    outputs.append(helper.make_value_info("seq", sequence))
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", f, [2])], outputs)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("host", ["onnxruntime", "reference"])
+def test_run_saves_every_output_under_its_name(tmp_path, host):
+    """-o: outputs named ``file`` or ``allow_pickle`` (numpy.savez's keywords: a
+    TypeError, or dropped), strings (readable without unpickling) and a sequence's
+    tensors (``NAME/i``); ``.npz`` appended as numpy does, and said."""
+    onnx.save(_outputs_model(), tmp_path / "m.onnx")
+    x = np.array([1.5, -2.0], np.float32)
+    np.save(tmp_path / "x.npy", x)
+    out = tmp_path / "out"
+    done = _cli("run", str(tmp_path / "m.onnx"), "-i", f"x={tmp_path / 'x.npy'}", "-o", str(out))
+    assert done.returncode == 0, done.stderr
+    assert f"saved: {out}.npz" in done.stdout
+    assert "output seq: sequence of 2 tensors ([2] float32, [2] float32)" in done.stdout
+    assert "output text: shape [2] " in done.stdout and "'1.5'" in done.stdout
+    with np.load(f"{out}.npz") as saved:  # allow_pickle=False
+        assert sorted(saved) == ["a/b", "allow_pickle", "file", "seq/0", "seq/1", "text"]
+        np.testing.assert_array_equal(saved["file"], x)
+        np.testing.assert_array_equal(saved["allow_pickle"], -x)
+        np.testing.assert_array_equal(saved["a/b"], np.abs(x))
+        np.testing.assert_array_equal(saved["seq/1"], x)
+        assert saved["text"].dtype.kind == "U" and saved["text"].astype(np.float32).tolist() == [
+            1.5,
+            -2.0,
+        ]
+
+
+@pytest.mark.parametrize(
+    "fault", [KeyboardInterrupt(), OSError(28, "No space left on device")], ids=repr
+)
+def test_a_save_that_fails_leaves_the_old_file(tmp_path, monkeypatch, capsys, fault):
+    """Ctrl-C or a full disk while the outputs are written: the file -o names is what
+    it was (not truncated, not half written), and no temporary file is left."""
+    import zipfile
+
+    from onnx_recurrent.tools import cli
+
+    onnx.save(_relu_model(), tmp_path / "m.onnx")
+    out = tmp_path / "out.npz"
+    out.write_bytes(b"results of an earlier run")
+    opened = zipfile.ZipFile.open
+
+    def failing(self, name, mode="r", **kwargs):
+        if mode == "w":
+            raise fault
+        return opened(self, name, mode, **kwargs)
+
+    monkeypatch.setattr(zipfile.ZipFile, "open", failing)
+    args = ["run", str(tmp_path / "m.onnx"), "-o", str(out)]
+    if isinstance(fault, KeyboardInterrupt):
+        with pytest.raises(KeyboardInterrupt):
+            cli.main(args)
+    else:
+        assert cli.main(args) == 2
+        assert "No space left on device" in capsys.readouterr().err
+    assert out.read_bytes() == b"results of an earlier run"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx", "out.npz"]
+
+
+def test_a_map_output_is_refused_before_the_run(tmp_path):
+    """-o with an output no .npz can hold (ZipMap's sequence of maps): status 2 before
+    the model runs; the run alone prints the maps."""
+    from onnx import TensorProto, helper
+
+    zipmap = helper.make_node(
+        "ZipMap", ["x"], ["z"], domain="ai.onnx.ml", classlabels_int64s=[0, 1]
+    )
+    maps = helper.make_sequence_type_proto(
+        helper.make_map_type_proto(TensorProto.INT64, helper.make_tensor_type_proto(1, []))
+    )
+    graph = helper.make_graph(
+        [zipmap],
+        "g",
+        [helper.make_tensor_value_info("x", 1, [1, 2])],
+        [helper.make_value_info("z", maps)],
+    )
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.ml", 3)]
+    onnx.save(helper.make_model(graph, opset_imports=opsets), tmp_path / "m.onnx")
+    done = _cli("run", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "o.npz"))
+    assert done.returncode == 2
+    assert "-o " in done.stderr and "output 'z' is a seq(map(int64,tensor(float)))" in done.stderr
+    assert "input x" not in done.stdout and not (tmp_path / "o.npz").exists()
+    done = _cli("run", str(tmp_path / "m.onnx"))
+    assert done.returncode == 0, done.stderr
+    assert "output z: sequence of 1 maps [{0: " in done.stdout
+
+
+def test_an_output_file_is_replaced_with_its_mode_through_its_link(tmp_path, monkeypatch):
+    """What -o, --json and --plot write through (:func:`saving`): an existing file keeps
+    its mode, a new one gets the umask's, a link stays a link to the new content,
+    ``/dev/null`` is written in place; a file that may not be written is refused first."""
+    from onnx_recurrent.errors import RecurrentError
+    from onnx_recurrent.tools.arguments import saving, writable
+
+    kept = tmp_path / "kept"
+    kept.write_bytes(b"old")
+    kept.chmod(0o640)
+    with saving(str(kept)) as f:
+        f.write(b"new")
+    assert kept.read_bytes() == b"new" and kept.stat().st_mode & 0o777 == 0o640
+    umask = os.umask(0o027)
+    try:
+        with saving(str(tmp_path / "fresh")) as f:
+            f.write(b"x")
+    finally:
+        os.umask(umask)
+    assert (tmp_path / "fresh").stat().st_mode & 0o777 == 0o640
+    link = tmp_path / "link"
+    link.symlink_to(kept)
+    with saving(str(link)) as f:
+        f.write(b"through the link")
+    assert link.is_symlink() and kept.read_bytes() == b"through the link"
+    if os.path.exists(os.devnull):
+        with saving(os.devnull) as f:
+            f.write(b"nothing")
+        assert not os.path.isfile(os.devnull)
+    monkeypatch.setattr(os, "access", lambda path, mode: os.fspath(path) != str(kept))
+    with pytest.raises(RecurrentError, match=r"-o .*kept: the file is not writable"):
+        writable(str(kept), "-o")
+
+
+def test_a_cache_file_interrupted_leaves_no_temporary_file(tmp_path, monkeypatch):
+    """The caches' write_atomic and the tools' saving share :func:`replacing`: a
+    KeyboardInterrupt while writing removes the temporary file and propagates."""
+    from onnx_recurrent.backends import cache_dirs
+
+    target = tmp_path / "plan.json"
+    target.write_bytes(b"old")
+    with pytest.raises(KeyboardInterrupt), cache_dirs.replacing(target) as f:
+        f.write(b"half")
+        raise KeyboardInterrupt
+    assert [p.name for p in tmp_path.iterdir()] == ["plan.json"]
+    assert target.read_bytes() == b"old"
+    monkeypatch.setattr(os, "replace", lambda *a: (_ for _ in ()).throw(OSError("no")))
+    assert cache_dirs.write_atomic(target, b"new") is False
+    assert [p.name for p in tmp_path.iterdir()] == ["plan.json"]
 
 
 def test_an_empty_or_corrupt_model_is_a_value_error_naming_it(tmp_path):

@@ -12,6 +12,9 @@ import os
 import stat
 import sys
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from typing import BinaryIO
 
 
 class CompileCacheWarning(RuntimeWarning):
@@ -74,23 +77,39 @@ def first_usable(kind: str) -> tuple[str | None, list[str]]:
     return None, tried
 
 
-def write_atomic(path: str | os.PathLike, data: bytes) -> bool:
-    """Keep ``data`` at ``path``: a temporary file beside it renamed over it (a reader
-    sees the old file or the new one, never half of one); whether it was kept (a
-    failure keeps nothing and raises nothing)."""
+@contextmanager
+def replacing(path: str | os.PathLike, mode: int | None = None) -> Iterator[BinaryIO]:
+    """A binary file whose content replaces ``path``'s when the block ends: a temporary
+    file beside it, renamed over it (a reader sees the old file or the new one, never
+    half of one). On any exception, Ctrl-C's included, the temporary file is removed,
+    ``path`` is left as it was and the exception propagates. ``mode``: the new file's
+    permission bits (None: the temporary file's, the user's alone).
+
+    Raises
+    ------
+    OSError
+        The temporary file cannot be made or written, or the rename fails.
+    """
     directory = os.path.dirname(os.fspath(path)) or "."
-    try:
-        fd, temporary = tempfile.mkstemp(dir=directory, prefix=".tmp-")
-    except OSError:
-        return False
+    fd, temporary = tempfile.mkstemp(dir=directory, prefix=".tmp-")
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            yield f
+        if mode is not None:
+            os.chmod(temporary, mode)
         os.replace(temporary, path)
-        return True
-    except OSError:
-        try:
+    except BaseException:
+        with suppress(OSError):
             os.unlink(temporary)
-        except OSError:
-            pass
+        raise
+
+
+def write_atomic(path: str | os.PathLike, data: bytes) -> bool:
+    """Keep ``data`` at ``path`` (:func:`replacing`); whether it was kept (a failure
+    keeps nothing and raises nothing)."""
+    try:
+        with replacing(path) as f:
+            f.write(data)
+    except OSError:
         return False
+    return True

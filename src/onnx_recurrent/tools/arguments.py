@@ -1,7 +1,7 @@
 """What the commands share on the command line: a model's inputs (``-i NAME=FILE.npy``,
 the others drawn at random: ``--dim NAME=VALUE``, ``--seed``), ``--host``, an output
-file's directory checked before the work, and the note on the kernels' first
-compilation. A tool module: the library never imports it (models are read by
+file checked before the work and replaced whole after it, and the note on the kernels'
+first compilation. A tool module: the library never imports it (models are read by
 :func:`onnx_recurrent.runtime.session.load_model`).
 
 Every mistake here is a :class:`~onnx_recurrent.errors.RecurrentError` naming the
@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import argparse
 import os
+import stat
 import sys
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any, BinaryIO
 
 import numpy as np
 from onnx.helper import tensor_dtype_to_np_dtype
 
+from ..backends.cache_dirs import replacing
 from ..errors import RecurrentError, one_line
 from ..runtime.hosts import HOSTS
 from ..runtime.session import NodeArg
@@ -57,12 +60,15 @@ def add_host(parser: argparse.ArgumentParser) -> None:
 
 
 def parse_pairs(pairs: Sequence[str], option: str) -> dict[str, str]:
-    """``["a=1", "b=x.npy"]`` as a dict; a clear error for an item without ``=``."""
-    parsed = {}
+    """``["a=1", "b=x.npy"]`` as a dict; a clear error for an item without ``=`` and
+    for a name given twice."""
+    parsed: dict[str, str] = {}
     for pair in pairs:
         name, sep, value = pair.partition("=")
         if not sep or not name or not value:
             raise RecurrentError(f"{option} expects NAME=VALUE, got {pair!r}")
+        if name in parsed:
+            raise RecurrentError(f"{option} {name}: given twice ({parsed[name]!r}, {value!r})")
         parsed[name] = value
     return parsed
 
@@ -216,6 +222,36 @@ def writable(path: str, option: str) -> None:
         raise RecurrentError(f"{option} {path}: no such directory {folder!r}")
     if not os.access(folder, os.W_OK):
         raise RecurrentError(f"{option} {path}: the directory {folder!r} is not writable")
+    if os.path.exists(path) and not os.access(path, os.W_OK):
+        raise RecurrentError(f"{option} {path}: the file is not writable")
+
+
+@contextmanager
+def saving(path: str) -> Iterator[BinaryIO]:
+    """The binary file an output goes to: ``path`` (through a link, its target) replaced
+    whole when the block ends, and left as it was if the block fails or is interrupted
+    (:func:`~onnx_recurrent.backends.cache_dirs.replacing`); with the mode an existing
+    file had, else the one the umask gives. A path that is not a regular file
+    (``/dev/null``, a pipe) is written in place.
+
+    Raises
+    ------
+    OSError
+        The file cannot be written.
+    """
+    real = os.path.realpath(path)
+    if os.path.exists(real) and not os.path.isfile(real):
+        with open(real, "wb") as f:
+            yield f
+        return
+    try:
+        mode = stat.S_IMODE(os.stat(real).st_mode)
+    except FileNotFoundError:
+        umask = os.umask(0o022)  # read by setting it: no other way to read it
+        os.umask(umask)
+        mode = 0o666 & ~umask
+    with replacing(real, mode) as f:
+        yield f
 
 
 def note_first_use(layers: bool = True) -> None:

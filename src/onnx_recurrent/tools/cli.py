@@ -16,6 +16,7 @@ import signal
 import sys
 import time
 import warnings
+import zipfile
 from collections.abc import Sequence
 from importlib import resources
 from importlib.util import find_spec
@@ -26,7 +27,14 @@ import numpy as np
 
 from ..errors import RecurrentError, one_line
 from ..runtime.session import InferenceSession
-from .arguments import add_host, add_model_inputs, model_feeds, note_first_use, writable
+from .arguments import (
+    add_host,
+    add_model_inputs,
+    model_feeds,
+    note_first_use,
+    saving,
+    writable,
+)
 
 EXAMPLE = "example_gru.onnx"
 
@@ -53,15 +61,49 @@ def _data(name: str) -> Path:
 
 
 def _preview(array: np.ndarray, count: int = 5) -> str:
-    flat = np.asarray(array, dtype=np.float64).ravel()[:count]
-    more = " ..." if array.size > count else ""
-    return "[" + ", ".join(f"{v:.6g}" for v in flat) + more + "]"
+    number = array.dtype.kind in "iuf"
+    values = (f"{v:.6g}" if number else repr(v) for v in array.ravel()[:count].tolist())
+    return "[" + ", ".join(values) + (" ..." if array.size > count else "") + "]"
+
+
+def _describe(value: Any) -> str:
+    """One output for the screen: an array's shape, dtype and first values; a sequence's
+    tensors; else its Python type (a map)."""
+    if isinstance(value, np.ndarray):
+        return f"shape {list(value.shape)} {value.dtype} {_preview(value)}"
+    if isinstance(value, list) and all(isinstance(v, np.ndarray) for v in value):
+        shown = ", ".join(f"{list(v.shape)} {v.dtype}" for v in value[:3])
+        return f"sequence of {len(value)} tensors ({shown}{', ...' if len(value) > 3 else ''})"
+    if isinstance(value, list) and all(isinstance(v, dict) for v in value):
+        return f"sequence of {len(value)} maps {value[:2]}{' ...' if len(value) > 2 else ''}"
+    return f"{type(value).__name__} {value!r:.80}"
+
+
+def _arrays(names: Sequence[str], outputs: Sequence[Any]) -> dict[str, np.ndarray]:
+    """The outputs as named arrays for a ``.npz``: a sequence's tensors as ``NAME/0``,
+    ``NAME/1``... Raises RecurrentError for an output that is neither (a map) or a
+    name met twice."""
+    arrays: dict[str, np.ndarray] = {}
+    for name, value in zip(names, outputs, strict=True):
+        if isinstance(value, np.ndarray):
+            items = [(name, _storable(value))]
+        elif isinstance(value, list) and all(isinstance(v, np.ndarray) for v in value):
+            items = [(f"{name}/{i}", _storable(v)) for i, v in enumerate(value)]
+        else:  # a map: refused before the run (cmd_run)
+            raise RecurrentError(f"-o: output {name!r} is not a tensor: {_describe(value)}")
+        for key, array in items:
+            if key in arrays:
+                raise RecurrentError(f"-o: two outputs would be saved as {key!r}")
+            arrays[key] = array
+    return arrays
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     expected = None
-    if args.output:
-        writable(args.output, "-o")
+    output = args.output
+    if output:
+        output = output if output.endswith(".npz") else output + ".npz"  # as numpy.savez
+        writable(output, "-o")
     if args.model is None:
         if args.input or args.dim:
             given = "-i" if args.input else "--dim"
@@ -89,6 +131,13 @@ def cmd_run(args: argparse.Namespace) -> int:
             "note: the model has no GRU, RNN or LSTM node: onnx-recurrent computes nothing "
             f"in it ({session.host} runs all of it)"
         )
+    if output:
+        maps = [o for o in session.get_outputs() if "map(" in o.type]
+        if maps:
+            raise RecurrentError(
+                f"-o {output}: output {maps[0].name!r} is a {maps[0].type}; a .npz file holds "
+                "tensors and sequences of tensors"
+            )
     if given is None:
         feeds, drawn = model_feeds(args, session.get_inputs())
     else:
@@ -101,7 +150,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     elapsed = time.perf_counter() - start
     names = [o.name for o in session.get_outputs()]
     for name, value in zip(names, outputs, strict=True):
-        print(f"output {name}: shape {list(value.shape)} {value.dtype} {_preview(value)}")
+        print(f"output {name}: {_describe(value)}")
     print(f"wall time: {elapsed * 1e3:.1f} ms")
     status = 0
     if expected is not None:
@@ -111,10 +160,35 @@ def cmd_run(args: argparse.Namespace) -> int:
         )
         print(f"max |difference| from PyTorch's output: {diff:.3g}")
         status = 0 if diff <= 1e-5 else 1
-    if args.output:
-        np.savez(args.output, **dict(zip(names, outputs, strict=True)))
-        print(f"saved: {args.output}")
+    if output:
+        save_npz(output, _arrays(names, outputs))
+        print(f"saved: {output}")
     return status
+
+
+def _storable(array: np.ndarray) -> np.ndarray:
+    """A string tensor (onnxruntime's object arrays of ``str``) as a NumPy string
+    array, which ``numpy.load`` reads without unpickling; other arrays as they are."""
+    if array.dtype == object and all(isinstance(v, str) for v in array.flat):
+        return array.astype(np.str_)
+    return array
+
+
+def save_npz(path: str, arrays: dict[str, np.ndarray]) -> None:
+    """``arrays`` into the ``.npz`` file ``path`` as :func:`numpy.savez` writes one (an
+    uncompressed zip of ``NAME.npy``; :func:`numpy.load` reads it), under every name,
+    ``file`` and ``allow_pickle`` too (keywords of ``savez``); ``path`` replaced whole
+    (:func:`.arguments.saving`).
+
+    Raises
+    ------
+    OSError
+        The file cannot be written (an existing one is left as it was).
+    """
+    with saving(path) as f, zipfile.ZipFile(f, "w", zipfile.ZIP_STORED, allowZip64=True) as z:
+        for name, value in arrays.items():
+            with z.open(f"{name}.npy", "w", force_zip64=True) as member:
+                np.lib.format.write_array(member, np.asanyarray(value), allow_pickle=False)
 
 
 def add_parser(sub: Any) -> None:

@@ -7,16 +7,15 @@ import argparse
 import json
 import os
 import sys
-from pathlib import Path
 from typing import Any
 
-from ..arguments import note_first_use, number, writable
+from ..arguments import note_first_use, number, saving, writable
 from . import cases
 from .cases import DEFAULT_BUDGET, MIN_REPEATS, OPS, Case
 from .driver import run_bench
 from .models import MODEL_BUDGET, REFERENCE_REPEATS
 from .options import COMPETITORS, MODEL_RUNTIMES, Options
-from .plot import check_plot_support, plot_ratios
+from .plot import plot_path, plot_ratios
 from .report import DOUBLE_BOUND, PEAK_SHARE
 
 
@@ -30,8 +29,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         if args.json:
             writable(args.json, "--json")
         if getattr(args, "plot", None):
+            args.plot = plot_path(args.plot)
             writable(args.plot, "--plot")
-            check_plot_support()
     except (ValueError, ImportError) as e:
         print(f"onnx-recurrent bench: error: {e}", file=sys.stderr)
         return 2
@@ -50,7 +49,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     bench = run_bench(options, progress=None if args.quiet else _progress)
     print(bench.report())
     if args.json:
-        Path(args.json).write_text(json.dumps(bench.to_json(), indent=1))
+        with saving(args.json) as f:
+            f.write(json.dumps(bench.to_json(), indent=1).encode())
         print(f"saved: {args.json}")
     if getattr(args, "plot", None):
         info = bench.info

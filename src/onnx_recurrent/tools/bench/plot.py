@@ -8,12 +8,33 @@ from collections.abc import Sequence
 import numpy as np
 
 from ...errors import import_optional
+from ..arguments import saving
 from .timing import CaseResult
 
 
 def check_plot_support() -> None:
     """Raise ImportError with the install hint if matplotlib is missing."""
     import_optional("matplotlib", "--plot", "pip install onnx-recurrent[plot]")
+
+
+def plot_path(path: str) -> str:
+    """Where ``--plot`` writes: ``path``, ``.png`` appended where it has no suffix (as
+    matplotlib's ``savefig`` does). Raises ValueError for a suffix no matplotlib writer
+    takes, before the bench runs; ImportError without matplotlib."""
+    check_plot_support()
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    suffix = os.path.splitext(path)[1][1:]
+    if not suffix:
+        return path + ".png"
+    formats = Figure().canvas.get_supported_filetypes()
+    if suffix.lower() not in formats:
+        known = ", ".join(formats)
+        raise ValueError(f"--plot {path}: matplotlib cannot write .{suffix} ({known})")
+    return path
 
 
 def plot_ratios(results: Sequence[CaseResult], path: str | os.PathLike, title: str = "") -> None:
@@ -73,5 +94,7 @@ def plot_ratios(results: Sequence[CaseResult], path: str | os.PathLike, title: s
     axes[1].set_xticks(x)
     axes[1].set_xticklabels(labels, rotation=70, ha="right", fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    path = plot_path(os.fspath(path))
+    with saving(path) as f:
+        fig.savefig(f, dpi=120, format=os.path.splitext(path)[1][1:].lower())
     plt.close(fig)

@@ -149,7 +149,7 @@ def check(
             report.comparisons.append(Comparison("(all)", peer, error=one_line(e, 140)))
             continue
         for name, a, b in zip(names, ours, theirs, strict=True):
-            report.comparisons.append(compare(name, peer, np.asarray(a), b, atol, rtol))
+            report.comparisons.append(compare(name, peer, a, b, atol, rtol))
     if trace_nodes:
         differing = [p for p in peers if any(c.exceeds for c in report.comparisons if c.peer == p)]
         report.divergences, report.trace_errors = trace(

@@ -46,23 +46,56 @@ def _excess(ours: np.ndarray, theirs: np.ndarray, atol: float, rtol: float) -> n
     return bad | (np.isnan(a) != np.isnan(b))
 
 
-def compare(
-    name: str, peer: str, ours: np.ndarray, theirs: Any, atol: float, rtol: float
-) -> Comparison:
-    """Max absolute and relative difference of one output (relative to ours)."""
-    theirs = np.asarray(theirs)
-    if theirs.shape != ours.shape:
-        shapes = f"shape {list(theirs.shape)}, ours {list(ours.shape)}"
-        return Comparison(name, peer, exceeds=True, error=shapes)
-    if ours.size == 0:
+def compare(name: str, peer: str, ours: Any, theirs: Any, atol: float, rtol: float) -> Comparison:
+    """Max absolute and relative difference of one output (relative to ours): a tensor,
+    or a sequence or map through its numbers, whose structure (lengths, keys, shapes)
+    and text must be equal."""
+    if isinstance(ours, np.ndarray) and not isinstance(theirs, list | dict):
+        theirs = np.asarray(theirs)
+        if theirs.shape != ours.shape:
+            shapes = f"shape {list(theirs.shape)}, ours {list(ours.shape)}"
+            return Comparison(name, peer, exceeds=True, error=shapes)
+    ours_numbers, ours_rest = _walk(ours)
+    their_numbers, their_rest = _walk(theirs)
+    if ours_rest != their_rest:
+        return Comparison(name, peer, exceeds=True, error="not the same structure or text")
+    if ours_numbers.size == 0:
         return Comparison(name, peer, 0.0, 0.0)
-    a, b = np.asarray(ours, np.float64), np.asarray(theirs, np.float64)
+    a, b = ours_numbers, their_numbers
     with np.errstate(invalid="ignore", divide="ignore"):
         d = np.where(np.isnan(a) & np.isnan(b), 0.0, np.abs(a - b))
         d = np.where(np.isnan(d), np.inf, d)
         rel = np.where(d == 0, 0.0, d / np.abs(a))
     exceeds = bool(_excess(a, b, atol, rtol).any())
     return Comparison(name, peer, float(d.max()), float(rel.max()), exceeds)
+
+
+def _walk(value: Any) -> tuple[np.ndarray, list]:
+    """An output's numbers (float64, in order) and the rest of it: the lengths of its
+    sequences, its maps' keys, its tensors' shapes and their text (not numbers)."""
+    numbers: list[np.ndarray] = []
+    rest: list = []
+
+    def visit(v: Any) -> None:
+        if isinstance(v, dict):
+            rest.append(("map", sorted(v, key=repr)))
+            for key in sorted(v, key=repr):
+                visit(v[key])
+        elif isinstance(v, list | tuple):
+            rest.append(("sequence", len(v)))
+            for item in v:
+                visit(item)
+        else:
+            array = np.asarray(v)
+            numeric = array.dtype.kind in "biuf"
+            rest.append((array.shape, numeric))
+            if numeric:
+                numbers.append(array.astype(np.float64).ravel())
+            else:
+                rest.append(array.ravel().tolist())
+
+    visit(value)
+    return (np.concatenate(numbers) if numbers else np.zeros(0)), rest
 
 
 def _gate_act(spec: RecSpec, op: str, d: int, overrides: Mapping | None = None) -> dict:
