@@ -449,6 +449,36 @@ def test_command_json_lines_csv_file_and_plots(tmp_path):
     assert [(float(r["start"]), float(r["end"])) for r in rows] == segments[str(SPEECH)]
 
 
+def test_an_earlier_output_survives_a_bad_model_and_ctrl_c(tmp_path, monkeypatch):
+    """-o's file was opened (emptied) before the model loaded, and held the rows so far
+    when Ctrl-C came: now it is replaced when the rows are all there, and left as it
+    was otherwise."""
+    from onnx_recurrent.tools import cli
+    from onnx_recurrent.tools.vad import command
+
+    out = tmp_path / "rows.csv"
+    out.write_text("earlier rows\n")
+    done = _vad(SPEECH, "-o", out, "--model", tmp_path / "missing.onnx")
+    assert done.returncode == 2 and "missing.onnx" in done.stderr
+    assert out.read_text() == "earlier rows\n"
+    whole = command._local_results
+
+    def interrupted(*args, **kwargs):
+        for i, result in enumerate(whole(*args, **kwargs)):
+            if i == 1:
+                raise KeyboardInterrupt
+            yield result
+
+    monkeypatch.setattr(command, "_local_results", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        cli.main(["vad", str(SPEECH), str(BUNDLED[0]), "-o", str(out)])
+    assert out.read_text() == "earlier rows\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["rows.csv"]
+    monkeypatch.undo()
+    assert cli.main(["vad", str(SPEECH), "-o", str(out)]) == 0
+    assert out.read_text().startswith(f"file,start,end,error\n{SPEECH},")
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

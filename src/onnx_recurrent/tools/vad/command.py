@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 import json
 import os
 import sys
@@ -27,7 +28,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from ...errors import import_optional, one_line
-from ..arguments import add_host, number
+from ..arguments import add_host, number, saving
 from .audio import AUDIO_SUFFIXES, AudioError, find_audio_files
 from .model import INSTALL_EXTRA
 from .segments import SEGMENT_OPTIONS, check_segment_options
@@ -57,8 +58,9 @@ def add_parser(sub: Any) -> None:
         "-o",
         "--output",
         metavar="OUT",
-        help="write the rows here (not one of the input files): JSON lines if OUT ends in "
-        ".jsonl or .json, else CSV (default: CSV on stdout)",
+        help="write the rows here (not one of the input files), replacing OUT when they "
+        "are all there (Ctrl-C leaves it as it was): JSON lines if OUT ends in .jsonl or "
+        ".json, else CSV (default: CSV on stdout, row by row)",
     )
     parser.add_argument(
         "--plot",
@@ -232,14 +234,15 @@ def _input_at(output: str, files: list[str]) -> str | None:
 
 
 def _rows_stream(output: str | None, stack: ExitStack) -> IO[str]:
-    """Where the rows go: ``output`` (UTF-8) or stdout. A file name that is not valid
-    UTF-8 (held with surrogate escapes, as ``os.fsdecode`` gives it) is written as its
-    own bytes, as Python's ``surrogateescape`` error handler does, in CSV and JSON
-    lines alike."""
+    """Where the rows go: ``output`` (UTF-8; a temporary file renamed over it when the
+    stack closes without an exception: :func:`..arguments.saving`) or stdout. A file
+    name that is not valid UTF-8 (held with surrogate escapes, as ``os.fsdecode`` gives
+    it) is written as its own bytes, as Python's ``surrogateescape`` error handler does,
+    in CSV and JSON lines alike."""
     if output is not None:
-        return stack.enter_context(
-            open(output, "w", encoding="utf-8", errors="surrogateescape", newline="")
-        )
+        binary = stack.enter_context(saving(output))
+        text = io.TextIOWrapper(binary, encoding="utf-8", errors="surrogateescape", newline="")
+        return stack.enter_context(text)
     stream = sys.stdout
     errors = getattr(stream, "errors", None)
     reconfigure = getattr(stream, "reconfigure", None)
@@ -417,8 +420,6 @@ def cmd_vad(args: argparse.Namespace) -> int:
             directory = Path(args.plot)
             directory.mkdir(parents=True, exist_ok=True)
             plotter = _Plotter(directory, args, options["threshold"])
-        stream = _rows_stream(output, stack)
-        rows = _JsonRows(stream) if json_lines else _CsvRows(stream)
         bar = _Progress()
         stack.callback(bar.close)
         try:
@@ -428,6 +429,9 @@ def cmd_vad(args: argparse.Namespace) -> int:
                 results = _dask_results(files, args, options, bar, stack)
         except (ImportError, TypeError, ValueError) as e:
             return _fail(str(e))
+        # -o replaced when the rows are all there (Ctrl-C, a bad argument: left as it was)
+        stream = _rows_stream(output, stack)
+        rows = _JsonRows(stream) if json_lines else _CsvRows(stream)
         bar.start(files)
 
         failed = 0

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from ...errors import import_optional
+from ..arguments import saving
 from .model import CHUNK_SAMPLES, INSTALL_EXTRA, MODEL_RATE
 
 #: The most columns the waveform is drawn with (longer recordings: min/max envelope).
@@ -106,5 +107,6 @@ def plot_recording(
     wave.legend(handles + more_handles, labels + more_labels, loc="upper right", fontsize=8)
     if title:
         wave.set_title(title, fontsize=10, loc="left")
-    figure.savefig(os.fspath(path), format="png")
+    with saving(os.fspath(path)) as f:
+        figure.savefig(f, format="png")
     return Path(path)
