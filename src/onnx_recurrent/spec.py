@@ -230,8 +230,11 @@ class Inputs:
 
 
 def as_float_array(name: str, value: Any) -> np.ndarray:
-    """``value`` as an array of one of the T types, or a clear TypeError."""
+    """``value`` as an array of one of the T types (a copy in the machine's byte order
+    where it has the other one, as read from a big-endian file), or a clear TypeError."""
     array = value if type(value) is np.ndarray else np.asarray(value)
+    if not array.dtype.isnative and array.dtype.newbyteorder("=") in COMPUTE_DTYPE:
+        array = array.astype(array.dtype.newbyteorder("="))
     if array.dtype not in COMPUTE_DTYPE:
         allowed = ", ".join(str(t) for t in COMPUTE_DTYPE)
         raise RecurrentTypeError(f"{name} must have a float dtype ({allowed}), got {array.dtype}")
