@@ -110,8 +110,57 @@ def test_onnxruntime_checks_array_feeds_and_ours_word_its_refusal(model_and_feed
         session.run(None, {**feeds, "X": feeds["X"].astype(np.float64)})
     assert calls == [1]
     with pytest.raises(TypeError, match=r"'X': expected element type"):
-        session.run(None, {**feeds, "X": feeds["X"].tolist()})  # not an array: ours first
+        session.run(None, {**feeds, "X": [["not a number"]]})  # not an array: ours first
     assert calls == [1, 1]
+
+
+def test_an_empty_output_list_is_every_output(host, model_and_feeds):
+    # as onnxruntime's run: the host's direct call to onnxruntime's C++ session refused
+    # it ("At least one output should be requested")
+    model, feeds = model_and_feeds
+    session = orc.InferenceSession(model, host=host)
+    for a, b in zip(session.run([], feeds), session.run(None, feeds), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_lists_are_fed_as_onnxruntime_takes_them(host, model_and_feeds):
+    """A nested list of numbers for a tensor, cast to its element type within their kind
+    (integers to floats: onnxruntime does so; a float to an integer is refused, where
+    onnxruntime truncates it); a ragged one, or None for a tensor, is a clear error."""
+    model, feeds = model_and_feeds
+    session = orc.InferenceSession(model, host=host)
+    expected = session.run(None, feeds)
+    as_lists = {
+        **feeds,
+        "X": feeds["X"].tolist(),
+        "sequence_lens": feeds["sequence_lens"].tolist(),
+    }
+    for a, b in zip(session.run(None, as_lists), expected, strict=True):
+        np.testing.assert_array_equal(a, b)
+    whole = {**feeds, "X": np.round(feeds["X"])}
+    rounded = {**feeds, "X": np.round(feeds["X"]).astype(int).tolist()}
+    for a, b in zip(session.run(None, rounded), session.run(None, whole), strict=True):
+        np.testing.assert_array_equal(a, b)
+    lens = {**feeds, "sequence_lens": [float(n) + 0.5 for n in feeds["sequence_lens"]]}
+    with pytest.raises(TypeError, match=r"'sequence_lens': expected element type tensor\(int32\)"):
+        session.run(None, lens)
+    with pytest.raises(ValueError, match=r"input 'X': not a tensor: "):
+        session.run(None, {**feeds, "X": [[[1.0]], [[1.0, 2.0]]]})
+    with pytest.raises(TypeError, match=r"input 'X': a tensor is required, got None"):
+        session.run(None, {**feeds, "X": None})
+
+
+def test_arrays_in_the_other_byte_order_are_read_by_value(host, model_and_feeds):
+    # onnxruntime 1.32 alone reads a big-endian array's bytes as little-endian ones: a
+    # silent wrong answer, which the onnxruntime host gave too
+    model, feeds = model_and_feeds
+    session = orc.InferenceSession(model, host=host)
+    swapped = {k: v.astype(v.dtype.newbyteorder(">")) for k, v in feeds.items()}
+    copies = {k: v.copy() for k, v in swapped.items()}
+    for a, b in zip(session.run(None, swapped), session.run(None, feeds), strict=True):
+        np.testing.assert_array_equal(a, b)
+    for k, v in swapped.items():
+        assert v.dtype == copies[k].dtype and np.array_equal(v, copies[k])
 
 
 def test_unknown_output_and_bad_model(host):

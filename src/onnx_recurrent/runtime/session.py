@@ -287,6 +287,23 @@ def _check_recurrent_inputs(
                 )
 
 
+def _from_list(value: Any, dtype: np.dtype, name: str, path: str) -> np.ndarray:
+    """A tensor fed as a list (or tuple, or another array-like), as onnxruntime takes it:
+    in the input's element type where NumPy casts its values so within their kind
+    (integers or floats to floats; a float to an integer is refused, not truncated)."""
+    try:
+        array = np.asarray(value)
+    except ValueError as e:  # a ragged nested list
+        raise RecurrentError(f"input {name!r}{path}: not a tensor: {e}") from None
+    if (
+        isinstance(value, list | tuple)
+        and array.dtype != dtype
+        and np.can_cast(array.dtype, dtype, "same_kind")
+    ):
+        return array.astype(dtype)
+    return array
+
+
 def _checked(spec: _Feed, value: Any, name: str, path: str = "") -> Any:
     """``value``, fed for the input ``name`` (``path``: where inside it, e.g.
     ``" element 2"``), as the host takes it: arrays for tensors, lists for sequences.
@@ -301,7 +318,11 @@ def _checked(spec: _Feed, value: Any, name: str, path: str = "") -> Any:
         the input and the element, key or value that failed.
     """
     if type(spec) is _Tensor:
-        array = value if type(value) is np.ndarray else np.asarray(value)
+        if value is None:
+            raise RecurrentTypeError(f"input {name!r}{path}: a tensor is required, got None")
+        array = value if type(value) is np.ndarray else _from_list(value, spec.dtype, name, path)
+        if not array.dtype.isnative:  # onnxruntime would read its bytes in the machine's order
+            array = array.astype(array.dtype.newbyteorder("="))
         if array.dtype != spec.dtype:
             raise RecurrentTypeError(
                 f"input {name!r}{path}: expected element type {spec.type} ({spec.dtype}), "
@@ -657,10 +678,13 @@ class InferenceSession:
         Parameters
         ----------
         output_names : list of str or None
-            The outputs to return, in this order; None for all, in graph order.
+            The outputs to return, in this order; None (or an empty list) for all, in
+            graph order.
         input_feed : dict of str to ndarray, list, dict or None
             One value per graph input: an array of the declared element type, rank and
-            fixed dims for a tensor; a list (or tuple) of such arrays for a sequence;
+            fixed dims for a tensor (or a nested list of numbers, cast to that type
+            within their kind, as onnxruntime takes it); a list (or tuple) of such
+            arrays for a sequence;
             None or the value for an optional (which may be left out); a dict of
             Python scalars for a map. Also, where wanted, a value for an overridable
             initializer (:meth:`get_overridable_initializers`), checked against its
@@ -707,12 +731,12 @@ class InferenceSession:
             # on a call's path: 1 µs, 40 µs when a call finds the caches cold)
             refused = self._check_feeds
             for value in input_feed.values():
-                if type(value) is not np.ndarray:
+                if type(value) is not np.ndarray or not value.dtype.isnative:
                     refused = None
                     break
         checked = input_feed if refused is not None else self._check_feeds(input_feed)
         names = self._output_names
-        if output_names is None:
+        if not output_names:  # None or empty: every output, as onnxruntime's run
             output_names = names
         else:
             output_names = list(output_names)
