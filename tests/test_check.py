@@ -259,6 +259,29 @@ def test_a_model_with_map_and_string_outputs_is_checked(tmp_path, capsys):
     assert "every peer that ran agrees within the tolerance" in out
 
 
+@pytest.mark.parametrize("op", ["GRU", "LSTM"])
+def test_onnxruntime_is_not_run_where_it_would_end_the_process(tmp_path, op):
+    """onnxruntime 1.32 ends its process (SIGABRT) on a GRU or LSTM node given a batch
+    of 0: check ran it in its own process, and died. A subprocess here, so that the old
+    behaviour fails the test instead of ending pytest."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("onnxruntime")
+    feeds = random_inputs(op, full=False)
+    feeds["X"] = feeds["X"][:, :0]
+    argv = _save(tmp_path, node_model(op, feeds, {}), feeds)
+    done = subprocess.run(
+        [sys.executable, "-m", "onnx_recurrent", "check", *argv, "--peer", "onnxruntime"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, (done.returncode, done.stderr)
+    assert "error: RuntimeError: not run: the input 'X' is empty" in done.stdout
+    assert "(onnxruntime could not run it)" in done.stdout
+
+
 def test_openvino_layout_1_gives_wrong_shapes(tmp_path, capsys):
     pytest.importorskip("openvino")
     feeds = random_inputs("GRU", T=5, N=3, full=False)

@@ -64,7 +64,23 @@ def openvino_model(model: onnx.ModelProto, threads: int | None = None) -> Any:
     return core.compile_model(core.read_model(model.SerializeToString()), "CPU", config)
 
 
+#: operators on which onnxruntime (1.32) ends the process (``std::terminate``: SIGABRT)
+#: when given a batch or a sequence of 0 (GRU: both; LSTM: a batch of 0)
+ENDS_ON_EMPTY = ("GRU", "LSTM")
+
+
 def _run_onnxruntime(model: onnx.ModelProto, feeds, names):
+    from ...runtime.graph import walk
+
+    empty = [k for k, v in feeds.items() if isinstance(v, np.ndarray) and v.size == 0]
+    if empty and any(
+        node.op_type in ENDS_ON_EMPTY and node.domain in ("", "ai.onnx")
+        for _, node in walk(model.graph)
+    ):
+        raise RuntimeError(
+            f"not run: the input {empty[0]!r} is empty, and onnxruntime (1.32) ends the "
+            "process on a GRU or LSTM node given a batch or a sequence of 0"
+        )
     return onnxruntime_session(model).run(list(names), dict(feeds))
 
 
