@@ -324,3 +324,23 @@ def test_a_bidirectional_model_is_warned_about():
     logits, h_n = session.step({"x": np.ones((1, 3, 16), np.float32)})
     assert logits.shape == (1, 3, 4) and h_n.shape == (4, 1, 32)
     assert {v.shape for v in session.states.values()} == {(2, 1, 32)}
+
+
+@pytest.mark.parametrize("op", ["GRU", "RNN", "LSTM"])
+def test_an_empty_chunk_or_a_row_of_length_0_keeps_its_state(host, op):
+    """A chunk of no steps (seq_length 0), or a row whose sequence_lens is 0 in a chunk,
+    goes on from the state it came with. The operator gives zeros there (no step ran),
+    and the stream carried those on: the next chunks started over, silently."""
+    feeds = random_inputs(op, T=9, N=3, full=False, seed=11)
+    feeds["B"] = random_inputs(op, full=True, seed=11)["B"]
+    X = feeds.pop("X")
+    model = node_model(op, {"X": X, **feeds, "sequence_lens": np.zeros(3, np.int32)}, {})
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "seq"
+    session = StreamingSession(model, host=host)
+    chunks = [(0, 4, [4, 4, 4]), (4, 4, [0, 0, 0]), (4, 9, [5, 0, 3]), (9, 9, [0, 0, 0])]
+    for t0, t1, lens in chunks:
+        *_, final = session.step({"X": X[t0:t1], **feeds, "sequence_lens": np.int32(lens)})
+    function = {"GRU": orc.gru, "RNN": orc.rnn, "LSTM": orc.lstm}[op]
+    for b, steps in enumerate([9, 4, 7]):  # each row's valid steps, one after another
+        alone = function(X[:steps, b : b + 1], feeds["W"], feeds["R"], feeds["B"])
+        np.testing.assert_allclose(final[:, b], alone[-1][:, 0], rtol=1e-6, atol=1e-6)

@@ -136,6 +136,26 @@ class BoundNode:
                     m,
                 )
 
+    def _carry(self, results, X, sequence_lens, initial_h, initial_c) -> None:
+        """A stream's rows that took no step (an empty chunk, or a length of 0) keep the
+        states they came with in ``results``, not the operator's zeros: the next chunk
+        goes on from them (the native node sends such calls here)."""
+        layout = self.attributes.get("layout", 0)
+        if X.shape[1 if layout else 0] == 0:
+            rows = np.ones(X.shape[0 if layout else 1], bool)
+        elif sequence_lens is None:
+            return
+        else:
+            rows = np.asarray(sequence_lens) == 0
+            if not rows.any():
+                return
+        for final, state in zip(results[1:], (initial_h, initial_c), strict=False):
+            if final is not None and state is not None:
+                if layout:
+                    final[rows] = state[rows]
+                else:
+                    final[:, rows] = state[:, rows]
+
     def __call__(self, *args, **keywords) -> tuple[np.ndarray | None, ...]:
         """:meth:`run`'s outputs alone."""
         return self.run(*args, **keywords)[0]
@@ -185,6 +205,8 @@ class BoundNode:
             finally:
                 if layer is not self.layer:
                     prepared.evict_to_fit(layer)
+            if self.zero_size_states:
+                self._carry(results, X, sequence_lens, initial_h, initial_c)
             return results, layer
         except (RecurrentError, RecurrentTypeError) as e:
             raise _named(self.label, e) from None

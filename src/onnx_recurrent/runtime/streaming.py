@@ -392,7 +392,9 @@ class StreamingSession:
     -----
     The states start at zeros, with the batch size of what reaches each node in the
     first step; every later step must keep that batch size (call :meth:`reset` to
-    change it). Not thread-safe: one stream per session.
+    change it). A row that takes no step in a chunk (an empty chunk, or a
+    ``sequence_lens`` of 0) keeps the state it came with, where one call of the
+    operator would give zeros. Not thread-safe: one stream per session.
 
     A model's own state input, a graph input fed straight to a node's ``initial_h``
     or ``initial_c`` (``h0``, ``c0``), stays an input of :meth:`step`, optional: fed,

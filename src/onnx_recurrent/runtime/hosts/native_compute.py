@@ -272,6 +272,8 @@ def _inputs(k, fn, kernel, context, dtype, own):
         return _python(k, fn, kernel, context, done)
     d0, d1 = out[8], out[9]
     N, T = (d0, d1) if layout else (d1, d0)
+    if T == 0 and k[ZERO_STATES] != 0:  # a stream's empty chunk: its states carried on
+        return _python(k, fn, kernel, context, done)
     large = k[PARALLEL] != 0 and T * N * Dn * k[GATES] * (H + I) >= k[PARALLEL]
     slices = min(N, k[SLICES]) if large else 1
     if large and Dn * slices < 2 and H >= SHARE_HIDDEN:  # one row: threads share its
@@ -293,7 +295,7 @@ def _inputs(k, fn, kernel, context, dtype, own):
             return out[1]
         lens = numba.carray(pointer(lp), N, np.int32)
         for b in range(N):
-            if lens[b] < 0 or lens[b] > T:
+            if lens[b] < 0 or lens[b] > T or (lens[b] == 0 and k[ZERO_STATES] != 0):
                 return _python(k, fn, kernel, context, done)
     s0, s1 = (N, Dn) if layout else (Dn, N)
     lstm = k[STATES] == 2
