@@ -498,6 +498,8 @@ def test_torch_errors(torch):
         to_torch([], "GRU")
     with pytest.raises(ValueError, match=r"proj_size=2 is not supported"):
         from_torch(torch.nn.LSTM(I, H, proj_size=2))
+    with pytest.raises(ValueError, match=r"on the 'meta' device \(no values\)"):
+        from_torch(torch.nn.GRU(I, H, device="meta"))  # torch's NotImplementedError before
     gru = make_module(torch, "GRU", num_layers=2)
     layers = from_torch(gru)
     before = {k: v.clone() for k, v in gru.state_dict().items()}

@@ -244,6 +244,12 @@ def _check_computable(layer: Layer, where: str, target: str, activations: list |
 
 
 def _to_numpy(torch: Any, tensor: Any) -> np.ndarray:
+    if tensor.is_meta:  # a module made on the "meta" device: shapes, no values
+        raise RecurrentError(
+            "from_torch: the module's parameters are on the 'meta' device (no values): "
+            "load its weights first (e.g. module.to_empty(device='cpu') and "
+            "load_state_dict)"
+        )
     tensor = tensor.detach().cpu()
     if tensor.dtype == torch.bfloat16:
         import ml_dtypes
@@ -282,7 +288,7 @@ def from_torch(module: Any) -> list[Layer]:
     TypeError
         ``module`` is not a GRU, LSTM or RNN.
     ValueError
-        An LSTM with ``proj_size > 0``.
+        An LSTM with ``proj_size > 0``; parameters on the ``meta`` device (no values).
     """
     torch = import_optional("torch", "from_torch", _TORCH_EXTRA)
     op, activation = _torch_kind(torch, module)
