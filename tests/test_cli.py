@@ -214,6 +214,34 @@ def test_run_saves_every_output_under_its_name(tmp_path, host):
         ]
 
 
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs named pipes")
+def test_run_writes_a_pipe_or_a_device_as_named(tmp_path):
+    """-o a FIFO or /dev/null: written there (a zip seeks back: made in memory first),
+    not to a new ``pipe.npz`` / ``/dev/null.npz`` beside it."""
+    import io
+    import threading
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got = {}
+    reader = threading.Thread(target=lambda: got.update(data=fifo.read_bytes()), daemon=True)
+    reader.start()
+    done = _cli("run", "-o", str(fifo))  # the bundled example
+    reader.join(5)
+    if reader.is_alive():  # nothing opened the pipe: let the reader go
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        reader.join(5)
+    assert done.returncode == 0, done.stderr
+    assert f"saved: {fifo}\n" in done.stdout and sorted(os.listdir(tmp_path)) == ["pipe"]
+    with np.load(io.BytesIO(got["data"])) as saved:
+        assert set(saved) == {"logits", "h_n"}
+    beside = os.devnull + ".npz"
+    before = os.path.exists(beside)
+    done = _cli("run", "-o", os.devnull)
+    assert done.returncode == 0, done.stderr
+    assert f"saved: {os.devnull}\n" in done.stdout and os.path.exists(beside) == before
+
+
 @pytest.mark.parametrize(
     "fault", [KeyboardInterrupt(), OSError(28, "No space left on device")], ids=repr
 )

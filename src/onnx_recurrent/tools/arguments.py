@@ -239,11 +239,11 @@ def saving(path: str) -> Iterator[BinaryIO]:
     OSError
         The file cannot be written.
     """
-    real = os.path.realpath(path)
-    if os.path.exists(real) and not os.path.isfile(real):
-        with open(real, "wb") as f:
+    if os.path.exists(path) and not os.path.isfile(path):
+        with open(path, "wb") as f:
             yield f
         return
+    real = os.path.realpath(path)
     try:
         mode = stat.S_IMODE(os.stat(real).st_mode)
     except FileNotFoundError:

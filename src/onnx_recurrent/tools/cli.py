@@ -11,8 +11,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import io
 import os
 import signal
+import stat
 import sys
 import time
 import warnings
@@ -102,7 +104,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     expected = None
     output = args.output
     if output:
-        output = output if output.endswith(".npz") else output + ".npz"  # as numpy.savez
+        if not output.endswith(".npz") and not os.path.exists(output):  # as numpy.savez
+            output += ".npz"  # (an existing file, device or pipe is written as named)
         writable(output, "-o")
     if args.model is None:
         if args.input or args.dim:
@@ -185,10 +188,15 @@ def save_npz(path: str, arrays: dict[str, np.ndarray]) -> None:
     OSError
         The file cannot be written (an existing one is left as it was).
     """
-    with saving(path) as f, zipfile.ZipFile(f, "w", zipfile.ZIP_STORED, allowZip64=True) as z:
-        for name, value in arrays.items():
-            with z.open(f"{name}.npy", "w", force_zip64=True) as member:
-                np.lib.format.write_array(member, np.asanyarray(value), allow_pickle=False)
+    with saving(path) as f:
+        regular = stat.S_ISREG(os.fstat(f.fileno()).st_mode)
+        target = f if regular else io.BytesIO()  # a zip seeks back; a device or pipe cannot
+        with zipfile.ZipFile(target, "w", zipfile.ZIP_STORED, allowZip64=True) as z:
+            for name, value in arrays.items():
+                with z.open(f"{name}.npy", "w", force_zip64=True) as member:
+                    np.lib.format.write_array(member, np.asanyarray(value), allow_pickle=False)
+        if not regular:
+            f.write(target.getvalue())
 
 
 def add_parser(sub: Any) -> None:
