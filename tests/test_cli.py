@@ -305,7 +305,8 @@ def test_a_map_output_is_refused_before_the_run(tmp_path):
 def test_an_output_file_is_replaced_with_its_mode_through_its_link(tmp_path, monkeypatch):
     """What -o, --json and --plot write through (:func:`saving`): an existing file keeps
     its mode, a new one gets the umask's, a link stays a link to the new content,
-    ``/dev/null`` is written in place; a file that may not be written is refused first."""
+    ``/dev/null`` is written in place (``/dev`` need not be writable); a file that may
+    not be written is refused first."""
     from onnx_recurrent.errors import RecurrentError
     from onnx_recurrent.tools.arguments import saving, writable
 
@@ -331,6 +332,8 @@ def test_an_output_file_is_replaced_with_its_mode_through_its_link(tmp_path, mon
         with saving(os.devnull) as f:
             f.write(b"nothing")
         assert not os.path.isfile(os.devnull)
+        monkeypatch.setattr(os, "access", lambda path, mode: os.fspath(path) == os.devnull)
+        writable(os.devnull, "-o")  # a device: its directory need not be writable
     monkeypatch.setattr(os, "access", lambda path, mode: os.fspath(path) != str(kept))
     with pytest.raises(RecurrentError, match=r"-o .*kept: the file is not writable"):
         writable(str(kept), "-o")

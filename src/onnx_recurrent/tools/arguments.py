@@ -218,6 +218,10 @@ def writable(path: str, option: str) -> None:
     folder = os.path.dirname(os.path.abspath(path))
     if os.path.isdir(path):
         raise RecurrentError(f"{option} {path}: is a directory")
+    if os.path.exists(path) and not os.path.isfile(path):  # a device or pipe: in place
+        if not os.access(path, os.W_OK):
+            raise RecurrentError(f"{option} {path}: not writable")
+        return
     if not os.path.isdir(folder):
         raise RecurrentError(f"{option} {path}: no such directory {folder!r}")
     if not os.access(folder, os.W_OK):
