@@ -214,8 +214,10 @@ def number(kind: type, minimum: float, what: str, strict: bool = False) -> Any:
 
 
 def writable(path: str, option: str) -> None:
-    """Check, before the work, that ``path`` can be written: its directory exists."""
-    folder = os.path.dirname(os.path.abspath(path))
+    """Check, before the work, that ``path`` can be written (:func:`saving`): its
+    directory (through a link, its target's) exists and may be written, and so may
+    the file if it is there; a device or pipe may be written."""
+    folder = os.path.dirname(os.path.realpath(path))
     if os.path.isdir(path):
         raise RecurrentError(f"{option} {path}: is a directory")
     if os.path.exists(path) and not os.path.isfile(path):  # a device or pipe: in place
