@@ -214,6 +214,17 @@ def test_run_saves_every_output_under_its_name(tmp_path, host):
         ]
 
 
+def test_the_printed_values_of_every_element_type():
+    import ml_dtypes
+
+    from onnx_recurrent.tools.cli import _preview
+
+    assert _preview(np.array([0.5, 1 / 3], ml_dtypes.bfloat16)) == "[0.5, 0.333984]"
+    assert _preview(np.arange(7, dtype=np.int64)) == "[0, 1, 2, 3, 4 ...]"
+    assert _preview(np.array([True, False])) == "[True, False]"
+    assert _preview(np.array(["a", "b"], dtype=object)) == "['a', 'b']"
+
+
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs named pipes")
 def test_run_writes_a_pipe_or_a_device_as_named(tmp_path):
     """-o a FIFO or /dev/null: written there (a zip seeks back: made in memory first),

@@ -63,8 +63,9 @@ def _data(name: str) -> Path:
 
 
 def _preview(array: np.ndarray, count: int = 5) -> str:
-    number = array.dtype.kind in "iuf"
-    values = (f"{v:.6g}" if number else repr(v) for v in array.ravel()[:count].tolist())
+    values = (  # numbers (bfloat16's too: Python floats) to 6 digits; text, bools as such
+        f"{v:.6g}" if type(v) in (int, float) else repr(v) for v in array.ravel()[:count].tolist()
+    )
     return "[" + ", ".join(values) + (" ..." if array.size > count else "") + "]"
 
 
