@@ -929,7 +929,8 @@ def _expected_shapes(session, feeds: dict[str, np.ndarray]) -> dict[str, list[in
         if node.graph is not session.model.graph or X is None or X.ndim != 3:
             continue
         layout = int(b.attributes.get("layout", 0))
-        D = 2 if str(b.attributes.get("direction", "forward")) == "bidirectional" else 1
+        direction = str(b.attributes.get("direction", "forward")).lower()  # as spec.py reads it
+        D = 2 if direction == "bidirectional" else 1
         H = b.layer.hidden_size if b.layer is not None else b.attributes.get("hidden_size")
         if H is None:
             continue

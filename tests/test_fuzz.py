@@ -22,7 +22,7 @@ from onnx import TensorProto, helper, numpy_helper
 import onnx_recurrent as orc
 from onnx_recurrent.errors import RecurrentError, RecurrentTypeError
 
-from fuzz import DEFECTS, fuzz, mutant, outcome_label
+from fuzz import DEFECTS, fuzz, mutant, outcome_label, run_mutant
 from models import node_model, random_inputs
 
 #: mutants in the fixed-seed run (seeds 0 .. COUNT-1)
@@ -69,6 +69,16 @@ def test_a_mutant_after_a_name_that_is_not_utf8():
     m = mutant(810075)
     assert m.mutations[0].startswith("submessage bytes:")
     assert m.mutations[1].startswith("outputs: LSTM '' output 0 -> ")
+
+
+def test_a_direction_in_another_case_is_expected_as_the_library_reads_it():
+    # seed 993704 flipped 'bidirectional' to 'biDirectional', which spec.py reads without
+    # regard to case (Y of two directions); the fuzzer expected one direction and called
+    # the right shape a defect
+    m = mutant(993704)
+    assert m.mutations[0].startswith("bytes:")
+    outcome, _ = run_mutant(m, "reference")
+    assert outcome["kind"] == "outputs" and outcome["shapes"][0] == [5, 2, 3, 3]
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="the workers are read with select()")
