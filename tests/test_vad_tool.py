@@ -486,9 +486,12 @@ def test_an_earlier_output_survives_a_bad_model_and_ctrl_c(tmp_path, monkeypatch
         (["--batch", "0"], "--batch"),
         (["--workers", "2", "--scheduler", "tcp://x:1"], "not allowed with"),
         (["--min-silence-duration-ms", "-1"], "min_silence_duration_ms"),
+        (["-o", "/nonexistent/rows.csv"], "-o /nonexistent/rows.csv: no such directory"),
+        (["--plot", str(SPEECH)], f"--plot {SPEECH}: not a directory"),
     ],
 )
 def test_command_bad_arguments(args, message):
+    # -o and --plot checked before the work (-o's error named a temporary file after it)
     done = _vad(SPEECH, *args)
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()

@@ -91,7 +91,10 @@ def replacing(path: str | os.PathLike, mode: int | None = None) -> Iterator[Bina
         The temporary file cannot be made or written, or the rename fails.
     """
     directory = os.path.dirname(os.fspath(path)) or "."
-    fd, temporary = tempfile.mkstemp(dir=directory, prefix=".tmp-")
+    try:
+        fd, temporary = tempfile.mkstemp(dir=directory, prefix=".tmp-")
+    except OSError as e:  # named by the file meant, not the temporary one
+        raise type(e)(e.errno, e.strerror, os.fspath(path)) from None
     try:
         with os.fdopen(fd, "wb") as f:
             yield f

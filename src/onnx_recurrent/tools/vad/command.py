@@ -27,8 +27,8 @@ from contextlib import ExitStack, suppress
 from pathlib import Path
 from typing import IO, Any
 
-from ...errors import import_optional, one_line
-from ..arguments import add_host, number, saving
+from ...errors import RecurrentError, import_optional, one_line
+from ..arguments import add_host, number, saving, writable
 from .audio import AUDIO_SUFFIXES, AudioError, find_audio_files
 from .model import INSTALL_EXTRA
 from .segments import SEGMENT_OPTIONS, check_segment_options
@@ -414,6 +414,13 @@ def cmd_vad(args: argparse.Namespace) -> int:
             f"-o {output} is the input file {clash}: writing the rows there would "
             "overwrite the recording; give -o another file"
         )
+    try:  # before the work, as the other commands do
+        if output is not None:
+            writable(output, "-o")
+        if args.plot is not None and os.path.exists(args.plot) and not os.path.isdir(args.plot):
+            raise RecurrentError(f"--plot {args.plot}: not a directory")
+    except RecurrentError as e:
+        return _fail(str(e))
     with ExitStack() as stack:
         plotter = None
         if args.plot is not None:
