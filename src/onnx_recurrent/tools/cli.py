@@ -28,7 +28,8 @@ from typing import Any, NoReturn
 import numpy as np
 
 from ..errors import RecurrentError, one_line
-from ..runtime.session import InferenceSession
+from ..runtime.graph import RECURRENT_OPS, walk
+from ..runtime.session import InferenceSession, load_model
 from .arguments import (
     add_host,
     add_model_inputs,
@@ -126,9 +127,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         model = args.model
         print(f"model: {model}")
         given = None
-    # a session compiles its kernels when it is made; the reference host runs layers
-    note_first_use(layers=args.host == "reference" or not find_spec("onnxruntime"))
-    session = InferenceSession(model, host=args.host)
+    proto = load_model(model)  # read once: whether there is anything to compile
+    if any(n.op_type in RECURRENT_OPS for _, n in walk(proto.graph)):
+        # a session compiles its kernels when it is made; the reference host runs layers
+        note_first_use(layers=args.host == "reference" or not find_spec("onnxruntime"))
+    session = InferenceSession(proto, host=args.host)
     print(f"host: {session.host}")
     if not session.recurrent_nodes:
         print(
