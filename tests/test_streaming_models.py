@@ -128,6 +128,11 @@ def test_states_reset_and_restore(host, expected):
         np.testing.assert_array_equal(a, b)
     assert [a.name for a in session.get_inputs()] == ["x"]
     assert [a.name for a in session.get_outputs()] == ["y", "h_n", "c_n"]
+    # not a dict: its items were taken for names; names of mixed types failed to sort
+    with pytest.raises(TypeError, match=r"states must be a dict of state name to array, got"):
+        session.states = list(saved.values())
+    with pytest.raises(ValueError, match=r"unknown state name\(s\) \[1\]; the states are"):
+        session.states = {1: None, **saved}
 
 
 def test_batch_size_comes_from_the_first_feed(host):

@@ -501,8 +501,12 @@ class StreamingSession:
 
     @states.setter
     def states(self, values: Mapping[str, Any]) -> None:
+        if not isinstance(values, Mapping):
+            raise TypeError(
+                f"states must be a dict of state name to array, got {type(values).__name__}"
+            )
         names = [s.input for s in self._infos]
-        unknown = sorted(set(values) - set(names))
+        unknown = [name for name in values if name not in names]
         if unknown:
             raise RecurrentError(f"unknown state name(s) {unknown}; the states are {names}")
         for s in self._infos:
