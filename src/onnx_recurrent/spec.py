@@ -229,12 +229,16 @@ class Inputs:
     ragged: bool = False  # some sequence_lens below seq_length
 
 
+def native_order(array: np.ndarray) -> np.ndarray:
+    """``array``, or a copy in the machine's byte order where it has the other one (as
+    read from a big-endian file); onnxruntime would read its bytes as they lie."""
+    return array if array.dtype.isnative else array.astype(array.dtype.newbyteorder("="))
+
+
 def as_float_array(name: str, value: Any) -> np.ndarray:
-    """``value`` as an array of one of the T types (a copy in the machine's byte order
-    where it has the other one, as read from a big-endian file), or a clear TypeError."""
-    array = value if type(value) is np.ndarray else np.asarray(value)
-    if not array.dtype.isnative and array.dtype.newbyteorder("=") in COMPUTE_DTYPE:
-        array = array.astype(array.dtype.newbyteorder("="))
+    """``value`` as an array of one of the T types (:func:`native_order`), or a clear
+    TypeError."""
+    array = native_order(value if type(value) is np.ndarray else np.asarray(value))
     if array.dtype not in COMPUTE_DTYPE:
         allowed = ", ".join(str(t) for t in COMPUTE_DTYPE)
         raise RecurrentTypeError(f"{name} must have a float dtype ({allowed}), got {array.dtype}")

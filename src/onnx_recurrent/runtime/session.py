@@ -21,6 +21,7 @@ from onnx.external_data_helper import load_external_data_for_model
 from onnx.helper import tensor_dtype_to_np_dtype
 
 from ..errors import RecurrentError, RecurrentTypeError, one_line
+from ..spec import native_order
 from .bound import BoundNode, bind, node_key
 from .graph import INPUTS, all_graphs, check_opset_imports, overridable_initializers
 from .hosts import HOSTS, make_host
@@ -321,8 +322,7 @@ def _checked(spec: _Feed, value: Any, name: str, path: str = "") -> Any:
         if value is None:
             raise RecurrentTypeError(f"input {name!r}{path}: a tensor is required, got None")
         array = value if type(value) is np.ndarray else _from_list(value, spec.dtype, name, path)
-        if not array.dtype.isnative:  # onnxruntime would read its bytes in the machine's order
-            array = array.astype(array.dtype.newbyteorder("="))
+        array = native_order(array)
         if array.dtype != spec.dtype:
             raise RecurrentTypeError(
                 f"input {name!r}{path}: expected element type {spec.type} ({spec.dtype}), "

@@ -220,7 +220,7 @@ def writable(path: str, option: str) -> None:
     folder = os.path.dirname(os.path.realpath(path))
     if os.path.isdir(path):
         raise RecurrentError(f"{option} {path}: is a directory")
-    if os.path.exists(path) and not os.path.isfile(path):  # a device or pipe: in place
+    if _in_place(path):
         if not os.access(path, os.W_OK):
             raise RecurrentError(f"{option} {path}: not writable")
         return
@@ -230,6 +230,11 @@ def writable(path: str, option: str) -> None:
         raise RecurrentError(f"{option} {path}: the directory {folder!r} is not writable")
     if os.path.exists(path) and not os.access(path, os.W_OK):
         raise RecurrentError(f"{option} {path}: the file is not writable")
+
+
+def _in_place(path: str) -> bool:
+    """Whether ``path`` names a device or a pipe (``/dev/null``): written in place."""
+    return os.path.exists(path) and not os.path.isfile(path) and not os.path.isdir(path)
 
 
 @contextmanager
@@ -245,7 +250,7 @@ def saving(path: str) -> Iterator[BinaryIO]:
     OSError
         The file cannot be written.
     """
-    if os.path.exists(path) and not os.path.isfile(path):
+    if _in_place(path):
         with open(path, "wb") as f:
             yield f
         return
