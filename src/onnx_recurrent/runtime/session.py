@@ -10,6 +10,7 @@ anything runs, the same way under both hosts.
 from __future__ import annotations
 
 import os
+import threading
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -477,7 +478,11 @@ class InferenceSession:
         than the process may run on, onnxruntime's intra-op threads are the quota's
         (:func:`onnx_recurrent.quota.cpus`), as onnx-recurrent's own.
     providers : list, optional
-        onnxruntime's execution providers (default ``["CPUExecutionProvider"]``).
+        onnxruntime's execution providers (default ``["CPUExecutionProvider"]``):
+        names, or ``(name, options)`` pairs, as onnxruntime takes them.
+    provider_options : list of dict, optional
+        One dict of options per provider in ``providers``, as onnxruntime's
+        ``provider_options`` (onnxruntime host; ignored by the reference host).
     host : {"auto", "onnxruntime", "reference"}
         Who runs the graph. ``"onnxruntime"``: onnxruntime, with every GRU, RNN and
         LSTM node (``If``, ``Loop`` and ``Scan`` bodies included) computed by
@@ -512,7 +517,8 @@ class InferenceSession:
         ``model`` is none of the accepted types; a graph input that is a sparse tensor
         (onnxruntime's ``run`` takes none), or holds tensors of an element type no
         array has; ``sess_options`` not an
-        ``onnxruntime.SessionOptions`` (where the onnxruntime host is tried).
+        ``onnxruntime.SessionOptions`` (where the onnxruntime host is tried);
+        ``providers`` a string (onnxruntime takes each letter for a provider).
     ValueError
         An unknown ``host``; a model that cannot be read (corrupt, not UTF-8 names, an
         unnamed graph input or output, an initializer whose data do not fit its dims);
@@ -544,12 +550,15 @@ class InferenceSession:
         model: str | os.PathLike | bytes | onnx.ModelProto,
         sess_options: Any = None,
         providers: Sequence[Any] | None = None,
+        provider_options: Sequence[dict] | None = None,
         *,
         host: str = "auto",
         _zero_size_states: bool = False,
     ) -> None:
         if host not in HOSTS:
             raise RecurrentError(f"host must be one of {list(HOSTS)}, got {host!r}")
+        self._choice = host
+        self._sess_options = sess_options
         self._model = load_model(model)
         _check_text(self._model)
         check_opset_imports(self._model)
@@ -573,12 +582,24 @@ class InferenceSession:
                 raise RecurrentError(f"graph output {i} has no name")
         self._bound = bind(self._model, zero_size_states=_zero_size_states)
         _check_recurrent_inputs(graph, self._bound, inputs)
-        self._host, why = make_host(host, self._model, self._bound, sess_options, providers)
+        self._make_host(providers, provider_options)
+
+    def _make_host(self, providers: Any, provider_options: Any, stacklevel: int = 3) -> None:
+        if isinstance(providers, (str, bytes)):  # onnxruntime takes each letter for one
+            raise RecurrentTypeError(
+                f"providers must be a list of execution providers, got the string "
+                f"{providers!r} (write [{providers!r}])"
+            )
+        self._host, why = make_host(
+            self._choice, self._model, self._bound, self._sess_options, providers, provider_options
+        )
+        #: why the reference host runs the model where "auto" chose it ('' otherwise)
+        self._why = why
         if why:
             warnings.warn(
                 f"onnx-recurrent: the reference host runs this model ({why})",
                 RuntimeWarning,
-                stacklevel=2,
+                stacklevel=stacklevel,
             )
 
     def __reduce__(self):
@@ -625,15 +646,201 @@ class InferenceSession:
         metadata."""
         return ModelMetadata.of(self._model)
 
-    def _check_feeds(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
+    def get_session_options(self) -> Any:
+        """The ``onnxruntime.SessionOptions`` the session runs with, as onnxruntime's:
+        under the onnxruntime host, its session's (the caller's settings copied onto
+        the host's own: see ``sess_options`` above); under the reference host, the
+        ``sess_options`` given (None if none), which it does not read."""
+        if self._host.name == "onnxruntime":
+            return self._host.session_options()
+        return self._sess_options
+
+    def get_provider_options(self) -> dict[str, dict[str, str]]:
+        """Each execution provider's options, as onnxruntime's (e.g.
+        ``{"CPUExecutionProvider": {}}``; that under the reference host)."""
+        if self._host.name == "onnxruntime":
+            return self._host.provider_options()
+        return {"CPUExecutionProvider": {}}
+
+    def set_providers(
+        self,
+        providers: Sequence[Any] | None = None,
+        provider_options: Sequence[dict] | None = None,
+    ) -> None:
+        """Make the session's host anew with these execution providers, as
+        onnxruntime's ``set_providers`` (which re-creates its session): the same
+        ``sess_options`` and host choice; the recurrent nodes keep their prepared
+        weights. ``providers=None``: ``["CPUExecutionProvider"]``.
+
+        Raises
+        ------
+        RuntimeError, TypeError, ValueError
+            As the constructor, for the host (``host="onnxruntime"`` where onnxruntime
+            refuses these providers...); the session is then unchanged.
+        """
+        self._make_host(providers, provider_options)
+
+    def end_profiling(self) -> str:
+        """End onnxruntime's profiling (``sess_options.enable_profiling``) and return the
+        file it wrote, as onnxruntime's; ``""`` where none was written (profiling off,
+        or the reference host, which does not profile). The recurrent nodes appear in
+        it as ``ai.onnx.contrib`` custom nodes."""
+        if self._host.name == "onnxruntime":
+            return self._host.end_profiling()
+        return ""
+
+    def get_profiling_start_time_ns(self) -> int:
+        """When onnxruntime's profiling started, in nanoseconds (``time.monotonic_ns``'s
+        clock), as onnxruntime's; 0 under the reference host, which does not profile."""
+        if self._host.name == "onnxruntime":
+            return self._host.profiling_start_time_ns()
+        return 0
+
+    def _onnxruntime_host(self, what: str) -> Any:
+        """The onnxruntime host, or a ``RuntimeError`` saying why ``what`` needs it."""
+        if self._host.name != "onnxruntime":
+            why = self._why or "host='reference' was asked for"
+            raise RuntimeError(
+                f"{what} needs the onnxruntime host, and the reference host runs this "
+                f"session ({why}); use run() with arrays"
+            )
+        return self._host
+
+    def io_binding(self) -> Any:
+        """An ``onnxruntime.IOBinding`` of this session, for :meth:`run_with_iobinding`:
+        inputs bound from arrays or ``OrtValue`` s, outputs into onnxruntime's or your
+        buffers, as with onnxruntime (CPU memory; the recurrent nodes read and write
+        it in place).
+
+        Raises
+        ------
+        RuntimeError
+            The reference host runs this session (the message says why).
+        """
+        return self._onnxruntime_host("io_binding").io_binding()
+
+    def run_with_iobinding(self, iobinding: Any, run_options: Any = None) -> None:
+        """Run the model on the inputs and into the outputs bound on ``iobinding``, as
+        onnxruntime's (read the outputs with ``iobinding.copy_outputs_to_cpu()`` or
+        ``get_outputs()``). onnxruntime checks the bound inputs (its own errors); a
+        recurrent node's error and Ctrl-C are raised as by :meth:`run`.
+
+        Raises
+        ------
+        TypeError
+            ``iobinding`` is not an ``IOBinding``.
+        ValueError
+            ``iobinding`` was made by another session; a recurrent node's error.
+        RuntimeError
+            The reference host runs this session; onnxruntime refuses the bound values.
+        KeyboardInterrupt
+            Ctrl-C during the call; the session stays usable.
+        """
+        self._onnxruntime_host("run_with_iobinding").run_with_iobinding(iobinding, run_options)
+
+    def run_with_ort_values(
+        self,
+        output_names: Sequence[str] | None,
+        input_dict_ort_values: Mapping[str, Any],
+        run_options: Any = None,
+    ) -> list[Any]:
+        """Run the model on ``onnxruntime.OrtValue`` s and return ``OrtValue`` s, as
+        onnxruntime's (the values stay in onnxruntime's memory between calls).
+
+        Parameters
+        ----------
+        output_names : list of str or None
+            As :meth:`run`.
+        input_dict_ort_values : dict of str to onnxruntime.OrtValue
+            One value per graph input (an optional one may be left out).
+        run_options : onnxruntime.RunOptions, optional
+
+        Returns
+        -------
+        list of onnxruntime.OrtValue
+            One per output asked for.
+
+        Raises
+        ------
+        TypeError
+            A feed that is not an ``OrtValue``; as :meth:`run`, where onnxruntime
+            refuses a feed (the same message as for the array it holds).
+        ValueError
+            A missing or unknown input or output name; as :meth:`run`.
+        RuntimeError
+            The reference host runs this session (the message says why).
+        KeyboardInterrupt
+            Ctrl-C during the call; the session stays usable.
+        """
+        host = self._onnxruntime_host("run_with_ort_values")
+        self._check_names(input_dict_ort_values, "input_dict_ort_values", "OrtValue")
+        for name, value in input_dict_ort_values.items():
+            if type(value).__name__ != "OrtValue":
+                raise RecurrentTypeError(
+                    f"input {name!r}: expected an onnxruntime.OrtValue, got "
+                    f"{type(value).__name__} (run() takes arrays)"
+                )
+        feeds = dict(input_dict_ort_values)
+
+        def refused(feeds: dict[str, Any]) -> None:  # onnxruntime's refusal, as run's
+            try:
+                arrays = {name: value.numpy() for name, value in feeds.items()}
+            except Exception:  # not a tensor: onnxruntime's error stands
+                return
+            self._check_feeds(arrays)
+
+        return host.run_with_ort_values(
+            self._output_list(output_names), feeds, run_options, refused
+        )
+
+    def run_async(
+        self,
+        output_names: Sequence[str] | None,
+        input_feed: Mapping[str, Any],
+        callback: Any,
+        user_data: Any,
+        run_options: Any = None,
+    ) -> None:
+        """Run the model on another thread and hand the outputs to
+        ``callback(outputs, user_data, error)``, as onnxruntime's ``run_async``: on
+        success ``outputs`` is what :meth:`run` returns and ``error`` is ``""``; on a
+        failure during the run, ``outputs`` is ``[]`` and ``error`` the message. The
+        callback runs on that thread; returns at once.
+
+        Raises
+        ------
+        TypeError, ValueError
+            As :meth:`run`, for the feeds and output names, here, before any thread
+            starts (onnxruntime reports some of these through the callback); ``callback``
+            not callable.
+        """
+        if not callable(callback):
+            raise RecurrentTypeError(
+                f"callback must be callable(outputs, user_data, error), got "
+                f"{type(callback).__name__}"
+            )
+        names = self._output_list(output_names)
+        feeds = self._check_feeds(input_feed)
+
+        def work() -> None:
+            try:
+                outputs = self.run(names, feeds, run_options)
+            except Exception as e:
+                callback([], user_data, str(e) or type(e).__name__)
+                return
+            callback(outputs, user_data, "")
+
+        threading.Thread(target=work, name="onnx-recurrent run_async").start()
+
+    def _check_names(self, feeds: Mapping[str, Any], what: str, kind: str) -> None:
+        """Every required input in ``feeds`` and no unknown one."""
         if type(feeds) is not dict and not isinstance(feeds, Mapping):
-            raise TypeError(
-                f"feeds must be a dict of input name to array, got {type(feeds).__name__}"
+            raise RecurrentTypeError(
+                f"{what} must be a dict of input name to {kind}, got {type(feeds).__name__}"
             )
         known = self._feed_checks
-        overrides = self._override_checks
         if feeds.keys() != known.keys():
-            unknown = sorted(set(feeds) - set(known) - set(overrides))
+            unknown = sorted(set(feeds) - set(known) - set(self._override_checks))
             if unknown:
                 raise RecurrentError(
                     f"unknown input name(s) {unknown}; the model's inputs are {list(known)}"
@@ -644,6 +851,11 @@ class InferenceSession:
                 raise RecurrentError(
                     f"missing input(s) {missing}; the model's inputs are {list(known)}"
                 )
+
+    def _check_feeds(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
+        self._check_names(feeds, "feeds", "array")
+        known = self._feed_checks
+        overrides = self._override_checks
         checked = {}
         for name, value in feeds.items():
             spec = known[name] if name in known else overrides[name]
@@ -652,6 +864,24 @@ class InferenceSession:
             if name not in checked:
                 checked[name] = None
         return checked
+
+    def _output_list(self, output_names: Sequence[str] | None) -> list[str]:
+        """The outputs asked for: all where ``output_names`` is None or empty."""
+        names = self._output_names
+        if not output_names:  # None or empty: every output, as onnxruntime's run
+            return names
+        if isinstance(output_names, (str, bytes)):
+            raise RecurrentTypeError(
+                f"output_names must be a list of names or None, got the string "
+                f"{output_names!r} (write [{output_names!r}])"
+            )
+        output_names = list(output_names)
+        unknown = [n for n in output_names if n not in names]
+        if unknown:
+            raise RecurrentError(
+                f"unknown output name(s) {unknown}; the model's outputs are {names}"
+            )
+        return output_names
 
     def _unknown_hint(self, unknown: list[str]) -> str:
         """What an error about feeds of unknown names adds: the initializers a feed may
@@ -714,11 +944,7 @@ class InferenceSession:
         KeyboardInterrupt
             Ctrl-C during the call; the session stays usable.
         """
-        if output_names is not None and isinstance(output_names, (str, bytes)):
-            raise TypeError(
-                f"output_names must be a list of names or None, got the string "
-                f"{output_names!r} (write [{output_names!r}])"
-            )
+        output_names = self._output_list(output_names)
         host = self._host
         refused = None
         if (
@@ -735,16 +961,6 @@ class InferenceSession:
                     refused = None
                     break
         checked = input_feed if refused is not None else self._check_feeds(input_feed)
-        names = self._output_names
-        if not output_names:  # None or empty: every output, as onnxruntime's run
-            output_names = names
-        else:
-            output_names = list(output_names)
-            unknown = [n for n in output_names if n not in names]
-            if unknown:
-                raise RecurrentError(
-                    f"unknown output name(s) {unknown}; the model's outputs are {names}"
-                )
         if refused is None:
             return host.run(output_names, checked, run_options)
         return host.run(output_names, checked, run_options, refused)

@@ -18,6 +18,7 @@ def make_host(
     bound: Mapping[tuple[str, ...], BoundNode],
     sess_options: Any = None,
     providers: Sequence[Any] | None = None,
+    provider_options: Sequence[dict] | None = None,
 ):
     """The host object, and why ``"auto"`` fell back to the reference host ('' if not).
 
@@ -38,7 +39,7 @@ def make_host(
     from .onnxruntime import HostUnavailable, OnnxruntimeHost
 
     try:
-        return OnnxruntimeHost(model, bound, sess_options, providers), ""
+        return OnnxruntimeHost(model, bound, sess_options, providers, provider_options), ""
     except HostUnavailable as e:
         if host == "onnxruntime":
             raise RuntimeError(f"host='onnxruntime' cannot run this model: {e}") from None

@@ -32,7 +32,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from ... import threads
-from ...errors import RecurrentTypeError, one_line
+from ...errors import RecurrentError, RecurrentTypeError, one_line
 from ...threads import interrupts_held
 from ..bound import BoundNode, node_key
 from ..graph import INPUTS, WEIGHTS, element_types, prune, subgraphs
@@ -368,6 +368,7 @@ class OnnxruntimeHost:
         bound: Mapping[tuple[str, ...], BoundNode],
         sess_options: Any = None,
         providers: Sequence[Any] | None = None,
+        provider_options: Sequence[dict] | None = None,
     ):
         keys: dict[str, BoundNode] = {}
         #: seconds per byte of feeds of the last call (:meth:`run`): a call expected
@@ -399,6 +400,7 @@ class OnnxruntimeHost:
                     rewritten.SerializeToString(),
                     options,
                     providers=list(providers) if providers else ["CPUExecutionProvider"],
+                    provider_options=provider_options,
                 )
             except Exception as e:  # onnxruntime's own exception types
                 raise HostUnavailable(
@@ -409,6 +411,8 @@ class OnnxruntimeHost:
             raise
         self._finalizer = weakref.finalize(self, _forget, list(keys))
         self._session = session
+        #: the IOBindings this host's io_binding() made (weakly)
+        self._bindings: weakref.WeakSet = weakref.WeakSet()
         # onnxruntime's Python run() first reads the graph's inputs and outputs again
         # (pybind11 calls: 1-2 µs, 30 µs when a call finds the caches cold); with arrays
         # fed on the CPU alone its C++ session, which checks the feeds itself, is run
@@ -418,6 +422,51 @@ class OnnxruntimeHost:
 
     def providers(self) -> list[str]:
         return self._session.get_providers()
+
+    # onnxruntime's own session, for the entry points that hand its objects out
+    def session_options(self) -> Any:
+        return self._session.get_session_options()
+
+    def provider_options(self) -> dict:
+        return self._session.get_provider_options()
+
+    def end_profiling(self) -> str:
+        return self._session.end_profiling()
+
+    def profiling_start_time_ns(self) -> int:
+        return self._session.get_profiling_start_time_ns()
+
+    def io_binding(self) -> Any:
+        binding = self._session.io_binding()
+        self._bindings.add(binding)
+        return binding
+
+    def run_with_iobinding(self, iobinding: Any, run_options: Any) -> None:
+        try:
+            ours = iobinding in self._bindings
+        except TypeError:  # not weakly referable: no IOBinding
+            ours = False
+        if not ours and type(iobinding).__name__ == "IOBinding":
+            raise RecurrentError(
+                "iobinding was made by another session's io_binding(): bind the inputs "
+                "and outputs on one made by this session's"
+            )
+        if not ours:
+            raise RecurrentTypeError(
+                "iobinding must be an IOBinding made by this session's io_binding(), "
+                f"got {type(iobinding).__name__}"
+            )
+        self.guarded(_run_with_iobinding, self._session, iobinding, run_options, None)
+
+    def run_with_ort_values(
+        self,
+        output_names: Sequence[str],
+        feeds: dict[str, Any],
+        run_options: Any,
+        refused: Callable[[dict], Any] | None,
+    ) -> list[Any]:
+        run = self._session.run_with_ort_values
+        return self.guarded(run, output_names, feeds, run_options, None, refused)
 
     #: onnxruntime checks the feeds' names, element types, ranks and fixed dims itself:
     #: the session's own checks run only to word an error where onnxruntime refuses them
@@ -433,8 +482,6 @@ class OnnxruntimeHost:
         """``refused(feeds)``, where given, is called when onnxruntime fails the call
         by itself (no node's error, no interrupt): it raises the session's error for
         feeds it would have refused, before onnxruntime's own is raised."""
-        # a node's error or an interrupt is recorded in ``_state`` during a call and
-        # taken from it by the end of that call: it is clear when a call starts
         nbytes = 0
         for value in feeds.values():
             try:
@@ -442,14 +489,32 @@ class OnnxruntimeHost:
             except AttributeError:  # a sequence, map or empty optional
                 nbytes += _nbytes(value)
         run = (self._run_arrays if refused is not None else None) or self._session.run
+        return self.guarded(run, output_names, feeds, run_options, nbytes, refused)
+
+    def guarded(
+        self,
+        invoke: Callable[[Any, Any, Any], Any],
+        output_names: Any,
+        feeds: Any,
+        run_options: Any,
+        nbytes: int | None,
+        refused: Callable[[Any], Any] | None = None,
+    ) -> Any:
+        """``invoke(output_names, feeds, run_options)``, a call into the onnxruntime
+        session, with a node's error raised as itself and Ctrl-C as
+        ``KeyboardInterrupt`` (the SIGINT watch skipped for a call expected short from
+        ``nbytes`` of feeds; None: unknown, always watched); ``refused(feeds)`` as in
+        :meth:`run`."""
+        # a node's error or an interrupt is recorded in ``_state`` during a call and
+        # taken from it by the end of that call: it is clear when a call starts
         if (
-            self._rate * (nbytes or 1) < UNGUARDED_SECONDS
+            (nbytes is not None and self._rate * (nbytes or 1) < UNGUARDED_SECONDS)
             or _get_ident() != threading.main_thread().ident
             or _signal.getsignal(_SIGINT) is not _signal.default_int_handler
         ):  # a short call (a Ctrl-C waits for its end), or SIGINT not ours to watch
             start = _clock()
             try:
-                outputs = run(output_names, feeds, run_options)
+                outputs = invoke(output_names, feeds, run_options)
             except Exception as e:
                 state = _state
                 error, state.error = getattr(state, "error", None), None
@@ -460,7 +525,8 @@ class OnnxruntimeHost:
                         refused(feeds)
                     raise
                 raise error from None
-            self._rate = max(self._floor, (_clock() - start) / (nbytes or 1))
+            if nbytes is not None:
+                self._rate = max(self._floor, (_clock() - start) / (nbytes or 1))
             return outputs
         state = _state
         state.error = None
@@ -469,8 +535,9 @@ class OnnxruntimeHost:
         previous = native.interrupt_watch_start()
         start = _clock()
         try:
-            outputs = run(output_names, feeds, run_options)
-            self._rate = max(self._floor, (_clock() - start) / (nbytes or 1))
+            outputs = invoke(output_names, feeds, run_options)
+            if nbytes is not None:
+                self._rate = max(self._floor, (_clock() - start) / (nbytes or 1))
         except Exception as e:
             if state.error is None and not native.ABORT[0]:
                 if native.INTERRUPTED not in str(e):
@@ -490,6 +557,10 @@ class OnnxruntimeHost:
         if interrupted:
             raise KeyboardInterrupt
         return outputs
+
+
+def _run_with_iobinding(session: Any, iobinding: Any, run_options: Any) -> None:
+    session.run_with_iobinding(iobinding, run_options)
 
 
 def _nbytes(value: Any) -> int:

@@ -1,0 +1,276 @@
+"""The rest of onnxruntime's session surface: IOBinding, OrtValues, run_async,
+profiling, session and provider options, set_providers, under both hosts."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import warnings
+
+import numpy as np
+import onnx
+import pytest
+
+import onnx_recurrent as orc
+
+from models import node_model, random_inputs
+
+ort = pytest.importorskip("onnxruntime")
+pytest.importorskip("onnxruntime_extensions")
+
+
+def _model_and_feeds(op="LSTM"):
+    """A node model with W, R, B as initializers; X, sequence_lens and states fed."""
+    feeds = random_inputs(op, T=6, N=2, I=3, H=4, D=1)
+    model = node_model(op, feeds, {})
+    graph = model.graph
+    for name in ("W", "R", "B"):
+        graph.initializer.append(onnx.numpy_helper.from_array(feeds[name], name))
+    keep = [i for i in graph.input if i.name not in ("W", "R", "B")]
+    del graph.input[:]
+    graph.input.extend(keep)
+    return model, {i.name: feeds[i.name] for i in keep}
+
+
+@pytest.fixture(scope="module")
+def session_and_feeds():
+    model, feeds = _model_and_feeds()
+    return orc.InferenceSession(model, host="onnxruntime"), feeds
+
+
+def test_io_binding_and_ort_values_give_runs_outputs(session_and_feeds):
+    session, feeds = session_and_feeds
+    want = session.run(None, feeds)
+    names = [o.name for o in session.get_outputs()]
+    binding = session.io_binding()
+    for name, value in feeds.items():
+        binding.bind_cpu_input(name, value)
+    for name in names:
+        binding.bind_output(name)
+    session.run_with_iobinding(binding)
+    for got, expected in zip(binding.copy_outputs_to_cpu(), want, strict=True):
+        np.testing.assert_array_equal(got, expected)
+    values = {n: ort.OrtValue.ortvalue_from_numpy(v) for n, v in feeds.items()}
+    got = session.run_with_ort_values(None, values)
+    assert all(type(v) is ort.OrtValue for v in got)
+    for value, expected in zip(got, want, strict=True):
+        np.testing.assert_array_equal(value.numpy(), expected)
+    (last,) = session.run_with_ort_values([names[2]], values)
+    np.testing.assert_array_equal(last.numpy(), want[2])
+
+
+def test_a_nodes_error_and_bad_values_are_worded_as_by_run(session_and_feeds):
+    session, feeds = session_and_feeds
+    bad = {**feeds, "sequence_lens": np.array([9, 1], np.int32)}
+    node_error = r"LSTM node .*sequence_lens must lie in \[0, seq_length=6\]"
+    binding = session.io_binding()
+    for name, value in bad.items():
+        binding.bind_cpu_input(name, value)
+    binding.bind_output("Y_h")
+    with pytest.raises(ValueError, match=node_error):
+        session.run_with_iobinding(binding)
+    values = {n: ort.OrtValue.ortvalue_from_numpy(v) for n, v in bad.items()}
+    with pytest.raises(ValueError, match=node_error):
+        session.run_with_ort_values(None, values)
+    wide = {**feeds, "X": np.zeros((6, 2, 5), np.float32)}
+    with pytest.raises(ValueError, match=r"input 'X': expected shape \[6, 2, 3\]"):
+        session.run_with_ort_values(
+            None, {n: ort.OrtValue.ortvalue_from_numpy(v) for n, v in wide.items()}
+        )
+    double = {n: ort.OrtValue.ortvalue_from_numpy(v.astype(np.float64)) for n, v in feeds.items()}
+    double["sequence_lens"] = ort.OrtValue.ortvalue_from_numpy(feeds["sequence_lens"])
+    with pytest.raises(TypeError, match=r"input 'X': expected element type tensor\(float\)"):
+        session.run_with_ort_values(None, double)
+    with pytest.raises(TypeError, match=r"input 'X': expected an onnxruntime.OrtValue, got nd"):
+        session.run_with_ort_values(None, feeds)
+    with pytest.raises(ValueError, match=r"missing input\(s\) \['sequence_lens', "):
+        session.run_with_ort_values(None, {"X": values["X"]})
+    with pytest.raises(ValueError, match=r"unknown output name\(s\) \['Z'\]"):
+        session.run_with_ort_values(["Z"], values)
+    with pytest.raises(TypeError, match="must be a dict of input name to OrtValue"):
+        session.run_with_ort_values(None, [values["X"]])
+    # the session lives on
+    good = {n: ort.OrtValue.ortvalue_from_numpy(v) for n, v in feeds.items()}
+    np.testing.assert_array_equal(
+        session.run_with_ort_values(None, good)[1].numpy(), session.run(None, feeds)[1]
+    )
+
+
+def test_a_binding_of_another_session_or_no_binding_is_refused(session_and_feeds):
+    session, _ = session_and_feeds
+    other = orc.InferenceSession(session.model, host="onnxruntime")
+    example = os.path.join(os.path.dirname(orc.__file__), "data", "example_gru.onnx")
+    plain = ort.InferenceSession(example)
+    for binding in (other.io_binding(), plain.io_binding()):
+        with pytest.raises(ValueError, match="made by another session's io_binding"):
+            session.run_with_iobinding(binding)
+    with pytest.raises(TypeError, match=r"must be an IOBinding .* got dict"):
+        session.run_with_iobinding({})
+
+
+def test_run_async_calls_back_with_the_outputs_or_the_error(session_and_feeds):
+    session, feeds = session_and_feeds
+    want = session.run(None, feeds)
+    calls = []
+    done = threading.Event()
+
+    def callback(outputs, user_data, error):
+        calls.append((outputs, user_data, error, threading.current_thread()))
+        done.set()
+
+    assert session.run_async(None, feeds, callback, "mine") is None
+    assert done.wait(60)
+    outputs, user_data, error, thread = calls.pop()
+    assert (user_data, error) == ("mine", "")
+    assert thread is not threading.current_thread()
+    for got, expected in zip(outputs, want, strict=True):
+        np.testing.assert_array_equal(got, expected)
+    done.clear()
+    session.run_async(["Y_h"], {**feeds, "sequence_lens": np.array([9, 1], np.int32)}, callback, 2)
+    assert done.wait(60)
+    outputs, user_data, error, _ = calls.pop()
+    assert (outputs, user_data) == ([], 2)
+    assert "sequence_lens must lie in [0, seq_length=6]" in error
+    # feeds, output names and the callback are checked before any thread starts
+    with pytest.raises(ValueError, match=r"missing input\(s\)"):
+        session.run_async(None, {"X": feeds["X"]}, callback, None)
+    with pytest.raises(TypeError, match=r"input 'X': expected element type"):
+        session.run_async(None, {**feeds, "X": feeds["X"].astype(np.float64)}, callback, None)
+    with pytest.raises(TypeError, match="callback must be callable"):
+        session.run_async(None, feeds, "print", None)
+    with pytest.raises(TypeError, match="list of names"):
+        session.run_async("Y", feeds, callback, None)
+    assert not calls
+
+
+def test_options_profiling_and_providers_as_onnxruntimes(tmp_path):
+    model, feeds = _model_and_feeds("GRU")
+    options = ort.SessionOptions()
+    options.enable_profiling = True
+    options.profile_file_prefix = str(tmp_path / "profile")
+    options.intra_op_num_threads = 1
+    session = orc.InferenceSession(
+        model, options, ["CPUExecutionProvider"], [{}], host="onnxruntime"
+    )
+    got = session.get_session_options()
+    assert got is not options and got.enable_profiling and got.intra_op_num_threads == 1
+    assert session.get_provider_options() == {"CPUExecutionProvider": {}}
+    assert session.get_profiling_start_time_ns() > 0
+    want = session.run(None, feeds)
+    path = session.end_profiling()
+    assert os.path.dirname(path) == str(tmp_path)
+    events = __import__("json").load(open(path))
+    ops = {e.get("args", {}).get("op_name") for e in events if e.get("cat") == "Node"}
+    assert "OnnxRecurrentFloat" in ops, ops
+    session.set_providers(["CPUExecutionProvider"], [{}])
+    assert session.host == "onnxruntime"
+    for got, expected in zip(session.run(None, feeds), want, strict=True):
+        np.testing.assert_array_equal(got, expected)
+    with pytest.raises(TypeError, match=r"providers must be a list .* the string"):
+        session.set_providers("CPUExecutionProvider")
+    with pytest.raises(TypeError, match=r"providers must be a list .* the string"):
+        orc.InferenceSession(model, providers="CPUExecutionProvider")
+
+
+def test_set_providers_refused_leaves_the_session_as_it_was(monkeypatch):
+    model, feeds = _model_and_feeds("RNN")
+    session = orc.InferenceSession(model, host="onnxruntime")
+    want = session.run(None, feeds)
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("no such provider here")
+
+    monkeypatch.setattr(ort, "InferenceSession", refuse)
+    with pytest.raises(RuntimeError, match="no such provider here"):
+        session.set_providers(["SomeExecutionProvider"])
+    monkeypatch.undo()
+    assert session.get_providers() == ["CPUExecutionProvider"]
+    for got, expected in zip(session.run(None, feeds), want, strict=True):
+        np.testing.assert_array_equal(got, expected)
+
+
+def test_the_reference_host_says_what_needs_onnxruntime():
+    model, feeds = _model_and_feeds("GRU")
+    options = ort.SessionOptions()
+    session = orc.InferenceSession(model, options, host="reference")
+    assert session.get_session_options() is options
+    assert session.get_provider_options() == {"CPUExecutionProvider": {}}
+    assert (session.end_profiling(), session.get_profiling_start_time_ns()) == ("", 0)
+    values = {n: ort.OrtValue.ortvalue_from_numpy(v) for n, v in feeds.items()}
+    for call in (
+        session.io_binding,
+        lambda: session.run_with_iobinding(None),
+        lambda: session.run_with_ort_values(None, values),
+    ):
+        with pytest.raises(RuntimeError, match=r"needs the onnxruntime host.*host='reference'"):
+            call()
+    done = threading.Event()
+    got = []
+    session.run_async(None, feeds, lambda o, u, e: got.append((o, e)) or done.set(), None)
+    assert done.wait(60) and got[0][1] == ""
+    np.testing.assert_array_equal(got[0][0][1], session.run(None, feeds)[1])
+    session.set_providers(["CPUExecutionProvider"])
+    assert session.host == "reference"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        session.set_providers()
+
+
+@pytest.mark.parametrize("entry", ["run_with_iobinding", "run_with_ort_values"])
+def test_ctrl_c_during_a_long_call_raises_and_the_session_lives(entry):
+    code = textwrap.dedent(
+        f"""
+        import time, numpy as np, onnxruntime as ort, onnx_recurrent as orc
+        from models import node_model, random_inputs
+        feeds = random_inputs("LSTM", T=200000, N=16, I=8, H=256, D=1, full=False)
+        small = {{k: (v[:2000] if k == "X" else v) for k, v in feeds.items()}}
+        model = node_model("LSTM", feeds, {{}}, outputs=("", "Y_h"))
+        model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "T"
+        session = orc.InferenceSession(model, host="onnxruntime")
+
+        def call(feeds):
+            if "{entry}" == "run_with_ort_values":
+                values = {{n: ort.OrtValue.ortvalue_from_numpy(v) for n, v in feeds.items()}}
+                return [v.numpy() for v in session.run_with_ort_values(None, values)]
+            binding = session.io_binding()
+            for name, value in feeds.items():
+                binding.bind_cpu_input(name, value)
+            binding.bind_output("Y_h")
+            session.run_with_iobinding(binding)
+            return binding.copy_outputs_to_cpu()
+
+        want = call(small)
+        print("ready", flush=True)
+        start = time.perf_counter()
+        try:
+            call(feeds)
+            print("finished after", time.perf_counter() - start)
+        except KeyboardInterrupt:
+            print("interrupted after", time.perf_counter() - start, flush=True)
+        again = call(small)
+        print("same", all(np.array_equal(a, b) for a, b in zip(want, again)))
+        """
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.path.dirname(__file__)},
+        # a shell's background job inherits SIGINT ignored: the child gets the default
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    assert child.stdout.readline().strip() == "ready"
+    time.sleep(0.5)
+    child.send_signal(signal.SIGINT)
+    out, err = child.communicate(timeout=300)
+    assert child.returncode == 0, err
+    assert "interrupted" in out and "same True" in out, (out, err)
+    # within a block of steps after the SIGINT (at 0.5 s), not at the end of the call (4 s
+    # on a 2-core Zen 5)
+    assert float(out.split("interrupted after")[1].split()[0]) < 1.5, out
