@@ -4,12 +4,8 @@ profiling, session and provider options, set_providers, under both hosts."""
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
 import textwrap
 import threading
-import time
 import warnings
 
 import numpy as np
@@ -17,6 +13,7 @@ import onnx
 import pytest
 
 import onnx_recurrent as orc
+from children import interrupted
 
 from models import node_model, random_inputs
 
@@ -256,20 +253,8 @@ def test_ctrl_c_during_a_long_call_raises_and_the_session_lives(entry):
         print("same", all(np.array_equal(a, b) for a, b in zip(want, again)))
         """
     )
-    child = subprocess.Popen(
-        [sys.executable, "-c", code],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONPATH": os.path.dirname(__file__)},
-        # a shell's background job inherits SIGINT ignored: the child gets the default
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )
-    assert child.stdout.readline().strip() == "ready"
-    time.sleep(0.5)
-    child.send_signal(signal.SIGINT)
-    out, err = child.communicate(timeout=300)
-    assert child.returncode == 0, err
+    returncode, out, err = interrupted(code)
+    assert returncode == 0, err
     assert "interrupted" in out and "same True" in out, (out, err)
     # within a block of steps after the SIGINT (at 0.5 s), not at the end of the call (4 s
     # on a 2-core Zen 5)
