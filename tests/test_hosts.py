@@ -241,3 +241,117 @@ def test_ctrl_c_during_a_long_node_raises_and_the_process_lives():
     assert "interrupted" in out and "same True" in out, (out, err)
     # within a block of steps after the SIGINT (at 0.5 s), not at the end of the call
     assert float(out.split("interrupted after")[1].split()[0]) < 1.5, out
+
+
+def _if_model(branches, inputs, initializers=()):
+    """A model whose output is an ``If`` on ``c`` between two one-node branches: each
+    ``(node, branch_initializers)`` giving its ``Yh`` output as the branch's."""
+    from onnx import TensorProto, helper
+
+    graphs = [
+        helper.make_graph(
+            [node],
+            f"branch{k}",
+            [],
+            [helper.make_tensor_value_info(node.output[1], TensorProto.FLOAT, None)],
+            list(own),
+        )
+        for k, (node, own) in enumerate(branches)
+    ]
+    out = helper.make_tensor_value_info("out", TensorProto.FLOAT, None)
+    cond = helper.make_tensor_value_info("c", TensorProto.BOOL, [])
+    node = helper.make_node("If", ["c"], ["out"], then_branch=graphs[0], else_branch=graphs[1])
+    graph = helper.make_graph([node], "g", [*inputs, cond], [out], list(initializers))
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 22)])
+
+
+@pytest.mark.parametrize("host", HOSTS)
+def test_sibling_branches_with_the_same_names_compute_their_own_nodes(host):
+    # ONNX lets an If's two branches use the same names: two unnamed LSTMs with the
+    # same inputs and outputs, one reverse, ran as one (the first bound); two GRUs
+    # with their own initializer 'W' ran with one W (silent wrong answers, 0.3 and 1.3)
+    from onnx import TensorProto, helper, numpy_helper
+
+    feeds = random_inputs("LSTM", T=4, N=2, I=3, H=5, D=1)
+    x = helper.make_tensor_value_info("X", TensorProto.FLOAT, [4, 2, 3])
+    weights = [numpy_helper.from_array(feeds[n], n) for n in ("W", "R")]
+    branches = [
+        (helper.make_node("LSTM", ["X", "W", "R"], ["Y", "Yh"], hidden_size=5, **extra), ())
+        for extra in ({}, {"direction": "reverse"})
+    ]
+    model = _if_model(branches, [x], weights)
+    before = model.SerializeToString()
+    session = orc.InferenceSession(model, host=host)
+    w = {k: feeds[k] for k in ("X", "W", "R")}
+    for c, direction in ((True, "forward"), (False, "reverse")):
+        got = session.run(None, {"X": feeds["X"], "c": np.array(c)})[0]
+        want = lstm_ref(**w, hidden_size=5, direction=direction)[1]
+        np.testing.assert_allclose(got, want, atol=1e-5, err_msg=direction)
+    assert model.SerializeToString() == before  # the caller's proto is not changed
+
+    gru = random_inputs("GRU", T=4, N=2, I=3, H=5, D=1)
+    other_w = (gru["W"] * -2).astype(np.float32)
+    branches = [
+        (
+            helper.make_node("GRU", ["X", "W", "R"], ["Y", "Yh"], hidden_size=5),
+            [numpy_helper.from_array(w_, "W")],
+        )
+        for w_ in (gru["W"], other_w)
+    ]
+    model = _if_model(branches, [x], [numpy_helper.from_array(gru["R"], "R")])
+    session = orc.InferenceSession(model, host=host)
+    for c, w_ in ((True, gru["W"]), (False, other_w)):
+        got = session.run(None, {"X": gru["X"], "c": np.array(c)})[0]
+        want = gru_ref(gru["X"], w_, gru["R"], hidden_size=5)[1]
+        np.testing.assert_allclose(got, want, atol=1e-5, err_msg=str(c))
+
+
+@pytest.mark.parametrize("host", HOSTS)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_recurrent_node_in_a_local_function_is_computed_as_ours(host, dtype):
+    # a model-local function's LSTM ran as onnx.reference's own under the reference
+    # host (clip, activations and lengths ignored: 0.76 off) and as onnxruntime's under
+    # its host (no double: refused)
+    from onnx import helper, numpy_helper
+
+    feeds = random_inputs("LSTM", T=5, N=3, I=4, H=6, D=1, dtype=dtype)
+    lens = np.array([5, 2, 0], np.int32)
+    attributes = {
+        "hidden_size": 6,
+        "clip": 0.5,
+        "activations": ["HardSigmoid", "Tanh", "Tanh"],
+        "activation_alpha": [0.2],
+        "activation_beta": [0.5],
+    }
+    function = helper.make_function(
+        "local",
+        "MyLSTM",
+        ["x", "w", "r", "l"],
+        ["yh"],
+        [helper.make_node("LSTM", ["x", "w", "r", "", "l"], ["y", "yh"], **attributes)],
+        opset_imports=[helper.make_opsetid("", 22)],
+    )
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    graph = helper.make_graph(
+        [helper.make_node("MyLSTM", ["X", "W", "R", "L"], ["out"], domain="local")],
+        "g",
+        [helper.make_tensor_value_info("X", elem, [5, 3, 4])],
+        [helper.make_tensor_value_info("out", elem, [1, 3, 6])],
+        [
+            numpy_helper.from_array(feeds["W"], "W"),
+            numpy_helper.from_array(feeds["R"], "R"),
+            numpy_helper.from_array(lens, "L"),
+        ],
+    )
+    model = helper.make_model(
+        graph,
+        functions=[function],
+        opset_imports=[helper.make_opsetid("", 22), helper.make_opsetid("local", 1)],
+    )
+    session = orc.InferenceSession(model, host=host)
+    assert session.host == host and len(session.recurrent_nodes) == 1
+    got = session.run(None, {"X": feeds["X"]})[0]
+    want = lstm_ref(
+        *(feeds[k].astype(np.float64) for k in ("X", "W", "R")), sequence_lens=lens, **attributes
+    )[1]
+    np.testing.assert_allclose(got, want, atol=1e-5 if dtype == np.float32 else 1e-12)

@@ -9,6 +9,8 @@
   (Silero's weights go through ``Slice``, ``Concat`` and ``Unsqueeze``), folded once.
 - :func:`node_model`: a model of one recurrent node (the backend's ``run_node``, the
   check's probes, the tests).
+- :func:`hosted`: the model with recurrent nodes in local functions inlined and each
+  value named once across sibling scopes.
 - :func:`subgraphs`, :func:`walk`, :func:`walk_paths`, :func:`element_types`,
   :func:`attributes`, :class:`Namer`: walking, typing and naming helpers.
 """
@@ -187,6 +189,80 @@ class Namer:
             name = f"{base}_{k}"
         self.taken.add(name)
         return name
+
+
+def hosted(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` as the session binds and hosts it: a copy where needed (the caller's
+    proto is never changed), in which
+
+    - model-local functions are inlined where one holds a recurrent node (which then
+      runs as onnx-recurrent's, as any other);
+    - every value has one name across the model: ONNX lets sibling scopes (an ``If``'s
+      two branches, two ``Loop`` bodies) define the same names, with other values
+      (initializers) and nodes; a subgraph's name defined earlier elsewhere is renamed
+      there, so that a node's key and a constant's name stand for one thing.
+    """
+    body = onnx.GraphProto()  # the functions' nodes, to walk with their subgraphs
+    for function in model.functions:
+        body.node.extend(function.node)
+    if any(
+        node.op_type in RECURRENT_OPS and is_default_domain(node.domain) for _, node in walk(body)
+    ):
+        from onnx.inliner import inline_local_functions
+
+        model = inline_local_functions(model)
+    seen: set[str] = set()
+    repeated = False
+    for graph in all_graphs(model.graph):
+        for name in _defined(graph):
+            repeated |= name in seen
+            seen.add(name)
+    if not repeated:
+        return model
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    _distinct(copy.graph, {}, set(), Namer(copy))
+    return copy
+
+
+def _defined(graph: onnx.GraphProto) -> list[str]:
+    """The names ``graph`` itself defines: inputs, initializers, node outputs (each
+    once: an overridable initializer is an input as well)."""
+    names = [v.name for v in graph.input]
+    names += [t.name for t in graph.initializer]
+    names += [t.values.name for t in graph.sparse_initializer]
+    names += [out for node in graph.node for out in node.output]
+    return list(dict.fromkeys(n for n in names if n))  # an input that is an initializer too
+
+
+def _distinct(graph: onnx.GraphProto, outer: dict[str, str], taken: set[str], fresh) -> None:
+    """Rename, in ``graph`` and below, the names defined in an earlier scope (``taken``);
+    ``outer``: the renames visible from enclosing graphs."""
+    renames = dict(outer)
+    for name in _defined(graph):
+        if name in taken:
+            renames[name] = fresh(name)
+        else:
+            taken.add(name)
+            renames.pop(name, None)
+
+    def rename(names) -> None:
+        for i, name in enumerate(names):
+            if name in renames:
+                names[i] = renames[name]
+
+    for values in (graph.input, graph.output, graph.value_info):
+        for v in values:
+            v.name = renames.get(v.name, v.name)
+    for t in graph.initializer:
+        t.name = renames.get(t.name, t.name)
+    for t in graph.sparse_initializer:
+        t.values.name = renames.get(t.values.name, t.values.name)
+    for node in graph.node:
+        rename(node.input)
+        rename(node.output)
+        for sub in subgraphs(node):
+            _distinct(sub, renames, taken, fresh)
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from onnx.helper import tensor_dtype_to_np_dtype
 from ..errors import RecurrentError, RecurrentTypeError, one_line
 from ..spec import native_order
 from .bound import BoundNode, bind, node_key
-from .graph import INPUTS, all_graphs, check_opset_imports, overridable_initializers
+from .graph import INPUTS, all_graphs, check_opset_imports, hosted, overridable_initializers
 from .hosts import HOSTS, make_host
 
 
@@ -580,8 +580,10 @@ class InferenceSession:
         for i, v in enumerate(graph.output):
             if not v.name:
                 raise RecurrentError(f"graph output {i} has no name")
-        self._bound = bind(self._model, zero_size_states=_zero_size_states)
-        _check_recurrent_inputs(graph, self._bound, inputs)
+        #: the model as bound and hosted (:func:`~.graph.hosted`)
+        self._hosted = hosted(self._model)
+        self._bound = bind(self._hosted, zero_size_states=_zero_size_states)
+        _check_recurrent_inputs(self._hosted.graph, self._bound, inputs)
         self._make_host(providers, provider_options)
 
     def _make_host(self, providers: Any, provider_options: Any, stacklevel: int = 3) -> None:
@@ -591,7 +593,12 @@ class InferenceSession:
                 f"{providers!r} (write [{providers!r}])"
             )
         self._host, why = make_host(
-            self._choice, self._model, self._bound, self._sess_options, providers, provider_options
+            self._choice,
+            self._hosted,
+            self._bound,
+            self._sess_options,
+            providers,
+            provider_options,
         )
         #: why the reference host runs the model where "auto" chose it ('' otherwise)
         self._why = why

@@ -28,7 +28,7 @@ from typing import Any, NoReturn
 import numpy as np
 
 from ..errors import RecurrentError, one_line
-from ..runtime.graph import RECURRENT_OPS, walk
+from ..runtime.graph import RECURRENT_OPS, hosted, walk
 from ..runtime.session import InferenceSession, load_model
 from .arguments import (
     add_host,
@@ -128,7 +128,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"model: {model}")
         given = None
     proto = load_model(model)  # read once: whether there is anything to compile
-    if any(n.op_type in RECURRENT_OPS for _, n in walk(proto.graph)):
+    if any(n.op_type in RECURRENT_OPS for _, n in walk(hosted(proto).graph)):
         # a session compiles its kernels when it is made; the reference host runs layers
         note_first_use(layers=args.host == "reference" or not find_spec("onnxruntime"))
     session = InferenceSession(proto, host=args.host)
