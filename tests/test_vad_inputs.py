@@ -307,6 +307,38 @@ def test_a_file_that_breaks_halfway_is_its_error_row(tmp_path):
     assert results[0].segments == results[2].segments and results[0].error is None
 
 
+def test_a_wav_cut_short_is_its_error_row(tmp_path):
+    """A WAV cut in half (its header still giving the whole data size) was read as a
+    shorter recording, silently; now an error row, as a FLAC cut short is."""
+    data = SPEECH.read_bytes()
+    (tmp_path / "half.wav").write_bytes(data[: len(data) // 2])
+    (tmp_path / "streamed.wav").write_bytes(  # a streaming writer's "unknown" size
+        data[:40] + struct.pack("<I", 0xFFFFFFFF) + data[44:]
+    )
+    paths = [SPEECH, tmp_path / "half.wav", tmp_path / "streamed.wav"]
+    results = list(vad.analyse_files(paths, session=_Stub(), batch=2))
+    error = results[1].error
+    assert isinstance(error, vad.AudioError), results[1]
+    assert "truncated: its header gives" in error.reason and "the file holds" in error.reason
+    assert results[2].error is None and results[2].segments == results[0].segments
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_non_finite_samples_fail_their_recording_alone(tmp_path, bad):
+    """A few NaN or infinite samples made the model's state NaN to the end: "no speech"
+    for the whole file, silently (and ``--plot`` then stopped every file after it)."""
+    speech = vad.read_audio(SPEECH).samples.copy()
+    speech[1000:1010] = bad
+    soundfile.write(tmp_path / "bad.wav", speech, 16000, subtype="FLOAT")
+    results = list(vad.analyse_files([tmp_path / "bad.wav", SPEECH], session=_Stub(), batch=2))
+    assert "samples must be finite" in str(results[0].error) and "0.062 s" in str(results[0].error)
+    assert results[1].error is None and results[1].segments
+    with pytest.raises(ValueError, match=r"samples must be finite, got (nan|-?inf) at 0.062 s"):
+        vad.speech_probabilities(_Stub(), speech)
+    rows = dict(vad.stream_probabilities(_Stub(), [("a", speech)], return_errors=True))
+    assert isinstance(rows["a"], ValueError)
+
+
 # --- 3. -o naming an input ------------------------------------------------------------
 
 

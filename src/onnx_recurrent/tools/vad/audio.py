@@ -11,6 +11,7 @@ environments without them.
 
 import math
 import os
+import re
 import wave
 from pathlib import Path
 from types import TracebackType
@@ -218,6 +219,13 @@ class AudioReader:
         self.close()
 
 
+#: libsndfile's note on a WAV (or AIFF...) whose data chunk is shorter than its header
+#: says: ``data : 158292 (should be 79124)``
+_TRUNCATED = re.compile(r"^(?:data|SSND) *: *(\d+) *\(should be (\d+)\)", re.MULTILINE)
+#: data sizes that streaming writers put in a header for "unknown": not a truncation
+_UNKNOWN_LENGTH = 0x7FFFFFFF
+
+
 def open_audio(path: str | os.PathLike[str]) -> AudioReader:
     """Open an audio file for reading in blocks as mono float32 at 16 kHz.
 
@@ -237,9 +245,10 @@ def open_audio(path: str | os.PathLike[str]) -> AudioReader:
     Raises
     ------
     AudioError
-        (a ``ValueError``) If the file is not audio that libsndfile can decode, or its
-        sample rate is below :data:`MIN_SAMPLE_RATE`; the message names the file and
-        the reason.
+        (a ``ValueError``) If the file is not audio that libsndfile can decode, is
+        shorter than its header says (a WAV or AIFF cut off: libsndfile would read
+        what is there as the whole recording), or its sample rate is below
+        :data:`MIN_SAMPLE_RATE`; the message names the file and the reason.
     OSError
         If the file cannot be opened (``FileNotFoundError``, ``PermissionError``,
         ``IsADirectoryError``); ``filename`` names it.
@@ -258,6 +267,14 @@ def open_audio(path: str | os.PathLike[str]) -> AudioReader:
         except errors as e:
             why = one_line(e, typed=False, named=False)
             raise AudioError(str(name), f"not a readable audio file ({why})") from None
+        short = _TRUNCATED.search(getattr(sound, "extra_info", "") or "")
+        if short and int(short[2]) < int(short[1]) < _UNKNOWN_LENGTH:
+            sound.close()
+            raise AudioError(
+                str(name),
+                f"truncated: its header gives {short[1]} bytes of samples, the file holds "
+                f"{short[2]}",
+            )
         if sound.samplerate < MIN_SAMPLE_RATE:
             sound.close()
             raise AudioError(
@@ -301,9 +318,10 @@ def read_audio(path: str | os.PathLike[str]) -> Audio:
     Raises
     ------
     AudioError
-        (a ``ValueError``) If the file is not audio that libsndfile can decode, or its
-        sample rate is below :data:`MIN_SAMPLE_RATE`; the message names the file and
-        the reason.
+        (a ``ValueError``) If the file is not audio that libsndfile can decode, is
+        shorter than its header says (a WAV or AIFF cut off: libsndfile would read
+        what is there as the whole recording), or its sample rate is below
+        :data:`MIN_SAMPLE_RATE`; the message names the file and the reason.
     OSError
         If the file cannot be opened (``FileNotFoundError``, ``PermissionError``,
         ``IsADirectoryError``); ``filename`` names it.

@@ -80,9 +80,10 @@ def speech_probabilities(
     Raises
     ------
     ValueError
-        If ``samples`` is not one-dimensional, ``sample_rate`` is not supported, the
-        session's model lacks the ``input``/``state`` inputs, or a call returns fewer
-        than two outputs.
+        If ``samples`` is not one-dimensional or holds a NaN or infinity (the model's
+        state would be NaN from there on: "no speech" to the end), ``sample_rate`` is
+        not supported, the session's model lacks the ``input``/``state`` inputs, or a
+        call returns fewer than two outputs.
     ImportError
         If ``progress=True`` and tqdm is not installed.
     """
@@ -171,6 +172,7 @@ class _Stream:
         "offset",
         "phase",
         "probs",
+        "pulled",
         "step",
         "waste",
     )
@@ -185,6 +187,7 @@ class _Stream:
         self.offset = 0
         self.phase = 0  # decimating blocks: the first sample of the next one to keep
         self.waste = 0  # padding samples in the current input
+        self.pulled = 0  # samples of the recording pulled so far
         self.probs = array("f")
 
     def _next_block(self) -> np.ndarray | None:
@@ -201,6 +204,14 @@ class _Stream:
                 f"recording {self.key!r}: a block of samples must be one-dimensional "
                 f"(mono), got shape {block.shape}"
             )
+        if not np.isfinite(block).all():  # a NaN state from there on: no speech, silently
+            at = self.pulled + int(np.argmin(np.isfinite(block)))
+            rate = self.step * next(r for r, n in CHUNK_SAMPLES.items() if n == self.chunk)
+            raise ValueError(  # the caller pairs it with the recording (file or key)
+                f"samples must be finite, got {block[at - self.pulled]} at {at / rate:.3f} s "
+                f"(sample {at} at {rate} Hz)"
+            )
+        self.pulled += block.size
         if self.step > 1:  # keep every step-th sample of the recording, as silero does
             kept = block[self.phase :: self.step]
             self.phase = (self.phase - block.size) % self.step
@@ -299,8 +310,8 @@ def stream_probabilities(
     ------
     ValueError
         If ``batch < 1``, ``sample_rate`` is not supported, a recording is not
-        one-dimensional (unless ``return_errors``), or the model is not the streaming
-        Silero model.
+        one-dimensional or holds a NaN or infinity (unless ``return_errors``), or the
+        model is not the streaming Silero model.
     """
     if isinstance(batch, bool) or not isinstance(batch, (int, np.integer)) or batch < 1:
         raise ValueError(f"batch must be an integer >= 1, got {batch!r}")
