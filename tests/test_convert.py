@@ -550,6 +550,62 @@ def test_torch_errors(torch):
     to_torch(zero_bias, make_module(torch, "RNN_RELU", bias=False))  # zeros are fine
 
 
+def test_to_torch_refuses_what_it_could_not_write_or_would_drop(torch):
+    # each was accepted, and the module then computed something else, silently
+    from torch.nn.utils import prune
+
+    src = make_module(torch, "GRU")
+    layers = from_torch(src)
+    for wrap, match in (
+        (
+            lambda m: torch.nn.utils.parametrizations.weight_norm(m, name="weight_hh_l0"),
+            r"module.weight_hh_l0 is not a parameter of the module but computed from",
+        ),
+        (
+            lambda m: prune.l1_unstructured(m, "weight_ih_l0", amount=0.3),
+            r"module.weight_ih_l0 is not a parameter",
+        ),
+    ):
+        dst = make_module(torch, "GRU")
+        wrap(dst)
+        before = {k: v.clone() for k, v in dst.state_dict().items()}
+        with pytest.raises(ValueError, match=match):
+            to_torch(layers, dst)
+        for name, value in dst.state_dict().items():
+            assert torch.equal(value, before[name]), name
+    with pytest.raises(ValueError, match=r"module.weight_ih_l0 is on the 'meta' device"):
+        to_torch(layers, torch.nn.GRU(I, H, device="meta"))
+    lstm = from_torch(make_module(torch, "LSTM"))[0]
+    peepholes = lstm.replace(P=np.full((1, 3 * H), 0.5, np.float32))
+    with pytest.raises(ValueError, match=r"torch.nn.LSTM: peepholes \(a non-zero P\)"):
+        to_torch([peepholes], make_module(torch, "LSTM"))
+    with pytest.raises(ValueError, match=r"Keras: peepholes \(a non-zero P\)"):
+        to_keras(peepholes)
+    to_torch([lstm.replace(P=np.zeros((1, 3 * H), np.float32))], make_module(torch, "LSTM"))
+
+
+def test_converters_read_what_the_layer_computes(torch):
+    relu = from_torch(make_module(torch, "RNN_RELU"))[0]
+    W, R, B = relu.W, relu.R, relu.B
+    names = ["Relu"]
+    layer = Layer("RNN", W, R, B, {"activations": names})
+    names[0] = "Tanh"  # the caller's list changed after: not the layer's
+    assert layer.attributes["activations"] == ["Relu"]
+    with pytest.raises(ValueError, match=r"activations=\['Relu'\] \(needs \['tanh'\]\)"):
+        to_torch([layer], make_module(torch, "RNN_TANH"))
+    # attributes the layer reads as these were refused (compared as given)
+    for attributes in (
+        {"direction": "Forward", "activations": ["Relu"]},
+        {"direction": b"forward", "activations": [b"Relu"]},
+        {"hidden_size": None, "activations": ["Relu"]},
+        {"activations": ["Relu"], "activation_alpha": np.array([], np.float32)},
+    ):
+        module = to_torch([Layer("RNN", W, R, B, attributes)], make_module(torch, "RNN_RELU"))
+        assert torch.equal(module.weight_hh_l0, torch.tensor(R[0])), attributes
+    weights = to_keras(Layer("RNN", W, R, B, {"direction": "FORWARD"}))
+    np.testing.assert_array_equal(weights[1], R[0].T)
+
+
 # --- Keras itself (torch backend) --------------------------------------------------------
 
 

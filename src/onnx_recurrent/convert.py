@@ -200,18 +200,19 @@ def _torch_kind(torch: Any, module: Any) -> tuple[str, str | None]:
 
 
 def _check_layer(layer: Layer, where: str, op: str, D: int, H: int, I: int | None) -> None:
-    """``layer`` is an ``op`` with ``D`` directions, hidden size H and input size I."""
+    """``layer`` is an ``op`` with ``D`` directions, hidden size H and input size I (as
+    the layer computes them: its parsed attributes, not the dict it was given)."""
     if not isinstance(layer, Layer):
         raise RecurrentTypeError(f"{where} must be a Layer, got {type(layer).__name__}")
     if layer.op != op:
         raise RecurrentError(f"{where} is a {layer.op}, expected a {op}")
-    direction = layer.attributes.get("direction", "forward")
-    if direction != _DIRECTIONS[D]:
-        raise RecurrentError(f"{where} has direction={direction!r}, expected {_DIRECTIONS[D]!r}")
-    if layer.attributes.get("hidden_size", H) != H:
+    spec = layer.spec
+    if spec.direction != _DIRECTIONS[D]:
         raise RecurrentError(
-            f"{where} has hidden_size={layer.attributes['hidden_size']}, expected {H}"
+            f"{where} has direction={spec.direction!r}, expected {_DIRECTIONS[D]!r}"
         )
+    if spec.hidden_size != H:
+        raise RecurrentError(f"{where} has hidden_size={spec.hidden_size}, expected {H}")
     G = _KINDS[op].gates
     I = layer.input_size if I is None else I
     expected = {"W": (D, G * H, I), "R": (D, G * H, H), "B": (D, 2 * G * H)}
@@ -225,20 +226,20 @@ def _check_layer(layer: Layer, where: str, op: str, D: int, H: int, I: int | Non
 
 
 def _check_computable(layer: Layer, where: str, target: str, activations: list | None) -> None:
-    """Reject the attributes that ``target`` cannot compute; ``activations=None``: any."""
-    a = layer.attributes
+    """Reject what ``target`` cannot compute (``activations=None``: any activations),
+    read from what the layer computes (its parsed attributes and weights)."""
+    spec = layer.spec
     problems = []
-    if a.get("clip") not in (None, float("inf")):
-        problems.append(f"clip={a['clip']}")
-    if a.get("input_forget", 0):
-        problems.append(f"input_forget={a['input_forget']}")
+    if spec.clip is not None and spec.clip != float("inf"):
+        problems.append(f"clip={spec.clip}")
+    if spec.input_forget:
+        problems.append("input_forget=1")
+    if layer.P is not None and np.any(layer.P):
+        problems.append("peepholes (a non-zero P)")
     if activations is not None:
-        given = a.get("activations")
-        default = list(_KINDS[layer.op].activations) * layer.num_directions
-        if [s.lower() for s in (given or default)] != [s.lower() for s in activations]:
-            problems.append(f"activations={list(given or default)} (needs {activations})")
-        if a.get("activation_alpha") or a.get("activation_beta"):
-            problems.append("activation_alpha/activation_beta")
+        given = [a for direction in spec.activations for a in direction]
+        if [a.name.lower() for a in given] != [s.lower() for s in activations]:
+            problems.append(f"activations={[a.name for a in given]} (needs {activations})")
     if problems:
         raise RecurrentError(f"{where} cannot be computed by {target}: {', '.join(problems)}")
 
@@ -351,8 +352,10 @@ def to_torch(layers: Iterable[Layer], module: Any) -> Any:
         An LSTM with ``proj_size > 0``; a number of layers, op, direction or shape that
         disagrees with the module (the message names the layer and expected shape); a
         layer PyTorch cannot compute: a GRU with ``linear_before_reset=0``, activations
-        other than the module's, ``clip``, ``input_forget``, or a non-zero ``B`` for a
-        module without bias.
+        other than the module's, ``clip``, ``input_forget``, peepholes (a non-zero
+        ``P``), or a non-zero ``B`` for a module without bias; a module whose weights
+        are computed from others (``weight_norm``, a parametrization, pruning) or on
+        the ``meta`` device, where nothing could be written.
     """
     torch = import_optional("torch", "to_torch", _TORCH_EXTRA)
     op, activation = _torch_kind(torch, module)
@@ -370,7 +373,7 @@ def to_torch(layers: Iterable[Layer], module: Any) -> Any:
         where = f"layers[{k}]"
         _check_layer(layer, where, op, D, H, module.input_size if k == 0 else D * H)
         _check_computable(layer, where, f"torch.nn.{type(module).__name__}", activations)
-        if op == "GRU" and not layer.attributes.get("linear_before_reset", 0):
+        if op == "GRU" and not layer.spec.linear_before_reset:
             raise RecurrentError(
                 f"{where} has linear_before_reset=0; torch.nn.GRU computes only "
                 "linear_before_reset=1"
@@ -385,11 +388,25 @@ def to_torch(layers: Iterable[Layer], module: Any) -> Any:
             if module.bias:
                 parameters["bias_ih" + suffix] = _reorder(B[d, : G * H], inverse)
                 parameters["bias_hh" + suffix] = _reorder(B[d, G * H :], inverse)
+    own = dict(module.named_parameters(recurse=False))
+    for name in parameters:
+        if name not in own:  # written, it would be computed anew from others at each call
+            raise RecurrentError(
+                f"module.{name} is not a parameter of the module but computed from others "
+                "(weight_norm, a parametrization or pruning): remove that first "
+                "(torch.nn.utils.parametrize.remove_parametrizations, "
+                "torch.nn.utils.prune.remove) or load into a module without it"
+            )
+        if own[name].is_meta:
+            raise RecurrentError(
+                f"module.{name} is on the 'meta' device (no storage to write): "
+                "module.to_empty(device='cpu') first"
+            )
     with torch.no_grad():
         for name, value in parameters.items():
             if value.dtype.kind != "f":  # bfloat16: torch.from_numpy does not know it
                 value = value.astype(np.float32)
-            getattr(module, name).copy_(torch.from_numpy(np.ascontiguousarray(value)))
+            own[name].copy_(torch.from_numpy(np.ascontiguousarray(value)))
     return module
 
 
@@ -521,8 +538,8 @@ def to_keras(
     ValueError
         ``kind`` not ``layer.op``; ``reset_after`` for an LSTM or RNN or not matching
         ``linear_before_reset``; two directions or ``direction="reverse"`` (Keras'
-        ``go_backwards`` returns a reversed sequence); ``clip`` or ``input_forget``;
-        shapes that disagree.
+        ``go_backwards`` returns a reversed sequence); ``clip``, ``input_forget`` or
+        peepholes (a non-zero ``P``); shapes that disagree.
     TypeError
         ``layer`` is not a Layer.
     """
@@ -531,7 +548,7 @@ def to_keras(
     op = layer.op if kind is None else _keras_op(kind)
     _check_layer(layer, "layer", op, 1, layer.hidden_size, None)
     _check_computable(layer, "layer", "Keras", None)
-    lbr = bool(layer.attributes.get("linear_before_reset", 0))
+    lbr = layer.spec.linear_before_reset
     if reset_after is None and op == "GRU":
         reset_after = lbr
     reset_after = _reset_after(op, reset_after)

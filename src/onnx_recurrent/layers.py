@@ -39,6 +39,15 @@ ONE_CALL_MACS = 1 << 27
 ONE_CALL_STEPS = 1 << 20
 
 
+def _copied(value: Any) -> Any:
+    """An attribute's value, a list or array copied (its items are numbers or names)."""
+    if isinstance(value, list | tuple):
+        return list(value) if isinstance(value, list) else tuple(value)
+    if isinstance(value, np.ndarray):
+        return value.copy()
+    return value
+
+
 def _frozen(a: np.ndarray | None) -> np.ndarray | None:
     """A read-only C-ordered copy (nothing the caller holds aliases it)."""
     if a is None:
@@ -107,7 +116,8 @@ class Layer:
         cell = CELLS.get(op) if isinstance(op, str) else None
         if cell is None:
             raise RecurrentError(f"Layer.op must be one of {sorted(CELLS)}, got {op!r}")
-        attributes = dict(attributes or {})
+        # the caller's lists and arrays copied: a later change to them is not the layer's
+        attributes = {k: _copied(v) for k, v in (attributes or {}).items()}
         allowed = set(COMMON_ATTRIBUTES) | set(cell.own_attributes)
         unknown = set(attributes) - allowed
         if unknown:
@@ -153,7 +163,7 @@ class Layer:
     ) -> Layer:
         """A layer of weights already checked against ``spec`` (:func:`check_weights`)."""
         layer = cls.__new__(cls)
-        layer._set(spec, dict(attributes), W, R, B, P, True)
+        layer._set(spec, {k: _copied(v) for k, v in attributes.items()}, W, R, B, P, True)
         return layer
 
     def __repr__(self) -> str:
