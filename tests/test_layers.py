@@ -226,3 +226,30 @@ def test_short_calls_with_lengths_equal_the_scan(op, direction, layout):
         with pytest.raises((ValueError, TypeError), match=error):
             layer(X, bad, **states)
         assert not taken
+
+
+def _call_in_child(layer, x):
+    return layer(x)
+
+
+@pytest.mark.parametrize("prepare", [True, False])
+def test_a_layer_pickles_to_another_process(prepare):
+    # a prepared (or called) layer failed to pickle: "Can't pickle local object
+    # 'NumbaBackend.small_call.<locals>.call'"
+    import multiprocessing
+    import pickle
+
+    rng = np.random.default_rng(0)
+    W = rng.standard_normal((2, 12, 3), dtype=np.float32)
+    R = rng.standard_normal((2, 12, 4), dtype=np.float32)
+    layer = orc.Layer("GRU", W, R, attributes={"direction": "bidirectional"}, prepare=prepare)
+    x = rng.standard_normal((5, 2, 3), dtype=np.float32)
+    want = layer(x)
+    copy = pickle.loads(pickle.dumps(layer))
+    assert copy.attributes == layer.attributes and copy._prepared
+    for a, b in zip(copy(x), want, strict=True):
+        np.testing.assert_array_equal(a, b)
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        got = pool.apply(_call_in_child, (layer, x))
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_array_equal(a, b)

@@ -39,6 +39,11 @@ ONE_CALL_MACS = 1 << 27
 ONE_CALL_STEPS = 1 << 20
 
 
+def _remade(cls: type, op: str, W, R, B, attributes: dict, P, prepared: bool) -> Layer:
+    """A pickled :class:`Layer` made anew."""
+    return cls(op, W, R, B, attributes, P, prepare=prepared)
+
+
 def _copied(value: Any) -> Any:
     """An attribute's value, a list or array copied (its items are numbers or names)."""
     if isinstance(value, list | tuple):
@@ -165,6 +170,15 @@ class Layer:
         layer = cls.__new__(cls)
         layer._set(spec, {k: _copied(v) for k, v in attributes.items()}, W, R, B, P, True)
         return layer
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled as its op, weights and attributes, made anew (and prepared, if it
+        was) where it is unpickled: the prepared form holds compiled code of this
+        process (for ``multiprocessing``, Dask...)."""
+        return (
+            _remade,
+            (type(self), self.op, self.W, self.R, self.B, self.attributes, self.P, self._prepared),
+        )
 
     def __repr__(self) -> str:
         B = None if self.B is None else list(self.B.shape)
