@@ -157,6 +157,18 @@ def test_run_rejects_bad_feeds():
         ordask.run(model, {"X": da.from_array(feeds["X"]), "W": feeds["W"]}, {"X": 1})
     with pytest.raises(ValueError, match="out of range"):
         ordask.run(model, chunked(feeds, {"X": 1}, 3), {"X": 3})
+    dask_feeds = chunked(feeds, {"X": 1}, 3)
+    # were: ignored (sess_options), a bare TypeError from a list's index, dask's own
+    # "Arrays chunk sizes are unknown" from deep inside
+    with pytest.raises(TypeError, match=r"sess_options must be an onnxruntime\.SessionOptions"):
+        ordask.run(model, dask_feeds, {"X": 1}, sess_options=5)
+    with pytest.raises(TypeError, match=r"batch_axes must be a dict .* got list"):
+        ordask.run(model, dask_feeds, ["X"])
+    with pytest.raises(TypeError, match=r"output_batch_axes must be a dict .* got list"):
+        ordask.run(model, dask_feeds, {"X": 1}, output_batch_axes=[2])
+    unknown = dask_feeds["X"][:, dask_feeds["X"][0, :, 0] > -100]  # chunks of nan size
+    with pytest.raises(ValueError, match=r"'X' has chunks of unknown size .*compute_chunk_sizes"):
+        ordask.run(model, {**dask_feeds, "X": unknown}, {"X": 1})
 
 
 # --- detect -------------------------------------------------------------------------------
@@ -260,6 +272,10 @@ def test_detect_checks_its_options_at_the_call(client):
         cluster.detect(client, ["a.wav"], treshold=0.4)
     with pytest.raises(ValueError, match="group_size must be an int >= 1"):
         cluster.detect(client, ["a.wav"], group_size=0)
+    with pytest.raises(ValueError, match="host must be one of"):  # was each file's error
+        cluster.detect(client, ["a.wav"], host="bogus")
+    with pytest.raises(TypeError, match=r"paths\[1\] must be a path .* got int"):
+        cluster.detect(client, ["a.wav", 5])
 
 
 def test_the_old_path_of_detect_is_the_vad_one():

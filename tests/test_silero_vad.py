@@ -229,6 +229,9 @@ def test_speech_segments_simple_cases():
         ((np.zeros(3), 22050), {}, "8000 and 16000"),
         ((np.zeros(3), 16000.0), {}, "integer"),
         ((np.zeros(3),), {"num_samples": -1}, "num_samples"),
+        # segments that ended before they started: [(0.738, 0.000625), ...]
+        ((np.ones(155),), {"num_samples": 10}, r"makes 1 chunk\(s\) .*probs has 155"),
+        ((np.ones(3),), {"num_samples": 3 * 512 + 1}, r"makes 4 chunk\(s\)"),
     ],
 )
 def test_speech_segments_rejects(args, kwargs, match):

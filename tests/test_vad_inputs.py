@@ -339,6 +339,24 @@ def test_non_finite_samples_fail_their_recording_alone(tmp_path, bad):
     assert isinstance(rows["a"], ValueError)
 
 
+def test_paths_as_bytes_are_read_and_others_refused():
+    """A bytes path was taken for the name "b'...'" (not found), one bytes path for a
+    list of ints, and None or a number failed with "object is not iterable"."""
+    name = os.fsencode(SPEECH)
+    for paths in ([name], name):
+        (result,) = list(vad.analyse_files(paths, session=_Stub()))
+        assert result.path == str(SPEECH) and result.error is None and result.segments
+    for paths, match in (
+        (None, "paths must be a path or a list of paths, got NoneType"),
+        (5, "got int"),
+        ([SPEECH, 5], r"paths\[1\] must be a path"),
+    ):
+        with pytest.raises(TypeError, match=match):
+            list(vad.detect(paths))
+        with pytest.raises(TypeError, match=match):
+            list(vad.analyse_files(paths, session=_Stub()))
+
+
 # --- 3. -o naming an input ------------------------------------------------------------
 
 

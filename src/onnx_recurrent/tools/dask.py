@@ -26,13 +26,14 @@ Examples
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from ..errors import RecurrentError, import_optional
+from ..errors import RecurrentError, RecurrentTypeError, import_optional
 from .workers import INSTALL_HINT, kept_session, options_record, session_options
 
 __all__ = ["run"]
@@ -161,9 +162,11 @@ def run(
         A missing or unknown input, a batched input that is no Dask array or a Dask
         array without a batch axis, chunks along the batch that differ between inputs
         (the message lists each input's), a model that fixes a batch axis to another
-        size than a block's, an empty batch, an output whose batch axis cannot be found.
+        size than a block's, an empty batch, an output whose batch axis cannot be found,
+        a Dask array of chunks of unknown size (``compute_chunk_sizes()`` first).
     TypeError
-        An axis that is not an int.
+        An axis that is not an int; ``batch_axes`` or ``output_batch_axes`` not a dict;
+        ``sess_options`` not an ``onnxruntime.SessionOptions``.
     ModuleNotFoundError
         ``dask`` is not installed.
 
@@ -194,6 +197,12 @@ def run(
             f"unknown input(s) {unknown}, missing input(s) {missing}; "
             f"the model's inputs are {list(declared)}"
         )
+    for what, axes_given in (("batch_axes", batch_axes), ("output_batch_axes", output_batch_axes)):
+        if axes_given is not None and not isinstance(axes_given, Mapping):
+            raise RecurrentTypeError(
+                f"{what} must be a dict of name to axis, e.g. {{'X': 1}}, "
+                f"got {type(axes_given).__name__}"
+            )
     if not batch_axes:
         raise RecurrentError("batch_axes names no input: give the batch axis of at least one")
     unknown = sorted(set(batch_axes) - set(feeds))
@@ -216,6 +225,11 @@ def run(
                 f"{type(value).__name__}, not a Dask array (dask.array.from_array)"
             )
         axis = _axis(name, batch_axes[name], value.ndim, "batch_axes")
+        if any(math.isnan(size) for sizes in value.chunks for size in sizes):
+            raise RecurrentError(
+                f"input {name!r} has chunks of unknown size {value.chunks} (as after boolean "
+                f"indexing): give {name}.compute_chunk_sizes() instead"
+            )
         shape = declared[name].shape
         if shape is not None and len(shape) == value.ndim:
             fixed = shape[axis]

@@ -14,6 +14,8 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
+from ..errors import RecurrentTypeError
+
 #: what the Dask tools say to run where Dask is missing
 INSTALL_HINT = "pip install dask distributed"
 
@@ -53,6 +55,15 @@ def options_record(sess_options: Any) -> tuple | None:
     """The picklable part of onnxruntime ``SessionOptions``: attributes, config entries."""
     if sess_options is None:
         return None
+    try:
+        from onnxruntime import SessionOptions
+    except ImportError:  # none can be made: not one
+        SessionOptions = ()
+    if not isinstance(sess_options, SessionOptions):
+        raise RecurrentTypeError(
+            "sess_options must be an onnxruntime.SessionOptions or None, "
+            f"got {type(sess_options).__name__}"
+        )
     attributes = tuple(
         (name, getattr(sess_options, name))
         for name in _OPTION_ATTRIBUTES

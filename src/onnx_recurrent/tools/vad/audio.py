@@ -13,13 +13,14 @@ import math
 import os
 import re
 import wave
+from collections.abc import Iterable
 from pathlib import Path
 from types import TracebackType
 from typing import Any, BinaryIO, NamedTuple
 
 import numpy as np
 
-from ...errors import import_optional, one_line
+from ...errors import RecurrentTypeError, import_optional, one_line
 from .model import INSTALL_EXTRA, MODEL_RATE
 
 #: File suffixes (lower case) taken as audio when a directory is walked.
@@ -344,6 +345,31 @@ def audio_duration(path: str | os.PathLike[str]) -> float | None:
         return None
 
 
+def path_list(paths: Any) -> list[str]:
+    """``paths`` (one path, or an iterable of them: str, bytes or ``os.PathLike``) as a
+    list of str (bytes decoded as the file system does, undecodable ones kept).
+
+    Raises
+    ------
+    TypeError
+        ``paths`` is neither, or one of its entries is not a path (named by index).
+    """
+    if isinstance(paths, (str, bytes, os.PathLike)):
+        paths = [paths]
+    elif not isinstance(paths, Iterable):
+        raise RecurrentTypeError(
+            f"paths must be a path or a list of paths, got {type(paths).__name__}"
+        )
+    files = []
+    for i, path in enumerate(paths):
+        if not isinstance(path, (str, bytes, os.PathLike)):
+            raise RecurrentTypeError(
+                f"paths[{i}] must be a path (str, bytes or os.PathLike), got {type(path).__name__}"
+            )
+        files.append(os.fsdecode(path))
+    return files
+
+
 def find_audio_files(paths: str | os.PathLike[str] | list[Any] | tuple[Any, ...]) -> list[str]:
     """Expand directories into the audio files under them.
 
@@ -352,18 +378,21 @@ def find_audio_files(paths: str | os.PathLike[str] | list[Any] | tuple[Any, ...]
     paths : path or sequence of paths
         Files (kept as given, whatever their suffix, existing or not: reading them
         later reports what is wrong) and directories (walked recursively for files
-        whose suffix is one of :data:`AUDIO_SUFFIXES`, any case, sorted).
+        whose suffix is one of :data:`AUDIO_SUFFIXES`, any case, sorted); str, bytes
+        or ``os.PathLike``.
 
     Returns
     -------
     list of str
         The files, in the order given, each directory's files in its place.
+
+    Raises
+    ------
+    TypeError
+        ``paths`` or one of its entries is not a path (:func:`path_list`).
     """
-    if isinstance(paths, (str, os.PathLike)):
-        paths = [paths]
     files: list[str] = []
-    for path in paths:
-        name = os.fspath(path)
+    for name in path_list(paths):
         if os.path.isdir(name):
             found = (
                 p
@@ -372,7 +401,7 @@ def find_audio_files(paths: str | os.PathLike[str] | list[Any] | tuple[Any, ...]
             )
             files.extend(sorted(str(p) for p in found))
         else:
-            files.append(str(name))
+            files.append(name)
     return files
 
 

@@ -29,8 +29,10 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from ...errors import RecurrentError, import_optional
+from ...runtime.hosts import HOSTS
 from ..workers import INSTALL_HINT, kept_session, session_options
 from . import files
+from .audio import path_list
 from .model import silero_model_path
 from .segments import check_segment_options
 
@@ -164,9 +166,9 @@ def detect(
     for name, value, least in (("batch", batch, 1), ("retries", retries, 0)):
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
             raise RecurrentError(f"{name} must be an int >= {least}, got {value!r}")
-    if isinstance(paths, str | os.PathLike):
-        paths = [paths]
-    files = [os.fspath(p) for p in paths]
+    if host not in HOSTS:
+        raise RecurrentError(f"host must be one of {list(HOSTS)}, got {host!r}")
+    files = path_list(paths)
     if group_size is None:
         threads = max(1, sum(client.nthreads().values()))
         group_size = max(1, min(batch, math.ceil(len(files) / (4 * threads))))

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from .audio import find_audio_files
-from .files import Paths, Segments, _as_list, detect_files
+from .files import Paths, Segments, detect_files
 from .segments import check_segment_options
 
 
@@ -68,7 +68,7 @@ def detect(
     calls/a.flac [(0.738, 2.206), (3.074, 4.222)]
     calls/b.ogg [Errno 2] No such file or directory: 'calls/b.ogg'
     """
-    files = find_audio_files(_as_list(paths))
+    files = find_audio_files(paths)
     options = check_segment_options(segment_options)
     if client is None:
         return detect_files(files, batch=batch, host=host, model_path=model_path, **options)

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from .audio import AudioReader, load_soundfile, open_audio
+from .audio import AudioReader, load_soundfile, open_audio, path_list
 from .model import MODEL_RATE, open_session
 from .segments import check_segment_options, speech_segments
 from .streams import stream_probabilities
@@ -52,12 +52,6 @@ class FileResult:
     duration: float = 0.0
     #: float32 ``(num_chunks,)``: the speech probability of each 32 ms chunk at 16 kHz.
     probabilities: np.ndarray = field(default_factory=lambda: np.empty(0, np.float32))
-
-
-def _as_list(paths: Paths) -> list[str | os.PathLike[str]]:
-    if isinstance(paths, (str, os.PathLike)):
-        return [paths]
-    return list(paths)
 
 
 def analyse_files(
@@ -119,7 +113,7 @@ def analyse_files(
     hour of audio).
     """
     options = check_segment_options(segment_options)
-    files = [os.fspath(p) for p in _as_list(paths)]
+    files = path_list(paths)
     if session is None:
         session = open_session(model_path, host)
     load_soundfile()  # fail now, naming the extra, rather than once per file

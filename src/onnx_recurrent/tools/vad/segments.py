@@ -283,7 +283,8 @@ def speech_segments(
     ------
     ValueError
         If ``probs`` is not one-dimensional, ``sample_rate`` is not supported, or
-        ``num_samples`` is negative.
+        ``num_samples`` is negative or not the length of audio of ``num_chunks``
+        chunks.
     """
     model_rate, step = native_rate(sample_rate)
     speech_probs = np.asarray(probs)
@@ -297,6 +298,14 @@ def speech_segments(
         if num_samples < 0:
             raise ValueError(f"num_samples must be >= 0, got {num_samples}")
         audio_length_samples = math.ceil(int(num_samples) / step)  # len(audio[::step])
+        chunks = math.ceil(audio_length_samples / CHUNK_SAMPLES[model_rate])
+        if chunks != speech_probs.size:  # segments would end before they start
+            raise ValueError(
+                f"num_samples={num_samples} at {sample_rate} Hz makes {chunks} chunk(s) of "
+                f"{CHUNK_SAMPLES[model_rate]} samples at {model_rate} Hz; probs has "
+                f"{speech_probs.size}: num_samples must be the length of the audio that "
+                "probs were computed from"
+            )
 
     ranges = _speech_sample_ranges(
         speech_probs,
