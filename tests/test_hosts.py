@@ -355,3 +355,52 @@ def test_a_recurrent_node_in_a_local_function_is_computed_as_ours(host, dtype):
         *(feeds[k].astype(np.float64) for k in ("X", "W", "R")), sequence_lens=lens, **attributes
     )[1]
     np.testing.assert_allclose(got, want, atol=1e-5 if dtype == np.float32 else 1e-12)
+
+
+def test_a_recurrent_node_in_a_scan_body_with_undeclared_output_shapes():
+    # onnxruntime wants the shape of a Scan body's outputs: its own LSTM infers it, our
+    # custom node gave none ("Subgraph must have the shape set for all outputs but Yo
+    # did not"), where plain onnxruntime runs the model
+    from onnx import TensorProto, helper, numpy_helper
+
+    T, N, I, H = 6, 2, 4, 5
+    feeds = random_inputs("LSTM", T=T, N=1, I=I, H=H, D=1)
+    body = helper.make_graph(
+        [
+            helper.make_node("Unsqueeze", ["xs", "axis"], ["xu"]),
+            helper.make_node("LSTM", ["xu", "W", "R"], ["Y", "Yh", "Yc"], hidden_size=H),
+            helper.make_node("Add", ["acc_in", "Yh"], ["acc_out"]),
+            helper.make_node("Identity", ["Y"], ["Yo"]),
+        ],
+        "body",
+        [
+            helper.make_tensor_value_info("acc_in", TensorProto.FLOAT, [1, 1, H]),
+            helper.make_tensor_value_info("xs", TensorProto.FLOAT, [T, I]),
+        ],
+        [
+            helper.make_tensor_value_info("acc_out", TensorProto.FLOAT, [1, 1, H]),
+            helper.make_tensor_value_info("Yo", TensorProto.FLOAT, None),  # no shape
+        ],
+        [numpy_helper.from_array(np.array([1], np.int64), "axis")],
+    )
+    scan = helper.make_node("Scan", ["acc0", "X"], ["acc", "Ys"], body=body, num_scan_inputs=1)
+    graph = helper.make_graph(
+        [scan],
+        "g",
+        [
+            helper.make_tensor_value_info("acc0", TensorProto.FLOAT, [1, 1, H]),
+            helper.make_tensor_value_info("X", TensorProto.FLOAT, [N, T, I]),
+        ],
+        [
+            helper.make_tensor_value_info("acc", TensorProto.FLOAT, [1, 1, H]),
+            helper.make_tensor_value_info("Ys", TensorProto.FLOAT, [N, T, 1, 1, H]),
+        ],
+        [numpy_helper.from_array(feeds[n], n) for n in ("W", "R")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 22)])
+    x = np.random.default_rng(3).standard_normal((N, T, I)).astype(np.float32)
+    run = {"acc0": np.zeros((1, 1, H), np.float32), "X": x}
+    got = orc.InferenceSession(model, host="onnxruntime").run(None, run)
+    want = [lstm_ref(x[n][:, None], feeds["W"], feeds["R"], hidden_size=H) for n in range(N)]
+    np.testing.assert_allclose(got[1], np.stack([w[0] for w in want]), atol=1e-5)
+    np.testing.assert_allclose(got[0], sum(w[1] for w in want), atol=1e-5)

@@ -121,8 +121,11 @@ def rewrite(
     types = element_types(model)
     counter = itertools.count()
 
+    elems = {name: elem for elem, name in OP_TYPES.items()}
+
     def replace(graph: onnx.GraphProto) -> None:
         nodes: list[onnx.NodeProto] = []
+        declared = {v.name for v in (*graph.value_info, *graph.output)}
         for node in graph.node:
             for sub in subgraphs(node):
                 replace(sub)
@@ -130,7 +133,16 @@ def rewrite(
             if b is None:
                 nodes.append(node)
                 continue
-            nodes.append(_custom_node(b, node, types, keys, counter))
+            custom = _custom_node(b, node, types, keys, counter)
+            nodes.append(custom)
+            # a custom node's outputs have no inferred shape: their ranks given, as
+            # onnxruntime needs them where they leave a Scan body
+            for position, name in enumerate(custom.output):
+                if name and name not in declared:
+                    rank = 4 if position == 0 else 3
+                    graph.value_info.append(
+                        helper.make_tensor_value_info(name, elems[custom.op_type], [None] * rank)
+                    )
         del graph.node[:]
         graph.node.extend(nodes)
 
