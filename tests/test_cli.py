@@ -451,3 +451,32 @@ def test_first_use_says_the_kernels_compile_once(tmp_path):
     line = [s for s in first.stderr.splitlines() if "compiling the kernels" in s]
     assert len(line) == 1 and "once; cached in" in line[0] and str(tmp_path) in line[0]
     assert "compiling" not in second.stderr
+
+
+def test_run_feeds_a_name_with_equals_and_draws_shared_dims_from_given(tmp_path):
+    # '-i x=a b=FILE' was split at the first '=' ("the model has no input 'x'"), and a
+    # dim named in a given input (L: [N]) was drawn anew for X ([8, 8, 4]: refused)
+    from onnx import TensorProto, helper, numpy_helper
+
+    feeds = random_inputs("GRU", T=5, N=3, I=4, H=6, D=1)
+    graph = helper.make_graph(
+        [helper.make_node("GRU", ["x=a b", "W", "R", "", "L"], ["Y", "Yh"], hidden_size=6)],
+        "g",
+        [
+            helper.make_tensor_value_info("x=a b", TensorProto.FLOAT, ["T", "N", 4]),
+            helper.make_tensor_value_info("L", TensorProto.INT32, ["N"]),
+        ],
+        [helper.make_tensor_value_info("Yh", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(feeds[n], n) for n in ("W", "R")],
+    )
+    model = tmp_path / "gru.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 22)]), model)
+    np.save(tmp_path / "X.npy", feeds["X"])
+    np.save(tmp_path / "L.npy", np.array([5, 2, 1], np.int32))
+    done = _cli("run", str(model), "-i", f"L={tmp_path / 'L.npy'}")
+    assert done.returncode == 0, done.stderr
+    assert "input x=a b: shape [8, 3, 4] float32, random (seed 0)" in done.stdout
+    given = ["-i", f"x=a b={tmp_path / 'X.npy'}", "-i", f"L={tmp_path / 'L.npy'}"]
+    done = _cli("run", str(model), *given)
+    assert done.returncode == 0, done.stderr
+    assert "input x=a b: shape [5, 3, 4] float32, given" in done.stdout

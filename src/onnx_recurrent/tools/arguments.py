@@ -118,12 +118,17 @@ def parse_dims(pairs: Sequence[str], inputs: Sequence[NodeArg]) -> dict[str, int
 
 
 def load_feeds(files: Mapping[str, str], inputs: Sequence[NodeArg]) -> dict[str, np.ndarray]:
-    """One ``.npy`` file per input name (names the model's inputs)."""
+    """One ``.npy`` file per input name (names the model's inputs; ``NAME=FILE`` split
+    after the input name, which may hold ``=``)."""
     names = [i.name for i in inputs]
     feeds = {}
     for name, path in files.items():
-        if name not in names:
-            raise RecurrentError(f"-i {name}={path}: the model has no input {name!r} ({names})")
+        if name not in names:  # a name with '=' in it: the longest input name it starts with
+            given = f"{name}={path}"
+            longest = max((n for n in names if given.startswith(f"{n}=")), key=len, default=None)
+            if longest is None or longest in files or longest in feeds:
+                raise RecurrentError(f"-i {given}: the model has no input {name!r} ({names})")
+            name, path = longest, given[len(longest) + 1 :]
         feeds[name] = _load_npy(path, f"-i {name}={path}")
     return feeds
 
@@ -183,13 +188,32 @@ def random_feeds(
     return feeds
 
 
+def with_given_dims(
+    dims: Mapping[str, int], inputs: Sequence[NodeArg], feeds: Mapping[str, Any]
+) -> dict[str, int]:
+    """``dims`` (by ``--dim`` name) with the sizes of the free dims that the arrays in
+    ``feeds`` have (a ``--dim`` given first), so that inputs drawn at random share
+    them."""
+    fixed = dict(dims)
+    for arg in inputs:
+        shape = np.shape(feeds[arg.name]) if arg.name in feeds else None
+        if shape is None or arg.shape is None or len(shape) != len(arg.shape):
+            continue
+        for axis, d in enumerate(arg.shape):
+            key = dim_key(arg.name, axis, d)
+            if key is not None and key not in fixed:
+                fixed[key] = int(shape[axis])
+    return fixed
+
+
 def model_feeds(
     args: argparse.Namespace, inputs: Sequence[NodeArg]
 ) -> tuple[dict[str, np.ndarray], set[str]]:
     """The feeds of ``-i``, ``--dim`` and ``--seed`` for a model of these ``inputs``,
-    and the names of those drawn at random."""
+    and the names of those drawn at random (a dim they share with a given input takes
+    its size)."""
     feeds = load_feeds(parse_pairs(args.input, "-i"), inputs)
-    dims = parse_dims(args.dim, inputs)
+    dims = with_given_dims(parse_dims(args.dim, inputs), inputs, feeds)
     missing = [i for i in inputs if i.name not in feeds]
     drawn = random_feeds(missing, dims, seed=args.seed)
     return {**feeds, **drawn}, set(drawn)

@@ -42,7 +42,7 @@ from ...runtime.graph import (
     walk,
 )
 from ...runtime.session import NodeArg
-from ..arguments import dim_key, free_dims
+from ..arguments import dim_key, free_dims, with_given_dims
 
 __all__ = ["Dims", "solve_dims"]
 
@@ -173,15 +173,7 @@ def solve_dims(
     places = free_dims(inputs)
     drawn = free_dims([a for a in inputs if a.name not in feeds])
     named = {d for a in inputs for d in a.shape or [] if isinstance(d, str)}
-    fixed = dict(given)
-    for arg in inputs:
-        shape = np.shape(feeds[arg.name]) if arg.name in feeds else None
-        if shape is None or arg.shape is None or len(shape) != len(arg.shape):
-            continue
-        for axis, d in enumerate(arg.shape):
-            key = dim_key(arg.name, axis, d)
-            if key is not None and key not in fixed:
-                fixed[key] = int(shape[axis])
+    fixed = with_given_dims(given, inputs, feeds)
     dims = Dims(places={k: places[k] for k in drawn})
     if all(k in fixed for k in drawn):
         dims.values = {k: fixed[k] for k in drawn}
