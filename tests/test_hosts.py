@@ -404,3 +404,27 @@ def test_a_recurrent_node_in_a_scan_body_with_undeclared_output_shapes():
     want = [lstm_ref(x[n][:, None], feeds["W"], feeds["R"], hidden_size=H) for n in range(N)]
     np.testing.assert_allclose(got[1], np.stack([w[0] for w in want]), atol=1e-5)
     np.testing.assert_allclose(got[0], sum(w[1] for w in want), atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["my_gru", ""])
+def test_onnxruntimes_refusal_names_the_models_node_not_ours(name):
+    # was: "operator (OnnxRecurrentFloat) in node (onnx_recurrent::0)"
+    from onnx import TensorProto, helper, numpy_helper
+
+    feeds = random_inputs("GRU", T=5, N=3, I=4, H=6, D=1)
+    graph = helper.make_graph(
+        [helper.make_node("GRU", ["X", "W", "R", "", "L"], ["Y", "Yh"], hidden_size=6, name=name)],
+        "g",
+        [
+            helper.make_tensor_value_info("X", TensorProto.FLOAT, [5, 3, 4]),
+            helper.make_tensor_value_info("L", TensorProto.INT64, [3]),  # the spec: int32
+        ],
+        [helper.make_tensor_value_info("Yh", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(feeds[n], n) for n in ("W", "R")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 22)])
+    with pytest.raises(RuntimeError, match="onnxruntime refuses the model") as caught:
+        orc.InferenceSession(model, host="onnxruntime")
+    message = str(caught.value)
+    assert f"operator (GRU) in node ({name})" in message, message
+    assert "OnnxRecurrent" not in message and "onnx_recurrent::" not in message, message

@@ -19,6 +19,7 @@ from __future__ import annotations
 import itertools
 import math
 import os
+import re
 import signal as signal_module
 import threading
 import weakref
@@ -415,9 +416,8 @@ class OnnxruntimeHost:
                     provider_options=provider_options,
                 )
             except Exception as e:  # onnxruntime's own exception types
-                raise HostUnavailable(
-                    f"onnxruntime refuses the model: {one_line(e, typed=False)}"
-                ) from None
+                why = _their_names(one_line(e, typed=False), rewritten, keys)
+                raise HostUnavailable(f"onnxruntime refuses the model: {why}") from None
         except BaseException:
             _forget(list(keys))
             raise
@@ -573,6 +573,28 @@ class OnnxruntimeHost:
 
 def _run_with_iobinding(session: Any, iobinding: Any, run_options: Any) -> None:
     session.run_with_iobinding(iobinding, run_options)
+
+
+def _their_names(message: str, rewritten: onnx.ModelProto, keys: Mapping[str, Any]) -> str:
+    """onnxruntime's ``message`` about the rewritten model, with each custom node's
+    operator and name (``OnnxRecurrentFloat``, ``onnx_recurrent::0``) as the model has
+    them (``GRU``, ``''``)."""
+    nodes = {}
+    for graph in _graphs(rewritten.graph):
+        for node in graph.node:
+            if node.domain == DOMAIN:
+                b = keys[helper.get_node_attr_value(node, "key").decode()]
+                nodes[node.name] = (b.op, b.node.node.name)
+
+    def named(match: re.Match) -> str:
+        op, name = nodes.get(match[2], (None, None))
+        return match[0] if op is None else f"operator ({op}) in node ({name})"
+
+    message = re.sub(r"operator \((OnnxRecurrent\w*)\) in node \(([^)]*)\)", named, message)
+    for custom, (op, name) in nodes.items():
+        if custom.startswith("onnx_recurrent::"):
+            message = message.replace(custom, f"{op} node {name!r}")
+    return message
 
 
 def _nbytes(value: Any) -> int:
