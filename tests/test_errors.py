@@ -211,6 +211,17 @@ def test_attributes_parsed_once_still_checked_by_type_and_value():
     listed[0] = 0.25
     b = orc.gru(**feeds, activations=names, activation_alpha=listed, activation_beta=[0.1])
     np.testing.assert_array_equal(c[1], b[1])
+    # a list's items by type too: [True] refused after [1] was parsed (was accepted),
+    # in a list or a tuple
+    rnn = random_inputs("RNN")
+    for given in ([1], (1,)):
+        orc.rnn(**rnn, activations=["LeakyRelu"], activation_alpha=given)
+        with pytest.raises(TypeError, match=r"activation_alpha\[0\] must be a float, got True"):
+            orc.rnn(**rnn, activations=["LeakyRelu"], activation_alpha=type(given)([True]))
+    # an array's refusal stands alone (was chained to "unhashable type: 'numpy.ndarray'")
+    with pytest.raises(TypeError, match="must be a float") as caught:
+        orc.rnn(**rnn, activations=["LeakyRelu"], activation_alpha=np.array([[1.0]]))
+    assert caught.value.__context__ is None, repr(caught.value.__context__)
 
 
 def test_one_line_words_any_error_on_one_line():

@@ -109,12 +109,20 @@ def make_spec(cell: CellTraits, R: np.ndarray, **attributes: Any) -> RecSpec:
     (unhashable values, such as arrays of activation parameters, are parsed every time).
     """
     items = tuple(
-        (k, v) if v is None else (k, type(v), tuple(v) if type(v) is list else v)
+        (k, v)
+        if v is None
+        # a list's items typed too: [True] is not [1] (a bool is refused where a number is
+        # wanted), though they are equal
+        else (k, type(v), tuple((type(e), e) for e in v), tuple(v))
+        if type(v) in (list, tuple)
+        else (k, type(v), v)
         for k, v in attributes.items()
     )
     try:
         hash(items)
-    except TypeError:
+    except TypeError:  # parsed outside this handler: its errors stand alone
+        items = None
+    if items is None:
         return _parse(cell, R.shape, **attributes)
     return _parsed(cell, R.shape, items)
 
