@@ -315,10 +315,16 @@ def test_layer_and_run_layers_errors():
         run_layers([gru, onnx_layer("RNN")], x)
     with pytest.raises(ValueError, match=r"layers\[1\] is a GRU with layout=1"):
         run_layers([gru, Layer("GRU", W, R, attributes={"layout": 1})], x)
-    with pytest.raises(
-        ValueError, match=r"initial_h must have shape \[2, batch_size, hidden_size\]"
-    ):
+    with pytest.raises(ValueError, match=r"initial_h must have shape \[2, 3, 5\] \[num_layers"):
         run_layers([gru, gru], x, np.zeros((1, N, H), np.float32))
+    # PyTorch's shape named, not a layer's batch-first slice ("[3, 1, 5] ... got [4, 1, 5]")
+    batch_first = Layer("GRU", W, R, attributes={"layout": 1})
+    with pytest.raises(ValueError, match=r"\[2, 6, 5\] .*X's batch_size is 6\), got \[2, 4, 5\]"):
+        run_layers([batch_first] * 2, np.zeros((6, T, I), np.float32), np.zeros((2, 4, H)))
+    with pytest.raises(ValueError, match=r"must have shape \[1, 3, 5\].*got \[1, 3, 2\]"):
+        run_layers([gru], x, np.zeros((1, N, 2), np.float32))
+    with pytest.raises(TypeError, match=r"layers\[1\] must be a Layer, got str"):
+        run_layers([gru, "gru"], x)
     assert (
         repr(gru)
         == "Layer('GRU', W=[1, 15, 4], R=[1, 15, 5], B=None, dtype=float32, attributes={})"

@@ -110,6 +110,26 @@ def test_bad_input(change, match):
         orc.gru_cell(**args)
 
 
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [  # were numpy's "expected a sequence of integers", a state of the right shape blamed,
+        # a string split into letters, the state called initial_h
+        ({"hidden_size": 4.0}, r"hidden_size must be an integer, got 4.0"),
+        ({"hidden_size": "4"}, r"hidden_size must be an integer, got '4'"),
+        ({"activations": "tanh"}, r"activations must be a list of two names .* string 'tanh'"),
+        (
+            {"initial_hidden_state": np.zeros((3, 4), np.float64)},
+            r"initial_hidden_state must have X's dtype float32, got float64",
+        ),
+    ],
+)
+def test_bad_types_name_the_argument(change, match):
+    X, h, W, R, B = _inputs()
+    args = {"X": X, "initial_hidden_state": h, "W": W, "R": R, "B": B, "hidden_size": 4, **change}
+    with pytest.raises(TypeError, match=match):
+        orc.gru_cell(**args)
+
+
 def test_bias_dtype_and_flag_are_checked():
     X = np.zeros((2, 3), np.float32)
     h = np.zeros((2, 4), np.float32)

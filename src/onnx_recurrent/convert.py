@@ -128,13 +128,18 @@ def run_layers(
     Raises
     ------
     ValueError
-        No layers, layers of different ops or layouts, a state whose first axis is not
-        the total number of directions, ``initial_c`` for a GRU or RNN; the layers' own
-        errors.
+        No layers, layers of different ops or layouts, a state not of PyTorch's shape
+        (the total number of directions, X's batch size, the hidden size),
+        ``initial_c`` for a GRU or RNN; the layers' own errors.
+    TypeError
+        An entry of ``layers`` that is not a Layer.
     """
     layers = list(layers)
     if not layers:
         raise RecurrentError("run_layers needs at least one layer")
+    for k, layer in enumerate(layers):
+        if not isinstance(layer, Layer):
+            raise RecurrentTypeError(f"layers[{k}] must be a Layer, got {type(layer).__name__}")
     op, layout = layers[0].op, layers[0].layout
     for k, layer in enumerate(layers):
         if (layer.op, layer.layout) != (op, layout):
@@ -148,11 +153,24 @@ def run_layers(
         initial["initial_c"] = initial_c
     elif initial_c is not None:
         raise RecurrentError(f"initial_c is for LSTM only, these layers are {op}")
+    # PyTorch's shape, checked here: a layer would word it in its own (per-layer,
+    # batch-first) terms
+    N = np.shape(X)[1 - layout] if np.ndim(X) == 3 else "batch_size"
+    H = layers[0].hidden_size
     for name, state in initial.items():
-        if state is not None and (np.ndim(state) != 3 or np.shape(state)[0] != ends[-1]):
+        if state is not None and (
+            np.ndim(state) != 3 or np.shape(state)[0] != ends[-1] or np.shape(state)[2] != H
+        ):
             raise RecurrentError(
-                f"{name} must have shape [{ends[-1]}, batch_size, hidden_size] "
-                f"[num_layers*num_directions, ...], got {list(np.shape(state))}"
+                f"{name} must have shape [{ends[-1]}, {N}, {H}] "
+                "[num_layers*num_directions, batch_size, hidden_size] (never batch-first), "
+                f"got {list(np.shape(state))}"
+            )
+        if state is not None and isinstance(N, int) and np.shape(state)[1] != N:
+            raise RecurrentError(
+                f"{name} must have shape [{ends[-1]}, {N}, {H}] "
+                "[num_layers*num_directions, batch_size, hidden_size] (never batch-first; "
+                f"X's batch_size is {N}), got {list(np.shape(state))}"
             )
     finals = []
     Y = X

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from . import cells, prepared
-from .errors import RecurrentError
+from .errors import RecurrentError, RecurrentTypeError
 from .spec import as_float_array, check_dtype, check_flag
 
 _COMMON_DOC = """
@@ -287,11 +287,20 @@ def gru_cell(
         other than a bool, 0 or 1.
     TypeError
         A non-float X or an input (``B`` included) whose dtype differs from X's; a
-        ``clip`` or activation parameter that is not a number.
+        ``clip`` or activation parameter that is not a number; ``hidden_size`` not an
+        integer; ``activations`` a string (not a list of names).
     """
     X = as_float_array("X", X)
     R = np.asarray(R)
     H = hidden_size
+    if isinstance(H, bool) or not isinstance(H, int | np.integer):
+        raise RecurrentTypeError(f"hidden_size must be an integer, got {H!r}")
+    if H < 1:
+        raise RecurrentError(f"hidden_size must be positive, got {H}")
+    if isinstance(activations, str | bytes):
+        raise RecurrentTypeError(
+            f"activations must be a list of two names (f, g), got the string {activations!r}"
+        )
     linear_before_reset = check_flag("linear_before_reset", linear_before_reset)
     if X.ndim != 2:
         raise RecurrentError(f"X must be 2-D [batch_size, input_size], got shape {list(X.shape)}")
@@ -301,7 +310,8 @@ def gru_cell(
         "W": ((3 * H, I), "[3*hidden_size, input_size]"),
         "R": ((3 * H, H), "[3*hidden_size, hidden_size]"),
     }
-    given = {"initial_hidden_state": np.asarray(initial_hidden_state), "W": np.asarray(W), "R": R}
+    state = check_dtype("initial_hidden_state", initial_hidden_state, X.dtype, "X's")
+    given = {"initial_hidden_state": state, "W": np.asarray(W), "R": R}
     for name, (shape, dims) in expected.items():
         if given[name].shape != shape:
             raise RecurrentError(
