@@ -357,6 +357,21 @@ def test_paths_as_bytes_are_read_and_others_refused():
             list(vad.analyse_files(paths, session=_Stub()))
 
 
+def test_integer_pcm_or_text_samples_are_refused():
+    """int16 samples were read as amplitudes up to 32767 (other segments, silently), and
+    text failed in NumPy ("could not convert string to float")."""
+    speech = vad.read_audio(SPEECH).samples
+    pcm = (speech * 32767).astype(np.int16)
+    with pytest.raises(ValueError, match=r"samples are integers from -?\d+ to \d+ .*/ 32768"):
+        vad.speech_probabilities(_Stub(), pcm)
+    rows = dict(vad.stream_probabilities(_Stub(), [("a", pcm)], return_errors=True))
+    assert "recording 'a': samples are integers" in str(rows["a"])
+    with pytest.raises(TypeError, match=r"samples must be numbers, got dtype <U1"):
+        vad.speech_probabilities(_Stub(), ["a", "b"])
+    silence = vad.speech_probabilities(_Stub(), [0, 1, 0, -1] * 256)  # ints within [-1, 1]
+    assert silence.shape == (2,)
+
+
 # --- 3. -o naming an input ------------------------------------------------------------
 
 

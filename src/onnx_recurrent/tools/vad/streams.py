@@ -80,14 +80,17 @@ def speech_probabilities(
     Raises
     ------
     ValueError
-        If ``samples`` is not one-dimensional or holds a NaN or infinity (the model's
-        state would be NaN from there on: "no speech" to the end), ``sample_rate`` is
-        not supported, the session's model lacks the ``input``/``state`` inputs, or a
-        call returns fewer than two outputs.
+        If ``samples`` is not one-dimensional, holds a NaN or infinity (the model's
+        state would be NaN from there on: "no speech" to the end) or integers past
+        [-1, 1] (PCM: divide int16 by 32768), ``sample_rate`` is not supported, the
+        session's model lacks the ``input``/``state`` inputs, or a call returns fewer
+        than two outputs.
+    TypeError
+        If ``samples`` are not numbers.
     ImportError
         If ``progress=True`` and tqdm is not installed.
     """
-    audio = np.asarray(samples, dtype=np.float32)
+    audio = as_samples(samples, "samples")
     if audio.ndim > 1:
         audio = audio.squeeze()
     if audio.ndim != 1:
@@ -117,6 +120,21 @@ def speech_probabilities(
     return probs
 
 
+def as_samples(value: Any, what: str) -> np.ndarray:
+    """``value`` as float32 samples, or an error naming ``what``: not numbers, or integer
+    PCM (amplitudes past 1, where the model reads floats in [-1, 1])."""
+    array = np.asarray(value)
+    if array.dtype.kind not in "fiub":
+        raise TypeError(f"{what} must be numbers, got dtype {array.dtype}")
+    if array.dtype.kind in "iu" and array.size and (array.max() > 1 or array.min() < -1):
+        raise ValueError(
+            f"{what} are integers from {array.min()} to {array.max()} (PCM, as int16 holds "
+            "it): "
+            "give floats in [-1, 1], e.g. samples / 32768 for int16"
+        )
+    return array.astype(np.float32, copy=False)
+
+
 def _check_feeds(session: Any) -> bool:
     """Check the model's inputs; return whether to feed ``sr``."""
     names = input_names(session)
@@ -142,7 +160,7 @@ def _blocks(key: Any, samples: Any) -> Iterator[np.ndarray]:
     """
     if isinstance(samples, Iterator):
         return samples
-    audio = np.asarray(samples, dtype=np.float32)
+    audio = as_samples(samples, f"recording {key!r}: samples")
     if audio.ndim > 1:
         audio = audio.squeeze()
     if audio.ndim != 1:
@@ -196,7 +214,7 @@ class _Stream:
         if block is None:
             self.close()
             return None
-        block = np.asarray(block, dtype=np.float32)
+        block = as_samples(block, "a block of samples")
         if block.ndim != 1 and sum(n != 1 for n in block.shape) <= 1:
             block = block.reshape(-1)  # (n, 1) or (1, n): one channel
         if block.ndim != 1:
