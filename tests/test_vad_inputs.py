@@ -372,6 +372,28 @@ def test_integer_pcm_or_text_samples_are_refused():
     assert silence.shape == (2,)
 
 
+def test_a_recording_from_a_pipe_is_read(tmp_path):
+    """``cat a.wav | onnx-recurrent vad /dev/stdin`` failed ("No 'data' chunk marker",
+    and cffi's "Illegal seek" tracebacks): libsndfile seeks in the file."""
+    import threading
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    data = SPEECH.read_bytes()
+
+    def write() -> None:
+        with open(fifo, "wb") as f:
+            f.write(data)
+
+    writer = threading.Thread(target=write, daemon=True)  # never a hang at exit
+    writer.start()
+    (piped,) = list(vad.analyse_files([fifo], session=_Stub()))
+    writer.join(timeout=30)
+    (read,) = list(vad.analyse_files([SPEECH], session=_Stub()))
+    assert piped.error is None, piped.error
+    assert piped.segments == read.segments and piped.duration == read.duration
+
+
 # --- 3. -o naming an input ------------------------------------------------------------
 
 

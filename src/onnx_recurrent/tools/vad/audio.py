@@ -9,6 +9,7 @@ several channels to mono and resamples each block to the model's 16 kHz with a
 environments without them.
 """
 
+import io
 import math
 import os
 import re
@@ -235,7 +236,7 @@ def open_audio(path: str | os.PathLike[str]) -> AudioReader:
     path : str or os.PathLike
         A WAV, FLAC or OGG (Vorbis, Opus) file, or any other format libsndfile reads,
         at any sample rate from :data:`MIN_SAMPLE_RATE` Hz, with any number of
-        channels.
+        channels; a pipe (``/dev/stdin``) is read whole into memory first.
 
     Returns
     -------
@@ -261,8 +262,11 @@ def open_audio(path: str | os.PathLike[str]) -> AudioReader:
     name = os.fspath(path)
     errors = (soundfile.SoundFileError, EOFError, RuntimeError, ValueError)
     # opened here, so that OSError names the file and any name's bytes work
-    file = open(name, "rb")  # the reader owns it
+    file: BinaryIO = open(name, "rb")  # the reader owns it
     try:
+        if not file.seekable():  # a pipe (/dev/stdin, <(...)): libsndfile seeks, so whole
+            with file:
+                file = io.BytesIO(file.read())
         try:
             sound = soundfile.SoundFile(file)
         except errors as e:
@@ -306,7 +310,7 @@ def read_audio(path: str | os.PathLike[str]) -> Audio:
     path : str or os.PathLike
         A WAV, FLAC or OGG (Vorbis, Opus) file, or any other format libsndfile reads,
         at any sample rate from :data:`MIN_SAMPLE_RATE` Hz, with any number of
-        channels.
+        channels; a pipe (``/dev/stdin``) is read whole into memory first.
 
     Returns
     -------
