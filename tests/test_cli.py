@@ -480,3 +480,37 @@ def test_run_feeds_a_name_with_equals_and_draws_shared_dims_from_given(tmp_path)
     done = _cli("run", str(model), *given)
     assert done.returncode == 0, done.stderr
     assert "input x=a b: shape [5, 3, 4] float32, given" in done.stdout
+
+
+def test_ctrl_c_is_one_line_and_status_130_with_the_old_output_kept(tmp_path):
+    # was: Python's traceback of KeyboardInterrupt
+    import signal
+    import time
+
+    feeds = random_inputs("LSTM", T=8, N=16, I=8, H=256, D=1, full=False)
+    model = node_model("LSTM", feeds, {}, outputs=("", "Y_h"))
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "T"
+    path = tmp_path / "lstm.onnx"
+    onnx.save(model, path)
+    for name in ("W", "R"):
+        np.save(tmp_path / f"{name}.npy", feeds[name])
+    out = tmp_path / "out.npz"
+    out.write_bytes(b"an earlier run's file")
+    child = subprocess.Popen(
+        [*CLI, "run", str(path), "--dim", "T=200000", "-o", str(out)]
+        + [f"-i{n}={tmp_path / n}.npy" for n in ("W", "R")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    for line in child.stdout:  # the inputs are printed just before the run
+        if line.startswith("input X"):
+            break
+    time.sleep(0.5)
+    child.send_signal(signal.SIGINT)
+    _, err = child.communicate(timeout=120)
+    assert child.returncode == 130, err
+    assert err.strip().endswith("onnx-recurrent run: interrupted") and "Traceback" not in err
+    assert out.read_bytes() == b"an earlier run's file"

@@ -243,7 +243,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     A bad file or argument, or a model that cannot run, is one line on stderr (no
     traceback) and status 2; so is each warning, on a line of its own. A closed stdout
-    (``| head``) ends the command quietly with status 141, as SIGPIPE ends Unix tools.
+    (``| head``) ends the command quietly with status 141, as SIGPIPE ends Unix tools;
+    Ctrl-C, with "interrupted" and status 130 (no traceback; files being written are
+    left as they were).
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     command = next((a for a in argv if not a.startswith("-")), None)
@@ -260,6 +262,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return status
         except BrokenPipeError:  # `onnx-recurrent ... | head`: stop quietly
             return _stdout_closed()
+        except KeyboardInterrupt:  # Ctrl-C: one line, a shell's status for SIGINT
+            print(f"{prog}: interrupted", file=sys.stderr)
+            return 128 + int(signal.SIGINT)
         except Exception as e:  # ours and OSError bare; a host's (onnxruntime...) typed
             print(f"{prog}: error: {one_line(e)}", file=sys.stderr)
     return 2
