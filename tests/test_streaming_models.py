@@ -9,6 +9,7 @@ gives, and what PyTorch gave. No torch needed.
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -349,3 +350,78 @@ def test_an_empty_chunk_or_a_row_of_length_0_keeps_its_state(host, op):
     for b, steps in enumerate([9, 4, 7]):  # each row's valid steps, one after another
         alone = function(X[:steps, b : b + 1], feeds["W"], feeds["R"], feeds["B"])
         np.testing.assert_allclose(final[:, b], alone[-1][:, 0], rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("host", ["onnxruntime", "reference"])
+def test_a_learned_initial_state_starts_the_stream(host):
+    # a constant, non-zero initial_h (a learned state) was replaced by zeros: the stream
+    # differed from one call by 0.45, silently
+    feeds = random_inputs("GRU", T=6, N=1, I=4, H=5, D=1, seed=2)
+    feeds = {k: feeds[k] for k in ("X", "W", "R", "B", "initial_h")}
+    model = node_model(
+        "GRU",
+        feeds,
+        {"hidden_size": 5},
+        constants=("W", "R", "B", "initial_h"),
+        shapes={"X": ["T", 1, 4]},
+    )
+    whole = orc.InferenceSession(model, host=host).run(None, {"X": feeds["X"]})
+    session = StreamingSession(model, host=host)
+    np.testing.assert_array_equal(session.states[session.state_info[0].input], feeds["initial_h"])
+    for _ in range(2):  # and again after reset()
+        steps = [session.step({"X": feeds["X"][t : t + 2]})[0] for t in range(0, 6, 2)]
+        np.testing.assert_allclose(np.concatenate(steps), whole[0], atol=1e-6)
+        session.reset()
+
+
+def test_a_learned_state_broadcast_over_the_batch_is_warned_about():
+    # Expand(learned [1, 1, H], to X's batch): not a constant the session can take
+    feeds = random_inputs("GRU", T=4, N=2, I=3, H=5, D=1)
+    learned = numpy_helper.from_array(np.full((1, 1, 5), 0.5, np.float32), "learned")
+    nodes = [
+        helper.make_node("Shape", ["X"], ["shape"]),
+        helper.make_node("Gather", ["shape", "one"], ["batch"], axis=0),
+        helper.make_node("Concat", ["first", "batch", "hidden"], ["size"], axis=0),
+        helper.make_node("Expand", ["learned", "size"], ["h0"]),
+        helper.make_node("GRU", ["X", "W", "R", "", "", "h0"], ["Y"], hidden_size=5),
+    ]
+    consts = {"one": [1], "first": [1], "hidden": [5]}
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["T", "N", 3])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)],
+        [learned]
+        + [numpy_helper.from_array(feeds[k], k) for k in ("W", "R")]
+        + [numpy_helper.from_array(np.array(v, np.int64), k) for k, v in consts.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 22)])
+    with pytest.warns(UserWarning, match=r"computes the initial value of state\(s\) \['GRU_4"):
+        StreamingSession(model)
+    zeros = onnx.ModelProto()
+    zeros.CopyFrom(model)
+    no_start = numpy_helper.from_array(np.zeros((1, 1, 5), np.float32), "learned")
+    zeros.graph.initializer[0].CopyFrom(no_start)
+
+    with warnings.catch_warnings():  # zeros broadcast: what the session starts from
+        warnings.simplefilter("error")
+        StreamingSession(zeros)
+
+
+def test_states_set_are_copied():
+    # the setter kept the caller's array: changed after, it changed the stream (99 off)
+    feeds = random_inputs("GRU", T=4, N=2, I=3, H=5, D=1)
+    model = node_model("GRU", feeds, {"hidden_size": 5}, constants=("W", "R", "B"))
+    x = {"X": feeds["X"], "sequence_lens": feeds["sequence_lens"]}
+    x = {k: v for k, v in x.items() if k in {i.name for i in StreamingSession(model).get_inputs()}}
+    runs = []
+    for change in (False, True):
+        session = StreamingSession(model)
+        name = session.state_info[0].input
+        h = np.full((1, 2, 5), 0.1, np.float32)
+        session.states = {name: h}
+        if change:
+            h[...] = 99
+        runs.append(session.step(x))
+    for a, b in zip(*runs, strict=True):
+        np.testing.assert_array_equal(a, b)

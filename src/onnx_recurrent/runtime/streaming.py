@@ -39,6 +39,7 @@ from .graph import (
     Namer,
     all_graphs,
     attributes,
+    constant_values,
     element_types,
     prune,
     subgraphs,
@@ -127,6 +128,8 @@ class _Rewriter:
         self.own = _own_state_inputs(model)
         #: the tensors that fed the replaced states, before the rewrite
         self.replaced: list[str] = []
+        #: state input -> the tensor that gave its initial value in the model
+        self.initial: dict[str, str] = {}
 
     def elem_type(self, node: onnx.NodeProto) -> int:
         for name in (*node.input[1:3], node.input[0]):
@@ -167,9 +170,10 @@ class _Rewriter:
             if kept:
                 state_input = given
             else:
+                state_input = self.name(f"{prefix}.{in_name}")
                 if given:
                     self.replaced.append(given)
-                state_input = self.name(f"{prefix}.{in_name}")
+                    self.initial[state_input] = given
                 node.input[in_index] = state_input
             if not node.output[out_index]:  # in a branch, leave "<node>.Y_h" to the graph
                 suffix = "" if top else ".inner"
@@ -257,6 +261,48 @@ def _inputs_reaching(model: onnx.ModelProto, tensors: list[str]) -> list[str]:
     return [name for name in inputs if name in seen]
 
 
+#: operators that keep zeros zeros (their first input's), whatever their other inputs
+_ZEROS_KEPT = frozenset(
+    {"Expand", "Tile", "Reshape", "Unsqueeze", "Squeeze", "Cast", "Identity", "Transpose"}
+    | {"Slice", "Gather", "GatherElements", "Split", "Flatten"}
+)
+
+
+def _initial_states(
+    model: onnx.ModelProto, initial: Mapping[str, str]
+) -> tuple[dict[str, np.ndarray], list[str]]:
+    """What the model gave each replaced state (``initial``: state input -> tensor) at
+    the start: its value where constant and not zeros (a learned initial state), and
+    the state inputs whose start is neither zeros nor a constant nor reached by a graph
+    input's values (a learned state broadcast over the batch)."""
+    values = constant_values(model, list(initial.values()))
+    producers = {o: n for _, n in walk(model.graph) for o in n.output if o}
+
+    def zeros(name: str) -> bool:
+        value = values[name] if name in values else constant_values(model, [name]).get(name)
+        if value is not None:
+            return not np.any(value)
+        node = producers.get(name)
+        if node is None:
+            return False
+        if node.op_type == "ConstantOfShape":
+            value = attributes(node).get("value")
+            return value is None or not np.any(onnx.numpy_helper.to_array(value))
+        if node.op_type == "Concat":
+            return all(zeros(i) for i in node.input if i)
+        return node.op_type in _ZEROS_KEPT and bool(node.input) and zeros(node.input[0])
+
+    defaults, unknown = {}, []
+    for state, tensor in initial.items():
+        if zeros(tensor):
+            continue
+        if tensor in values:
+            defaults[state] = values[tensor]
+        elif not _inputs_reaching(model, [tensor]):  # from inputs: said apart (``fed``)
+            unknown.append(state)
+    return defaults, unknown
+
+
 def _used_names(graph: onnx.GraphProto) -> set[str]:
     used = {o.name for o in graph.output}
     for _, node in walk(graph):
@@ -276,10 +322,14 @@ def _drop_dead(graph: onnx.GraphProto, used_before: set[str]) -> None:
         graph.value_info.remove(v)
 
 
-def expose(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[StateInfo], list[str]]:
+def expose(
+    model: onnx.ModelProto,
+) -> tuple[onnx.ModelProto, list[StateInfo], list[str], dict[str, np.ndarray], list[str]]:
     """:func:`expose_states`, returning the states' descriptions too (in node order),
-    and the model's graph inputs whose values reached a state the rewrite replaced
-    (through other nodes: they no longer set it)."""
+    the model's graph inputs whose values reached a state the rewrite replaced
+    (through other nodes: they no longer set it), the replaced states' constant
+    initial values that are not zeros (by state input), and the state inputs whose
+    initial value the model computed otherwise than as zeros or a constant."""
     if not isinstance(model, onnx.ModelProto):
         raise TypeError(f"model must be an onnx.ModelProto, got {type(model).__name__}")
     copy = onnx.ModelProto()
@@ -300,6 +350,7 @@ def expose(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[StateInfo], li
             stacklevel=3,
         )
     fed = _inputs_reaching(model, rewriter.replaced)
+    defaults, unknown = _initial_states(model, rewriter.initial)
     states = []
     for p in pending:
         info = p.info
@@ -315,7 +366,7 @@ def expose(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[StateInfo], li
         graph.output.append(_value_info(output, info.elem_type, info.shape))
         states.append(replace(info, output=output))
     _drop_dead(graph, used_before)
-    return copy, states, fed
+    return copy, states, fed, defaults, unknown
 
 
 def expose_states(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -386,15 +437,24 @@ class StreamingSession:
         call gives for it. A graph input of the model reaches a recurrent state
         through other nodes (Silero VAD's ``state``): the session carries that state
         itself, so the input's values no longer set it (the message names the input;
-        set the state with :attr:`states`).
+        set the state with :attr:`states`). The model computes a node's initial state
+        otherwise than as zeros or a constant (a learned state broadcast over the
+        batch): the session starts from zeros there (set :attr:`states`).
 
     Notes
     -----
     The states start at zeros, with the batch size of what reaches each node in the
-    first step; every later step must keep that batch size (call :meth:`reset` to
-    change it). A row that takes no step in a chunk (an empty chunk, or a
+    first step (or at the model's constant initial state, where it gives a node one:
+    a learned ``initial_h``); every later step must keep that batch size (call
+    :meth:`reset` to change it). A row that takes no step in a chunk (an empty chunk, or a
     ``sequence_lens`` of 0) keeps the state it came with, where one call of the
     operator would give zeros. Not thread-safe: one stream per session.
+
+    Each recurrent node carries its own state, those of ``If`` branches included: a
+    stream that switches branches mid-way (Silero VAD's 16 kHz and 8 kHz branches,
+    which share the model's one ``state``) starts the other branch's node from that
+    node's own last state, not from the one the first branch left; keep one branch
+    per stream, or set :attr:`states` when switching.
 
     A model's own state input, a graph input fed straight to a node's ``initial_h``
     or ``initial_c`` (``h0``, ``c0``), stays an input of :meth:`step`, optional: fed,
@@ -417,7 +477,7 @@ class StreamingSession:
     ) -> None:
         original = load_model(model)
         self._outputs = [NodeArg.of(o) for o in original.graph.output]
-        self._model, self._infos, fed = expose(original)
+        self._model, self._infos, fed, self._defaults, unknown = expose(original)
         backward = [
             f"{n.op_type} {n.name or '(unnamed)'!r}"
             for _, n in walk(original.graph)
@@ -453,6 +513,13 @@ class StreamingSession:
                 f"input(s) {fed} of the model set recurrent states through other nodes; "
                 f"StreamingSession carries those states from chunk to chunk, so {what}; "
                 "set a state with session.states (see session.state_info)",
+                stacklevel=2,
+            )
+        if unknown:
+            warnings.warn(
+                f"the model computes the initial value of state(s) {unknown} otherwise "
+                "than as zeros or a constant; StreamingSession starts a stream from zeros "
+                "there: set session.states before the first chunk to start elsewhere",
                 stacklevel=2,
             )
         self._states: dict[str, np.ndarray] = {}
@@ -495,7 +562,7 @@ class StreamingSession:
         """
         out: dict[str, np.ndarray | None] = {}
         for s in self._infos:
-            value = self._states.get(s.input)
+            value = self._states.get(s.input, self._defaults.get(s.input))
             out[s.input] = None if value is None or value.size == 0 else value.copy()
         return out
 
@@ -511,12 +578,14 @@ class StreamingSession:
             raise RecurrentError(f"unknown state name(s) {unknown}; the states are {names}")
         for s in self._infos:
             if s.input in values and values[s.input] is not None:
-                self._states[s.input] = np.asarray(values[s.input])
+                # a copy: the caller's array may change after
+                self._states[s.input] = np.array(values[s.input])
             elif s.input in values:
                 self._states.pop(s.input, None)
 
     def reset(self) -> None:
-        """Forget the states: the next step starts from zeros."""
+        """Forget the states: the next step starts from the model's initial states
+        (zeros, or the constant the model gives a state: a learned initial state)."""
         self._states = {}
 
     def _check_names(self, feeds: Mapping[str, Any]) -> None:
@@ -578,7 +647,8 @@ class StreamingSession:
         full = dict(feeds)
         for s in self._infos:
             if s.input not in feeds:
-                full[s.input] = self._states.get(s.input, s.empty())
+                start = self._defaults.get(s.input)
+                full[s.input] = self._states.get(s.input, s.empty() if start is None else start)
         names = [o.name for o in self._outputs] + [s.output for s in self._infos]
         try:
             results = self._session.run(names, full)
