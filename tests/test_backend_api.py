@@ -165,7 +165,37 @@ def test_run_node_inputs_left_empty_and_outputs_info():
     with pytest.raises(ValueError, match=r"GRU node '': no value given for its input R"):
         backend.run_node(node, [X, W])
     with pytest.raises(ValueError, match=r"outputs_info gives 1 outputs; the node has 2"):
-        backend.run_node(node, [X, W, R], outputs_info=[(np.float32, (1, 2, 5))])
+        backend.run_node(node, [X, W, R, None, None, h0], outputs_info=[(np.float32, (1, 2, 5))])
+
+
+def test_run_node_and_prepare_refuse_what_they_cannot_honour():
+    # each was a deep or misleading error (onnx's checker: "topologically sorted";
+    # AttributeError; "'NoneType' object is not iterable"), or ignored silently (a
+    # value for '', host= with a session, a declared double for a float node)
+    feeds = random_inputs("GRU", T=4, N=2, I=3, H=5, D=1)
+    X, W, R = feeds["X"], feeds["W"], feeds["R"]
+    node = helper.make_node("GRU", ["X", "W", "R", "B"], ["Y", "Y_h"], hidden_size=5)
+    for inputs in ([X, W, R], {"X": X, "W": W, "R": R}):
+        with pytest.raises(ValueError, match=r"no value given for its input B \('B'\); or name"):
+            backend.run_node(node, inputs)
+    with pytest.raises(TypeError, match=r"node must be an onnx.NodeProto, got str"):
+        backend.run_node("GRU", [X, W, R])
+    with pytest.raises(TypeError, match=r"inputs must be a list .* got NoneType"):
+        backend.run_node(node, None)
+    empty = helper.make_node("GRU", ["X", "W", "R", ""], ["Y", "Y_h"], hidden_size=5)
+    with pytest.raises(ValueError, match=r"inputs\[''\] is given a value"):
+        backend.run_node(empty, {"X": X, "W": W, "R": R, "": feeds["B"]})
+    with pytest.raises(TypeError, match=r"outputs_info\[0\] declares float64; .* float32"):
+        backend.run_node(empty, [X, W, R], outputs_info=[(np.float64, None)] * 2)
+    with pytest.raises(TypeError, match=r"outputs_info\[1\] must be \(dtype, shape\)"):
+        backend.run_node(empty, [X, W, R], outputs_info=[(np.float32, None), np.float32])
+    _, Y_h = backend.run_node(empty, [X, W, R], outputs_info=[(np.float32, None)] * 2)
+    np.testing.assert_allclose(Y_h, orc.gru(X, W, R)[1], rtol=1e-5, atol=1e-6)
+    model = node_model("GRU", {"X": X, "W": W, "R": R}, {"hidden_size": 5})
+    session = orc.InferenceSession(model, host="onnxruntime")
+    for made in (session, backend.prepare(session)):
+        with pytest.raises(TypeError, match=r"prepare\(\) got \['host'\] .* made already"):
+            backend.prepare(made, host="reference")
 
 
 def test_run_node_of_other_operators_is_not_implemented():

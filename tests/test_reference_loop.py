@@ -260,3 +260,33 @@ def test_check_on_a_loop_whose_body_cond_turns_false():
     else:
         assert differing == {"onnxruntime", "openvino"} & set(installed_peers())
     assert [str(f) for f in report.findings] == [str(f) for f in lint(model)] != []
+
+
+def test_reference_ops_say_what_is_wrong_with_a_nodes_inputs_and_outputs():
+    # were onnx's "Issues with types [...]" and "Unable to find output name 'Z'" with
+    # the model dumped
+    from onnx import TensorProto, helper, numpy_helper
+    from onnx.reference import ReferenceEvaluator
+
+    import onnx_recurrent as orc
+
+    from models import random_inputs
+
+    feeds = random_inputs("GRU", T=4, N=2, I=3, H=5, D=1)
+    weights = [numpy_helper.from_array(feeds[k], k) for k in ("W", "R")]
+    for inputs, outputs, match in (
+        (["X", "W", "R", "", "", "", "X"], ["Y"], r"7 inputs, GRU has at most 6"),
+        (["X", "W", "R"], ["Y", "Yh", "Z"], r"3 outputs, GRU has at most 2 \(Y, Y_h\)"),
+    ):
+        node = helper.make_node("GRU", inputs, outputs, hidden_size=5)
+        graph = helper.make_graph(
+            [node],
+            "g",
+            [helper.make_tensor_value_info("X", TensorProto.FLOAT, [4, 2, 3])],
+            [helper.make_tensor_value_info(outputs[-1], TensorProto.FLOAT, None)],
+            weights,
+        )
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 22)])
+        evaluator = ReferenceEvaluator(model, new_ops=orc.reference_ops())
+        with pytest.raises(ValueError, match=rf"GRU node '': {match}"):
+            evaluator.run(None, {"X": feeds["X"]})

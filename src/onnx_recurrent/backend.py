@@ -52,7 +52,7 @@ import onnx
 from onnx import helper
 from onnx.backend.base import Backend, BackendRep
 
-from .errors import RecurrentError
+from .errors import RecurrentError, RecurrentTypeError
 from .runtime.graph import INPUTS, RECURRENT_OPS, is_default_domain, node_model
 from .runtime.session import InferenceSession
 
@@ -234,8 +234,9 @@ class RecurrentBackend(Backend):
             A device other than the CPU; and as :class:`~onnx_recurrent.InferenceSession`
             (``host="onnxruntime"`` where that host cannot run the model).
         TypeError
-            A keyword argument other than those above; and as
-            :class:`~onnx_recurrent.InferenceSession`.
+            A keyword argument other than those above, or one of
+            :class:`~onnx_recurrent.InferenceSession`'s with a session or prepared
+            model (made already); and as :class:`~onnx_recurrent.InferenceSession`.
         onnx.checker.ValidationError
             A ``ModelProto`` that onnx's checker refuses.
         ValueError, FileNotFoundError
@@ -250,13 +251,19 @@ class RecurrentBackend(Backend):
             )
         if device is not None and not cls.supports_device(device):
             raise RuntimeError(f"onnx-recurrent runs on the {DEVICE} only, got device {device!r}")
+        options = {k: v for k, v in kwargs.items() if k in SESSION_KWARGS}
+        if isinstance(model, RecurrentBackendRep | InferenceSession) and options:
+            raise TypeError(
+                f"prepare() got {sorted(options)} for a model given as its "
+                f"{type(model).__name__}, made already: they apply where a session is "
+                "made (give the model instead)"
+            )
         if isinstance(model, RecurrentBackendRep):
             return model
         if isinstance(model, InferenceSession):
             return RecurrentBackendRep(model)
         if isinstance(model, onnx.ModelProto):
             onnx.checker.check_model(model)
-        options = {k: v for k, v in kwargs.items() if k in SESSION_KWARGS}
         return RecurrentBackendRep(InferenceSession(model, **options))
 
     @classmethod
@@ -316,8 +323,9 @@ class RecurrentBackend(Backend):
         device : str
             ``"CPU"``.
         outputs_info : list of (dtype, shape), optional
-            The outputs' declared element types and shapes, one per name of
-            ``node.output``; by default X's type and unknown dims.
+            The outputs' declared element types (X's) and shapes (None: unknown
+            dims), one per name of ``node.output``; by default X's type and unknown
+            dims.
         **kwargs
             ``opset_version``: the default domain's opset the node is of (default:
             the latest the installed onnx knows); the rest as :func:`prepare`.
@@ -338,13 +346,22 @@ class RecurrentBackend(Backend):
             A node that onnx's checker refuses.
         ValueError
             A value given for an input name left empty, more values than
-            ``node.input`` names, a missing X, W or R; a bad attribute or shape (the
-            message names the node).
+            ``node.input`` names, no value for an input the node names (X, W, R or an
+            optional one); a bad attribute or shape (the message names the node).
         TypeError
-            Inputs of mixed float types; and as :func:`prepare`.
+            ``node`` not a ``NodeProto``, ``inputs`` neither a list nor a dict, an
+            ``outputs_info`` entry not ``(dtype, shape)`` or of another type than X's,
+            inputs of mixed float types; and as :func:`prepare`.
         RuntimeError
             A device other than the CPU.
         """
+        if not isinstance(node, onnx.NodeProto):
+            raise TypeError(f"node must be an onnx.NodeProto, got {type(node).__name__}")
+        if not isinstance(inputs, list | tuple | Mapping):
+            raise TypeError(
+                "inputs must be a list (one value per name of node.input) or a dict of "
+                f"input name to array, got {type(inputs).__name__}"
+            )
         if node.op_type not in RECURRENT_OPS or not is_default_domain(node.domain):
             raise NotImplementedError(
                 f"run_node runs GRU, RNN and LSTM nodes only, not {node.op_type!r} "
@@ -356,11 +373,11 @@ class RecurrentBackend(Backend):
         checked = {} if opset is None else {"opset_version": opset}
         super().run_node(node, inputs, device, outputs_info, **checked)  # onnx's checker
         feeds = _node_feeds(node, inputs)
-        for name, role in zip(node.input, INPUTS[node.op_type][:3], strict=False):
-            if name not in feeds:  # X, W, R
+        for i, (name, role) in enumerate(zip(node.input, INPUTS[node.op_type], strict=False)):
+            if (i < 3 or name) and name not in feeds:  # X, W, R; any other it names
                 raise RecurrentError(
                     f"{node.op_type} node {node.name!r}: no value given for its input "
-                    f"{role} ({name!r})"
+                    f"{role} ({name!r})" + ("" if i < 3 else "; or name it '' in the node")
                 )
         if len(node.input) < 3:
             raise RecurrentError(
@@ -376,10 +393,22 @@ class RecurrentBackend(Backend):
                 f"{len(node.output)}: {list(node.output)}"
             )
         else:
-            types = [
-                (helper.np_dtype_to_tensor_dtype(np.dtype(dtype)), list(shape))
-                for dtype, shape in outputs_info
-            ]
+            x = feeds[node.input[0]].dtype
+            types = []
+            for k, info in enumerate(outputs_info):
+                try:
+                    dtype = np.dtype(info[0])
+                    shape = [None] * (4 if k == 0 else 3) if info[1] is None else list(info[1])
+                except (TypeError, ValueError, IndexError):
+                    raise TypeError(
+                        f"outputs_info[{k}] must be (dtype, shape), got {info!r}"
+                    ) from None
+                if dtype != x:  # the spec: every output of X's type
+                    raise RecurrentTypeError(
+                        f"outputs_info[{k}] declares {dtype}; the node's outputs are of "
+                        f"X's type {x}"
+                    )
+                types.append((helper.np_dtype_to_tensor_dtype(dtype), shape))
         version = onnx.defs.onnx_opset_version() if opset is None else opset
         model = node_model(node, feeds, output_types=types, opset=version, ir_version=None)
         return cls.prepare(model, device, **kwargs).run(feeds)
@@ -395,6 +424,8 @@ def _node_feeds(node: onnx.NodeProto, inputs: Sequence[Any] | Mapping[str, Any])
         name the node does not take.
     """
     if isinstance(inputs, Mapping):
+        if inputs.get("") is not None:
+            raise RecurrentError("inputs[''] is given a value, but '' names an input left empty")
         unknown = sorted(set(inputs) - set(node.input) - {""})
         if unknown:
             raise RecurrentError(
