@@ -425,3 +425,22 @@ def test_states_set_are_copied():
         runs.append(session.step(x))
     for a, b in zip(*runs, strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+def test_a_state_set_of_another_batch_is_named_as_set():
+    # was "the batch changed from 5 to 2": no batch had changed, the set state was wrong
+    feeds = random_inputs("GRU", T=4, N=2, I=3, H=5, D=1)
+    feeds = {k: feeds[k] for k in ("X", "W", "R", "B")}
+    model = node_model(
+        "GRU", feeds, {"hidden_size": 5}, constants=("W", "R", "B"), shapes={"X": ["T", "N", 3]}
+    )
+    session = StreamingSession(model)
+    x = {i.name: feeds[i.name] for i in session.get_inputs()}
+    name = session.state_info[0].input
+    session.states = {name: np.zeros((1, 5, 5), np.float32)}
+    with pytest.raises(ValueError, match=rf"state '{name}' set with session.states has batch s"):
+        session.step(x)
+    session.states = {name: np.zeros((1, 2, 5), np.float32)}
+    session.step(x)
+    with pytest.raises(ValueError, match=r"the batch changed from 2 to 1"):
+        session.step({"X": x["X"][:, :1]})

@@ -523,6 +523,8 @@ class StreamingSession:
                 stacklevel=2,
             )
         self._states: dict[str, np.ndarray] = {}
+        #: the states set with :attr:`states` since the last step (for the wording)
+        self._set: set[str] = set()
 
     def __reduce__(self):
         raise TypeError(_not_picklable(type(self)))
@@ -580,13 +582,16 @@ class StreamingSession:
             if s.input in values and values[s.input] is not None:
                 # a copy: the caller's array may change after
                 self._states[s.input] = np.array(values[s.input])
+                self._set.add(s.input)
             elif s.input in values:
                 self._states.pop(s.input, None)
+                self._set.discard(s.input)
 
     def reset(self) -> None:
         """Forget the states: the next step starts from the model's initial states
         (zeros, or the constant the model gives a state: a learned initial state)."""
         self._states = {}
+        self._set = set()
 
     def _check_names(self, feeds: Mapping[str, Any]) -> None:
         made = sorted(set(feeds) & self._made)
@@ -656,6 +661,7 @@ class StreamingSession:
             raise self._batch_error(e, feeds) from None
         k = len(self._outputs)
         self._states = {s.input: r for s, r in zip(self._infos, results[k:], strict=True)}
+        self._set = set()
         return results[:k]
 
     def _batch_error(self, error: StateBatchError, feeds: Mapping[str, Any]) -> RecurrentError:
@@ -665,6 +671,12 @@ class StreamingSession:
             return RecurrentError(
                 f"input {fed[0]!r}: expected the batch size of what reaches "
                 f"{error.label} ({error.batch}), got {error.state_batch}"
+            )
+        given = [s.input for s in self._infos if s.node == error.node and s.input in self._set]
+        if given:
+            return RecurrentError(
+                f"state {given[0]!r} set with session.states has batch size "
+                f"{error.state_batch}; what reaches {error.label} has {error.batch}"
             )
         return RecurrentError(
             f"the batch changed from {error.state_batch} to {error.batch} "
