@@ -526,6 +526,54 @@ def test_a_forked_child_makes_and_runs_sessions():
     assert out.strip() == "child 0"
 
 
+def test_a_forked_child_that_ends_normally_exits_with_its_status():
+    # onnxruntime 1.32 hung such a child forever at its end (gunicorn's workers end so):
+    # destroying the parent's sessions, or at exit(), it waits on its thread pools'
+    # threads, which were not forked; multiprocessing's os._exit skipped it
+    if not hasattr(os, "fork"):
+        pytest.skip("no fork here")
+    out = _child(
+        """
+        import os, sys, time
+        import numpy as np
+        import onnx_recurrent as orc
+        from test_native import bound_model
+        from models import random_inputs
+        feeds = random_inputs("GRU", T=20, N=2, I=8, H=16, D=1)
+        model, run = bound_model("GRU", feeds, {"hidden_size": 16})
+        session = orc.InferenceSession(model, host="onnxruntime")
+        want = session.run(None, run)
+        for ending in ("sys.exit", "the end of the script"):
+            pid = os.fork()
+            if pid == 0:
+                got = session.run(None, run)  # the parent's session works here too
+                mine = orc.InferenceSession(model, host="onnxruntime").run(None, run)
+                same = all(np.array_equal(a, b) for a, b in zip(got + mine, want + want))
+                print(f"child {ending}: same {same}", flush=True)
+                if ending == "sys.exit":
+                    sys.exit(5)
+                del session  # as at the end of a script: the child frees what it holds
+                raise SystemExit(6)
+            start = time.monotonic()
+            while time.monotonic() - start < 60:
+                done, status = os.waitpid(pid, os.WNOHANG)
+                if done:
+                    print("status", os.waitstatus_to_exitcode(status), flush=True)
+                    break
+                time.sleep(0.05)
+            else:
+                os.kill(pid, 9)
+                print("hung", flush=True)
+        """
+    )
+    assert out.splitlines() == [
+        "child sys.exit: same True",
+        "status 5",
+        "child the end of the script: same True",
+        "status 6",
+    ], out
+
+
 @pytest.mark.parametrize("weights", ["bound", "fed"])
 def test_sessions_made_and_dropped_leave_memory_flat(weights):
     # fed: each session's calls leave blocks for new weights (up to MAX_DERIVED), freed

@@ -16,6 +16,7 @@ onnxruntime returns.
 
 from __future__ import annotations
 
+import ctypes
 import itertools
 import math
 import os
@@ -87,7 +88,40 @@ def _setup() -> str:
             _library = native.register()
         except ImportError as e:
             raise HostUnavailable(f"{e.name or e} is not installed") from None
+        if hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_child=_after_fork_in_child)
         return _library
+
+
+#: the hosts alive in this process (weakly): their sessions outlive a fork's child
+_hosts: weakref.WeakSet = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    """A forked child must not destroy what onnxruntime made before the fork: its
+    sessions' thread pools (and its own at ``exit()``) wait forever on condition
+    variables whose threads were not forked (onnxruntime 1.32 hangs the child so, with
+    or without onnx-recurrent, when the child ends normally; multiprocessing's
+    ``os._exit`` skips it). The parent's sessions stay usable in the child and are never
+    freed there; ``exit()`` ends before onnxruntime's handlers."""
+    for host in list(_hosts):
+        ctypes.pythonapi.Py_IncRef(ctypes.py_object(host._session))
+    _exit_before_onnxruntime_handlers()
+
+
+def _exit_before_onnxruntime_handlers() -> None:
+    """End ``exit()`` with its status before the C exit handlers registered so far
+    (onnxruntime's among them): glibc's ``on_exit`` runs the last one registered
+    first; Python has finished (its files flushed) when ``exit()`` runs. Where there is
+    no ``on_exit`` (not glibc), nothing is done."""
+    try:
+        libc = ctypes.CDLL(None)
+        on_exit, end = libc.on_exit, libc._exit
+    except (OSError, AttributeError):
+        return
+    on_exit.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+    # _exit(status) called as on_exit's handler(status, arg): the extra argument unread
+    on_exit(ctypes.cast(end, ctypes.c_void_p), None)
 
 
 def _register(node: BoundNode) -> str:
@@ -423,6 +457,7 @@ class OnnxruntimeHost:
             raise
         self._finalizer = weakref.finalize(self, _forget, list(keys))
         self._session = session
+        _hosts.add(self)
         #: the IOBindings this host's io_binding() made (weakly)
         self._bindings: weakref.WeakSet = weakref.WeakSet()
         # onnxruntime's Python run() first reads the graph's inputs and outputs again
