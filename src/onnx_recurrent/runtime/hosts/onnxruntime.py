@@ -116,7 +116,7 @@ def _exit_before_onnxruntime_handlers() -> None:
     no ``on_exit`` (not glibc), nothing is done."""
     try:
         libc = ctypes.CDLL(None)
-        on_exit, end = libc.on_exit, libc._exit
+        on_exit, end = libc.on_exit, libc["_exit"]  # POSIX _exit: a C name
     except (OSError, AttributeError):
         return
     on_exit.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
