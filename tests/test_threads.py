@@ -96,7 +96,9 @@ def test_num_threads_from_the_environment(monkeypatch, value, expected):
     assert threads.num_threads() == expected
 
 
-@pytest.mark.parametrize("value", ["abc", "0", "-1", "1.5", "2x", "+3", "٣", "0x4"])
+@pytest.mark.parametrize(
+    "value", ["abc", "0", "-1", "1.5", "2x", "+3", "٣", "0x4", "4097", "99999999999999999999"]
+)
 def test_num_threads_rejects_anything_but_a_positive_integer(monkeypatch, value):
     monkeypatch.setenv(threads.ENV, value)
     with pytest.raises(RecurrentError) as info:
@@ -626,11 +628,37 @@ def test_end_to_end_every_thread_count_gives_the_same_bits(monkeypatch, op, attr
             np.testing.assert_array_equal(a, b, err_msg=f"{count} threads")
 
 
-@pytest.mark.parametrize("value", ["abc", "0", "-1"])
+@pytest.mark.parametrize("value", ["abc", "0", "-1", "99999999999999999999"])
 def test_end_to_end_a_bad_thread_count_names_the_variable(monkeypatch, value):
     monkeypatch.setenv(threads.ENV, value)
     with pytest.raises(ValueError, match=threads.ENV):
         onnx_recurrent.lstm(**_case("lstm", "forward"))
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        (threads.ENV, "abc"),
+        (threads.ENV, "99999999999999999999"),
+        ("ONNX_RECURRENT_BACKEND", "bogus"),
+    ],
+)
+def test_a_bad_variable_stops_a_session_under_either_host(monkeypatch, variable, value):
+    # under the onnxruntime host it failed inside onnxruntime: "auto" fell back to the
+    # reference host with a warning, or (a huge count) "Python int too large to convert
+    # to C long"; the onnxruntime host never read ONNX_RECURRENT_BACKEND
+    pytest.importorskip("onnxruntime_extensions")
+    from models import node_model, random_inputs
+
+    feeds = random_inputs("GRU", T=4, N=2, I=3, H=5, D=1)
+    model = node_model("GRU", feeds, {"hidden_size": 5})
+    monkeypatch.setenv(variable, value)
+    for host in ("auto", "onnxruntime", "reference"):
+        with pytest.raises(ValueError, match=variable):
+            onnx_recurrent.InferenceSession(model, host=host).run(None, feeds)
+    monkeypatch.setenv("ONNX_RECURRENT_BACKEND", "")  # empty: unset, as the others
+    monkeypatch.delenv(threads.ENV, raising=False)
+    assert onnx_recurrent.InferenceSession(model, host="reference").run(None, feeds)
 
 
 def test_end_to_end_thread_counts_leave_a_bounded_pool():

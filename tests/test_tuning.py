@@ -117,11 +117,21 @@ def test_values_given_are_used_and_not_kept(fresh, monkeypatch):
     )
 
 
-@pytest.mark.parametrize("value", ["rows=5", "rows", "colour=1", "rows=8;span=1", "again"])
+@pytest.mark.parametrize(
+    "value",
+    ["rows=5", "rows", "colour=1", "rows=8;span=1", "again", "rows=²", "rows=٨", "depth=¹²⁸"],
+)
 def test_a_malformed_variable_is_a_clear_error(fresh, monkeypatch, value):
     monkeypatch.setenv(tuning.ENV, value)
     expected = rf"ONNX_RECURRENT_PLAN={value!r}: expected 'measure'"
     with pytest.raises(RecurrentError, match=expected):
+        tuning.planned(("rows",), lambda: {"rows": 8})
+
+
+def test_a_name_given_twice_is_a_clear_error(fresh, monkeypatch):
+    # was: the last one won, silently
+    monkeypatch.setenv(tuning.ENV, "rows=8,rows=4")
+    with pytest.raises(RecurrentError, match=r"'rows' given twice"):
         tuning.planned(("rows",), lambda: {"rows": 8})
 
 

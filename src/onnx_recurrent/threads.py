@@ -41,6 +41,8 @@ ENV = "ONNX_RECURRENT_NUM_THREADS"
 #: seconds between two looks for a pending signal while the caller waits for helpers
 POLL = 0.05
 _POSITIVE = re.compile(r"[0-9]+")
+#: the most threads one call may be given (a call splits into fewer units anyway)
+MAX_THREADS = 4096
 
 
 def num_threads() -> int:
@@ -61,16 +63,18 @@ def num_threads() -> int:
     ------
     ValueError
         (``onnx_recurrent.RecurrentError``) the variable is set to anything but a
-        positive integer; the message names the variable, the value and what it accepts.
+        positive integer up to :data:`MAX_THREADS`; the message names the variable,
+        the value and what it accepts.
     """
     value = os.environ.get(ENV, "").strip()
     if not value:
         return _cpus()
-    if _POSITIVE.fullmatch(value) and int(value) > 0:
+    if _POSITIVE.fullmatch(value) and 0 < int(value) <= MAX_THREADS:
         return int(value)
     raise RecurrentError(
-        f"{ENV}={value!r}: expected a positive integer (the threads of one call, e.g. 4), "
-        f"or the variable unset for the CPUs this process may use ({_cpus()})"
+        f"{ENV}={value!r}: expected a positive integer up to {MAX_THREADS} (the threads "
+        f"of one call, e.g. 4), or the variable unset for the CPUs this process may use "
+        f"({_cpus()})"
     )
 
 

@@ -141,9 +141,26 @@ def use(name: str) -> Iterator[None]:
         _chosen.reset(token)
 
 
+def environment_name() -> str:
+    """``ONNX_RECURRENT_BACKEND``: a backend's name, or ``"auto"`` (also where unset or
+    empty).
+
+    Raises
+    ------
+    ValueError
+        Another value (the message names the variable and the names it takes).
+    """
+    name = os.environ.get("ONNX_RECURRENT_BACKEND", "").strip() or "auto"
+    if name != "auto" and name not in NAMES:
+        raise RecurrentError(
+            f"ONNX_RECURRENT_BACKEND must be one of {[*NAMES, 'auto']}, got {name!r}"
+        )
+    return name
+
+
 def select(spec: RecSpec, dtype: np.dtype) -> Backend:
     """The backend for one call."""
-    name = _chosen.get() or os.environ.get("ONNX_RECURRENT_BACKEND", "auto")
+    name = _chosen.get() or environment_name()
     if name == "auto":
         numba = _load("numba")
         if not isinstance(numba, str) and numba.supports(spec, dtype) is None:

@@ -27,6 +27,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -207,8 +208,11 @@ def _environment() -> tuple[dict[str, int], bool]:
     given = {}
     for item in value.split(","):
         name, _, number = item.strip().partition("=")
-        name = name.strip()
-        if name not in FIELDS or not number.strip().isdigit() or int(number) not in FIELDS[name]:
+        name, number = name.strip(), number.strip()
+        ascii_digits = re.fullmatch(r"[0-9]+", number) is not None  # not '²', '٨'
+        if name in given:
+            raise RecurrentError(f"{ENV}={value!r}: {name!r} given twice")
+        if name not in FIELDS or not ascii_digits or int(number) not in FIELDS[name]:
             low, high = SHARE_CLASSES[0], SHARE_CLASSES[-1]
             accepted = "; ".join(f"{n} in {list(v)}" for n, v in FIELDS.items() if n in NAMES)
             accepted += f"; share{low} .. share{high} in [0, 1]"

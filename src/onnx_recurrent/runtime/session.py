@@ -21,6 +21,7 @@ import onnx
 from onnx.external_data_helper import load_external_data_for_model
 from onnx.helper import tensor_dtype_to_np_dtype
 
+from .. import backends, threads
 from ..errors import RecurrentError, RecurrentTypeError, one_line
 from ..spec import native_order
 from .bound import BoundNode, bind, node_key
@@ -520,7 +521,9 @@ class InferenceSession:
         ``onnxruntime.SessionOptions`` (where the onnxruntime host is tried);
         ``providers`` a string (onnxruntime takes each letter for a provider).
     ValueError
-        An unknown ``host``; a model that cannot be read (corrupt, not UTF-8 names, an
+        An unknown ``host``; ``ONNX_RECURRENT_NUM_THREADS`` or
+        ``ONNX_RECURRENT_BACKEND`` set to what they do not take; a model that cannot
+        be read (corrupt, not UTF-8 names, an
         unnamed graph input or output, an initializer whose data do not fit its dims);
         a model that imports no opset, or none of the default domain (``''`` or
         ``'ai.onnx'``) while nodes of that domain are in it; a recurrent node with a
@@ -557,6 +560,10 @@ class InferenceSession:
     ) -> None:
         if host not in HOSTS:
             raise RecurrentError(f"host must be one of {list(HOSTS)}, got {host!r}")
+        # the variables the nodes read, here under either host: a bad one failed inside
+        # onnxruntime, where "auto" took it for a refusal and fell back
+        threads.num_threads()
+        backends.environment_name()
         self._choice = host
         self._sess_options = sess_options
         self._model = load_model(model)
