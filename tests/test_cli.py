@@ -514,3 +514,45 @@ def test_ctrl_c_is_one_line_and_status_130_with_the_old_output_kept(tmp_path):
     assert child.returncode == 130, err
     assert err.strip().endswith("onnx-recurrent run: interrupted") and "Traceback" not in err
     assert out.read_bytes() == b"an earlier run's file"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [  # were: a ValueError from numpy after the work, a dropped peer or a hang, a
+        # whole bench, cases timed twice, nothing written, one file overwritten
+        (["run", "--seed", "-1"], "argument --seed: expected a seed, 0 or more, got '-1'"),
+        (["bench", "--list", "--seed", "-1"], "argument --seed: expected a seed"),
+        (["bench", "--list", "--threads", "2147483648"], "at most 4096, got '2147483648'"),
+        (["bench", "--list", "--background-load", "100000"], "at most 256, got '100000'"),
+        (["bench", "--list", "--budget", "inf"], "expected a duration in seconds, more than 0"),
+        (["bench", "--list", "--ops", "gru,GRU"], "op 'GRU' given twice"),
+        (["bench", "--list", "--shapes", "step,step"], "shape 'step' given twice"),
+        (["run", "-o", ""], "argument -o/--output: expected a file name, got ''"),
+        (["bench", "--list", "--json", ""], "argument --json: expected a file name"),
+        (["vad", "-o", "", "a.wav"], "argument -o/--output: expected a file name"),
+    ],
+)
+def test_bad_numbers_names_and_file_names_exit_2_before_the_work(args, message):
+    done = _cli(*args)
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert message in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+def test_json_and_plot_on_one_file_or_a_full_device_are_named(tmp_path):
+    same = str(tmp_path / "same.png")
+    done = _cli("bench", "--list", "--json", same, "--plot", same)
+    assert done.returncode == 2 and f"--json and --plot name one file, {same}" in done.stderr
+    if os.path.exists("/dev/full"):  # was "error: No space left on device": which file?
+        done = _cli("run", "-o", "/dev/full")
+        assert done.returncode == 2
+        assert "error: /dev/full: No space left on device" in done.stderr, done.stderr
+
+
+def test_dims_too_large_for_the_memory_name_the_input(tmp_path):
+    feeds = random_inputs("GRU", full=False)
+    model = node_model("GRU", feeds, {"hidden_size": 3})
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "T"
+    onnx.save(model, tmp_path / "gru.onnx")
+    done = _cli("run", str(tmp_path / "gru.onnx"), "--dim", "T=1000000000000")
+    assert done.returncode == 2
+    assert "input 'X': drawing shape [1000000000000, 3, 4] needs" in done.stderr, done.stderr

@@ -11,6 +11,7 @@ file or argument, which the command line prints as one line (exit status 2).
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import stat
 import sys
@@ -45,7 +46,9 @@ def add_model_inputs(parser: argparse.ArgumentParser) -> None:
         help="size of a free dim of the random inputs, by its name, or as INPUT:AXIS for an "
         "unnamed one (default 1 for a batch, else 8; check first infers those the model fixes)",
     )
-    parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    parser.add_argument(
+        "--seed", type=number(int, 0, "a seed"), default=0, help="seed of the random inputs"
+    )
 
 
 def add_host(parser: argparse.ArgumentParser) -> None:
@@ -164,7 +167,8 @@ def random_feeds(
     Raises
     ------
     ValueError
-        An input of a non-float type (its values cannot be guessed).
+        An input of a non-float type (its values cannot be guessed), or of a shape too
+        large for the memory (``--dim``).
     """
     rng = np.random.default_rng(seed)
     feeds = {}
@@ -184,7 +188,14 @@ def random_feeds(
                 shape.append(int(dims[key]))
             else:
                 shape.append(1 if isinstance(d, str) and "batch" in d.lower() else 8)
-        feeds[arg.name] = rng.standard_normal(shape).astype(dtype)
+        try:
+            feeds[arg.name] = rng.standard_normal(shape).astype(dtype)
+        except MemoryError:
+            size = np.prod(shape, dtype=float) * 8 / 2**30
+            raise RecurrentError(
+                f"input {arg.name!r}: drawing shape {shape} needs {size:.3g} GiB, more "
+                "memory than there is: give its dims smaller with --dim"
+            ) from None
     return feeds
 
 
@@ -219,22 +230,39 @@ def model_feeds(
     return {**feeds, **drawn}, set(drawn)
 
 
-def number(kind: type, minimum: float, what: str, strict: bool = False) -> Any:
-    """An argparse type: a ``kind`` number >= ``minimum`` (> with ``strict``); argparse
-    exits with status 2 and one line on anything else."""
+def number(
+    kind: type, minimum: float, what: str, strict: bool = False, maximum: float = math.inf
+) -> Any:
+    """An argparse type: a finite ``kind`` number >= ``minimum`` (> with ``strict``), at
+    most ``maximum``; argparse exits with status 2 and one line on anything else."""
     bound = f"more than {minimum:g}" if strict else f"{minimum:g} or more"
+    if maximum < math.inf:
+        bound += f", at most {maximum:g}"
 
     def parse(text: str) -> Any:
         try:
             value = kind(text)
         except ValueError:
             value = None
-        if value is None or value != value or value < minimum or (strict and value == minimum):
+        if (
+            value is None
+            or not math.isfinite(value)
+            or value < minimum
+            or (strict and value == minimum)
+            or value > maximum
+        ):
             raise argparse.ArgumentTypeError(f"expected {what}, {bound}, got {text!r}")
         return value
 
     parse.__name__ = kind.__name__  # argparse names the type in its messages
     return parse
+
+
+def file_name(text: str) -> str:
+    """An argparse type: a file name (not empty: an empty one wrote nothing, silently)."""
+    if not text:
+        raise argparse.ArgumentTypeError("expected a file name, got ''")
+    return text
 
 
 def writable(path: str, option: str) -> None:
@@ -272,21 +300,26 @@ def saving(path: str) -> Iterator[BinaryIO]:
     Raises
     ------
     OSError
-        The file cannot be written.
+        The file cannot be written (the error names ``path``).
     """
-    if _in_place(path):
-        with open(path, "wb") as f:
-            yield f
-        return
-    real = os.path.realpath(path)
     try:
-        mode = stat.S_IMODE(os.stat(real).st_mode)
-    except FileNotFoundError:
-        umask = os.umask(0o022)  # read by setting it: no other way to read it
-        os.umask(umask)
-        mode = 0o666 & ~umask
-    with replacing(real, mode) as f:
-        yield f
+        if _in_place(path):
+            with open(path, "wb") as f:
+                yield f
+            return
+        real = os.path.realpath(path)
+        try:
+            mode = stat.S_IMODE(os.stat(real).st_mode)
+        except FileNotFoundError:
+            umask = os.umask(0o022)  # read by setting it: no other way to read it
+            os.umask(umask)
+            mode = 0o666 & ~umask
+        with replacing(real, mode) as f:
+            yield f
+    except OSError as e:  # a write's error names no file (/dev/full: "No space left")
+        if e.filename is not None or not e.errno:
+            raise
+        raise OSError(e.errno, e.strerror, path) from None
 
 
 def note_first_use(layers: bool = True) -> None:

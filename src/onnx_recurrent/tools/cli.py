@@ -33,6 +33,7 @@ from ..runtime.session import InferenceSession, load_model
 from .arguments import (
     add_host,
     add_model_inputs,
+    file_name,
     model_feeds,
     note_first_use,
     saving,
@@ -210,7 +211,7 @@ def add_parser(sub: Any) -> None:
         "model", nargs="?", help="path to an .onnx model; omit for the bundled example"
     )
     add_model_inputs(run)
-    run.add_argument("-o", "--output", metavar="OUT.npz", help="save the outputs")
+    run.add_argument("-o", "--output", metavar="OUT.npz", type=file_name, help="save the outputs")
     add_host(run)
     run.set_defaults(handler=cmd_run)
 

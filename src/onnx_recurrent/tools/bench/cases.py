@@ -221,7 +221,8 @@ class Case:
 
 
 def parse_list(text: str, allowed: Iterable[str], what: str) -> list[str]:
-    """Split ``a,b,c``; every item must be in ``allowed`` (compared case-insensitively)."""
+    """Split ``a,b,c``; every item must be in ``allowed`` (compared case-insensitively),
+    once."""
     by_key = {a.lower(): a for a in allowed}
     items = []
     for raw in text.split(","):
@@ -231,6 +232,8 @@ def parse_list(text: str, allowed: Iterable[str], what: str) -> list[str]:
         if item.lower() not in by_key:
             shown = ", ".join(a for a in allowed if a != "tiny")
             raise ValueError(f"unknown {what} {item!r}; choose from {shown}")
+        if by_key[item.lower()] in items:  # each case would be timed twice
+            raise ValueError(f"{what} {item!r} given twice")
         items.append(by_key[item.lower()])
     if not items:
         raise ValueError(f"no {what} given")

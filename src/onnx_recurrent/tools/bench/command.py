@@ -9,7 +9,8 @@ import os
 import sys
 from typing import Any
 
-from ..arguments import note_first_use, number, saving, writable
+from ...threads import MAX_THREADS
+from ..arguments import file_name, note_first_use, number, saving, writable
 from . import cases
 from .cases import DEFAULT_BUDGET, MIN_REPEATS, OPS, Case
 from .driver import run_bench
@@ -17,6 +18,9 @@ from .models import MODEL_BUDGET, REFERENCE_REPEATS
 from .options import COMPETITORS, MODEL_RUNTIMES, Options
 from .plot import plot_path, plot_ratios
 from .report import DOUBLE_BOUND, PEAK_SHARE
+
+#: the most busy processes --background-load starts
+MAX_LOAD = 256
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -31,6 +35,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         if getattr(args, "plot", None):
             args.plot = plot_path(args.plot)
             writable(args.plot, "--plot")
+            if args.json and os.path.realpath(args.json) == os.path.realpath(args.plot):
+                raise ValueError(f"--json and --plot name one file, {args.plot}")
     except (ValueError, ImportError) as e:
         print(f"onnx-recurrent bench: error: {e}", file=sys.stderr)
         return 2
@@ -99,7 +105,7 @@ def _add_options(p: argparse.ArgumentParser, models: bool) -> None:
     )
     p.add_argument(
         "--threads",
-        type=number(int, 1, "a number of threads"),
+        type=number(int, 1, "a number of threads", maximum=MAX_THREADS),
         metavar="N",
         help="threads for every runtime (onnxruntime intra_op_num_threads, OpenVINO "
         "INFERENCE_NUM_THREADS, ours ONNX_RECURRENT_NUM_THREADS, NumPy's BLAS through "
@@ -125,7 +131,9 @@ def _add_options(p: argparse.ArgumentParser, models: bool) -> None:
         "-k", dest="select", metavar="TEXT", help="only the cases whose label contains TEXT"
     )
     p.add_argument("--list", action="store_true", help="list the cases and exit")
-    p.add_argument("--seed", type=int, default=0, help="seed of the inputs (default 0)")
+    p.add_argument(
+        "--seed", type=number(int, 0, "a seed"), default=0, help="seed of the inputs (default 0)"
+    )
     p.add_argument(
         "--order",
         choices=("alternate", "blocks"),
@@ -141,7 +149,12 @@ def _add_options(p: argparse.ArgumentParser, models: bool) -> None:
         "(blocks), until no thread of this process spins (onnxruntime's threads spin ~40 ms "
         "after each call and slow down whatever runs next)",
     )
-    p.add_argument("--json", metavar="FILE", help="save the raw results (every time) as JSON")
+    p.add_argument(
+        "--json",
+        metavar="FILE",
+        type=file_name,
+        help="save the raw results (every time) as JSON",
+    )
     p.add_argument(
         "--replan",
         action="store_true",
@@ -212,7 +225,7 @@ def add_parser(subparsers: Any) -> None:
     )
     p.add_argument(
         "--background-load",
-        type=number(int, 0, "a number of processes"),
+        type=number(int, 0, "a number of processes", maximum=MAX_LOAD),
         default=0,
         metavar="K",
         help="K busy processes (while True: pass) beside half of each case's rounds, in "
@@ -223,6 +236,7 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument(
         "--plot",
         metavar="FILE.png",
+        type=file_name,
         help="save a bar chart of the ratios (needs matplotlib: pip install onnx-recurrent[plot])",
     )
     _add_options(p, models=False)

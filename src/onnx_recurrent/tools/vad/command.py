@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from ...errors import RecurrentError, import_optional, one_line
-from ..arguments import add_host, number, saving, writable
+from ..arguments import add_host, file_name, number, saving, writable
 from .audio import AUDIO_SUFFIXES, AudioError, find_audio_files
 from .model import INSTALL_EXTRA
 from .segments import SEGMENT_OPTIONS, check_segment_options
@@ -58,6 +58,7 @@ def add_parser(sub: Any) -> None:
         "-o",
         "--output",
         metavar="OUT",
+        type=file_name,
         help="write the rows here (not one of the input files), replacing OUT when they "
         "are all there (Ctrl-C leaves it as it was): JSON lines if OUT ends in .jsonl or "
         ".json, else CSV (default: CSV on stdout, row by row)",
@@ -65,6 +66,7 @@ def add_parser(sub: Any) -> None:
     parser.add_argument(
         "--plot",
         metavar="DIR",
+        type=file_name,
         help="write a PNG per recording into DIR: waveform, speech probability, segments",
     )
 
