@@ -96,6 +96,29 @@ def test_no_writable_cache_compiles_with_one_warning(monkeypatch):
     assert builds == ["answer_nowhere"] * 2
 
 
+def test_a_full_cache_is_said_once(cache, monkeypatch):
+    # a cache folder that passes the "writable" test but whose writes fail (a full disk)
+    # made every process compile again (seconds) without a word
+    import errno
+
+    from onnx_recurrent.backends import cache_dirs
+
+    def full(path, mode=None):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(cache_dirs, "replacing", full)
+    monkeypatch.setattr(native_code, "_warned", False)
+    builds = []
+    with pytest.warns(CompileCacheWarning, match=rf"could not write .* in {cache}"):
+        assert _function(cache, "answer_full", builds)(1) == 2
+    assert not list(cache.glob("*"))
+    monkeypatch.setattr(native_code, "_loaded", {})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert _function(cache, "answer_full", builds)(3) == 6
+    assert builds == ["answer_full"] * 2
+
+
 @pytest.mark.parametrize(
     "ir, reason",
     [

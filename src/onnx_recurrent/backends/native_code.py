@@ -230,6 +230,16 @@ def _read(path: Path) -> tuple[str, bytes] | None:
 
 
 def _write(path: Path, symbol: str, obj: bytes) -> None:
-    """Keep ``obj`` at ``path`` with its header (:func:`.cache_dirs.write_atomic`)."""
+    """Keep ``obj`` at ``path`` with its header (:func:`.cache_dirs.write_atomic`); a
+    write that fails (a full disk) is said once, as a cache that cannot be written."""
+    global _warned
     header = json.dumps({"symbol": symbol, "sha256": hashlib.sha256(obj).hexdigest()})
-    write_atomic(path, MAGIC + header.encode() + b"\n" + obj)
+    if not write_atomic(path, MAGIC + header.encode() + b"\n" + obj) and not _warned:
+        _warned = True
+        warnings.warn(
+            f"onnx-recurrent could not write its native code cache in {path.parent} (full, "
+            "or not writable): the native nodes' code is compiled again in each process "
+            "(seconds).",
+            CompileCacheWarning,
+            stacklevel=5,
+        )
