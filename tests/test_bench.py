@@ -1133,3 +1133,14 @@ def test_openvino_reason_names_what_it_could_not_convert():
     )
     assert openvino_reason(error) == "cannot convert the model: Conv-16, ReduceMean-16"
     assert openvino_reason(RuntimeError("Exception from a.cpp:1:\nbad shape")) == "bad shape"
+
+
+def test_a_models_dir_that_is_not_there_is_an_error(monkeypatch, tmp_path):
+    # was ignored: the models were looked for elsewhere, the typo never said
+    from onnx_recurrent.tools.bench import models
+
+    monkeypatch.setenv(models.MODELS_DIR_VARIABLE, str(tmp_path / "nowhere"))
+    with pytest.raises(ValueError, match=r"ONNX_RECURRENT_MODELS_DIR=.*nowhere': no such dir"):
+        models.model_dirs()
+    monkeypatch.setenv(models.MODELS_DIR_VARIABLE, str(tmp_path))
+    assert models.model_dirs()[0] == tmp_path

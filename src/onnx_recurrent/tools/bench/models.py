@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from ...errors import RecurrentError
 from .cases import Case, Shape, make_inputs, make_model
 
 #: default time per case, in seconds (loading and warm-up included)
@@ -58,9 +59,17 @@ def model_dirs() -> list[Path]:
     """The folders where the public models' files are looked for, in order: the one
     that ``$ONNX_RECURRENT_MODELS_DIR`` names, the ``tests/data/models`` of the checkout
     this module is in (an editable install), and that of the current directory (a
-    checkout with onnx-recurrent installed from it)."""
+    checkout with onnx-recurrent installed from it).
+
+    Raises
+    ------
+    ValueError
+        ``$ONNX_RECURRENT_MODELS_DIR`` names no directory.
+    """
     here = Path(__file__).resolve().parents[4] / BUNDLED_MODELS
-    named = os.environ.get(MODELS_DIR_VARIABLE)
+    named = os.environ.get(MODELS_DIR_VARIABLE, "").strip()
+    if named and not Path(named).is_dir():  # a typo would fall back to other folders
+        raise RecurrentError(f"{MODELS_DIR_VARIABLE}={named!r}: no such directory")
     dirs = [Path(named)] if named else []
     for folder in (here, Path.cwd() / BUNDLED_MODELS):
         if folder not in dirs:
