@@ -82,7 +82,7 @@ def test_run_model_with_given_and_random_inputs(tmp_path):
         (["run", "{model}", "-i", "X={objects}"], "not a readable .npy file (Object arrays"),
         (["run", "{model}", "-i", "={npy}"], "-i expects NAME=VALUE"),
         (["run", "-i", "X={npy}"], "-i needs a model path (the bundled example runs on its"),
-        (["run", "{model}", "--seed", "x"], "argument --seed: invalid int value: 'x'"),
+        (["run", "{model}", "--seed", "x"], "argument --seed: expected a seed, 0 or more"),
         (["run", "{model}", "--host", "nope"], "argument --host: invalid choice: 'nope'"),
         (["run", "{model}", "-o", "{tmp}/no/o.npz"], "-o {tmp}/no/o.npz: no such directory"),
         (["run", "{unknown_op}", "--host", "reference"], "model: onnx.checker refuses it"),

@@ -299,6 +299,7 @@ def test_a_case_whose_file_is_nowhere_is_not_run(monkeypatch, tmp_path):
 
 
 def test_a_file_is_read_from_the_package_that_ships_it(monkeypatch, tmp_path):
+    (tmp_path / "empty").mkdir()  # named, it must be there (else an error)
     monkeypatch.setenv(bench.MODELS_DIR_VARIABLE, str(tmp_path / "empty"))
     monkeypatch.chdir(tmp_path)
     shipped = tmp_path / "site" / "shipping_package_of_onnx_recurrent" / "asset" / "m.onnx"
@@ -309,7 +310,6 @@ def test_a_file_is_read_from_the_package_that_ships_it(monkeypatch, tmp_path):
     file = bench.ModelFile("m.onnx", "shipping_package_of_onnx_recurrent", "asset/m.onnx", "")
     assert file.find() == shipped
     bundled = tmp_path / "empty" / "m.onnx"
-    bundled.parent.mkdir()
     bundled.write_bytes(b"model")
     assert file.find() == bundled  # the bundled file first
 
