@@ -306,6 +306,27 @@ def test_sibling_branches_with_the_same_names_compute_their_own_nodes(host):
         np.testing.assert_allclose(got, want, atol=1e-5, err_msg=str(c))
 
 
+def test_a_local_function_without_onnx_inliner_is_a_clear_error(monkeypatch):
+    import sys
+
+    from onnx import helper
+
+    feeds = random_inputs("GRU", T=4, N=2, I=3, H=5, D=1)
+    function = helper.make_function(
+        "local",
+        "F",
+        ["x", "w", "r"],
+        ["y"],
+        [helper.make_node("GRU", ["x", "w", "r"], ["", "y"], hidden_size=5)],
+        opset_imports=[helper.make_opsetid("", 22)],
+    )
+    model = node_model("GRU", feeds, {"hidden_size": 5})
+    model.functions.append(function)
+    monkeypatch.setitem(sys.modules, "onnx.inliner", None)  # as in an onnx without it
+    with pytest.raises(ValueError, match=r"local functions, which need onnx.inliner"):
+        orc.InferenceSession(model)
+
+
 @pytest.mark.parametrize("host", HOSTS)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_a_recurrent_node_in_a_local_function_is_computed_as_ours(host, dtype):

@@ -208,8 +208,14 @@ def hosted(model: onnx.ModelProto) -> onnx.ModelProto:
     if any(
         node.op_type in RECURRENT_OPS and is_default_domain(node.domain) for _, node in walk(body)
     ):
-        from onnx.inliner import inline_local_functions
-
+        try:
+            from onnx.inliner import inline_local_functions
+        except ImportError:  # an onnx older than the project asks for
+            raise RecurrentError(
+                "the model has recurrent nodes inside local functions, which need "
+                f"onnx.inliner to be computed (onnx {onnx.__version__} has none: "
+                "pip install -U onnx)"
+            ) from None
         model = inline_local_functions(model)
     seen: set[str] = set()
     repeated = False
