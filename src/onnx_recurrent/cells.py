@@ -21,6 +21,7 @@ from typing import ClassVar
 import numpy as np
 
 from .activations import Activation
+from .errors import RecurrentError
 from .spec import RecSpec
 
 
@@ -336,6 +337,27 @@ GRU = GRUCell()
 LSTM = LSTMCell()
 #: the cells by ONNX operator name
 CELLS: dict[str, Cell] = {cell.name: cell for cell in (GRU, LSTM, RNN)}
+
+
+def check_arity(op: str, n_inputs: int, n_outputs: int) -> None:
+    """A node of operator ``op`` names no more inputs and outputs than the spec has.
+
+    Raises
+    ------
+    ValueError
+        Too many (``"7 inputs, GRU has at most 6 (X, W, R, ...)"``).
+    """
+    cell = CELLS[op]
+    for what, names, count in (
+        ("inputs", cell.inputs, n_inputs),
+        ("outputs", cell.outputs, n_outputs),
+    ):
+        if count > len(names):
+            raise RecurrentError(
+                f"{count} {what}, {op} has at most {len(names)} ({', '.join(names)})"
+            )
+
+
 #: the attributes every operator has
 COMMON_ATTRIBUTES = (
     "hidden_size",

@@ -174,19 +174,24 @@ def cached(name: str) -> tuple[bool, str | None]:
 def _path(name: str) -> Path | None:
     """Where ``name``'s object for this package, numba, llvmlite and CPU is kept (None:
     no cache can be written: warned once)."""
-    global _warned
     root, tried = first_usable("native")
     if root is None:
-        if not _warned:
-            _warned = True
-            warnings.warn(
-                f"onnx-recurrent cannot write its native code cache in any of {tried}: "
-                "the native nodes' code is compiled again in each process (seconds).",
-                CompileCacheWarning,
-                stacklevel=5,
-            )
+        _uncached(f"cannot write its native code cache in any of {tried}")
         return None
     return Path(root) / f"{name}-{_key(name)}.o"
+
+
+def _uncached(why: str) -> None:
+    """Say once per process that the native code cannot be kept, and why."""
+    global _warned
+    if not _warned:
+        _warned = True
+        warnings.warn(
+            f"onnx-recurrent {why}: the native nodes' code is compiled again in each "
+            "process (seconds).",
+            CompileCacheWarning,
+            stacklevel=6,
+        )
 
 
 @functools.cache
@@ -232,14 +237,6 @@ def _read(path: Path) -> tuple[str, bytes] | None:
 def _write(path: Path, symbol: str, obj: bytes) -> None:
     """Keep ``obj`` at ``path`` with its header (:func:`.cache_dirs.write_atomic`); a
     write that fails (a full disk) is said once, as a cache that cannot be written."""
-    global _warned
     header = json.dumps({"symbol": symbol, "sha256": hashlib.sha256(obj).hexdigest()})
-    if not write_atomic(path, MAGIC + header.encode() + b"\n" + obj) and not _warned:
-        _warned = True
-        warnings.warn(
-            f"onnx-recurrent could not write its native code cache in {path.parent} (full, "
-            "or not writable): the native nodes' code is compiled again in each process "
-            "(seconds).",
-            CompileCacheWarning,
-            stacklevel=5,
-        )
+    if not write_atomic(path, MAGIC + header.encode() + b"\n" + obj):
+        _uncached(f"could not write its native code cache in {path.parent} (full?)")

@@ -14,7 +14,7 @@ import numpy as np
 import onnx
 
 from .. import prepared
-from ..cells import CELLS
+from ..cells import CELLS, check_arity
 from ..errors import RecurrentError, RecurrentTypeError
 from ..layers import Layer
 from .graph import (
@@ -86,16 +86,10 @@ class BoundNode:
                 raise RecurrentError(
                     f"{self.label}: input {position} ({name}) is required, got {given}"
                 )
-        if len(inputs) > len(INPUTS[self.op]):
-            raise RecurrentError(
-                f"{self.label}: {len(inputs)} inputs, {self.op} has at most "
-                f"{len(INPUTS[self.op])} ({', '.join(INPUTS[self.op])})"
-            )
-        if len(outputs) > self.n_outputs:
-            raise RecurrentError(
-                f"{self.label}: {len(outputs)} outputs, {self.op} has at most "
-                f"{self.n_outputs} ({', '.join(('Y', 'Y_h', 'Y_c')[: self.n_outputs])})"
-            )
+        try:
+            check_arity(self.op, len(inputs), len(outputs))
+        except RecurrentError as e:
+            raise _named(self.label, e) from None
         #: weight name -> tensor name, for the weights that cross per call: all the
         #: node's weights, where one of them is not constant (the graph computes it, or
         #: it is an initializer a caller may replace)

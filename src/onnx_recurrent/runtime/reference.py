@@ -18,7 +18,7 @@ import onnx
 from onnx.reference.op_run import OpRun
 
 from .. import ops
-from ..cells import CELLS
+from ..cells import check_arity
 from ..errors import RecurrentError, RecurrentTypeError
 
 
@@ -62,15 +62,7 @@ class RecurrentOp(OpRun):
     def _run(self, X, W, R, *optional, **attributes):
         given = {a.name for a in self.onnx_node.attribute}
         name = self.onnx_node.op_type
-        cell = CELLS[name]
-        for what, names, count in (
-            ("inputs", cell.inputs, len(self.onnx_node.input)),
-            ("outputs", cell.outputs, len(self.onnx_node.output)),
-        ):
-            if count > len(names):
-                raise RecurrentError(
-                    f"{count} {what}, {name} has at most {len(names)} ({', '.join(names)})"
-                )
+        check_arity(name, len(self.onnx_node.input), len(self.onnx_node.output))
         known = set(self.op_schema.attributes)
         if given - known:
             raise RecurrentError(
