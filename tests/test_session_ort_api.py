@@ -259,3 +259,82 @@ def test_ctrl_c_during_a_long_call_raises_and_the_session_lives(entry):
     # within a block of steps after the SIGINT (at 0.5 s), not at the end of the call (4 s
     # on a 2-core Zen 5)
     assert float(out.split("interrupted after")[1].split()[0]) < 1.5, out
+
+
+def test_optimized_model_filepath_holds_the_model_not_the_custom_nodes(tmp_path):
+    """onnxruntime wrote the rewritten model there: custom nodes naming their weights
+    by a key of the writing process. Another process's session, with a layer of its
+    own under that key, then ran the file with the wrong weights; without one, a
+    KeyError. Now the file is the model as loaded, and it runs anywhere."""
+    model, feeds = _model_and_feeds()
+    path = tmp_path / "optimized.onnx"
+    options = ort.SessionOptions()
+    options.optimized_model_filepath = str(path)
+    expected = orc.InferenceSession(model, options, host="onnxruntime").run(None, feeds)
+    written = onnx.load(str(path))
+    assert {n.op_type for n in written.graph.node} == {"LSTM"}
+    other = tmp_path / "other.onnx"
+    other_model, _ = _model_and_feeds("GRU")
+    onnx.save(other_model, str(other))
+    code = textwrap.dedent(
+        f"""
+        import numpy as np, onnx_recurrent as orc
+        orc.InferenceSession({str(other)!r}, host="onnxruntime")  # a layer of its own
+        feeds = dict(np.load({str(tmp_path / "feeds.npz")!r}))
+        out = orc.InferenceSession({str(path)!r}, host="onnxruntime").run(None, feeds)
+        np.savez({str(tmp_path / "out.npz")!r}, *out)
+        """
+    )
+    np.savez(tmp_path / "feeds.npz", **feeds)
+    import subprocess
+    import sys
+
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=600)
+    got = np.load(tmp_path / "out.npz")
+    for i, e in enumerate(expected):
+        np.testing.assert_array_equal(got[f"arr_{i}"], e)
+
+
+def test_a_model_holding_a_custom_node_is_refused():
+    """Such a node (what onnxruntime wrote for an optimized_model_filepath before)
+    names its weights by a key of another process: refused, naming the node."""
+    model, _ = _model_and_feeds()
+    node = model.graph.node[0]
+    node.op_type, node.domain, node.name = "OnnxRecurrentFloat", "ai.onnx.contrib", "lstm1"
+    del node.attribute[:]
+    node.attribute.append(onnx.helper.make_attribute("key", "onnx-recurrent-0"))
+    model.opset_import.append(onnx.helper.make_opsetid("ai.onnx.contrib", 1))
+    for host in ("onnxruntime", "reference"):
+        with pytest.raises(ValueError, match=r"node 'lstm1' is OnnxRecurrentFloat .*original"):
+            orc.InferenceSession(model, host=host)
+
+
+def test_a_refusal_beside_another_contrib_node_is_onnxruntimes():
+    """A model with a node of ai.onnx.contrib that is not ours (onnxruntime-extensions'
+    StringLower) and a fault onnxruntime refuses: its refusal, not a ValueError from
+    reading a 'key' attribute the other node has not."""
+    T, N, I, H = 4, 2, 3, 5
+    rng = np.random.default_rng(0)
+    W = rng.standard_normal((1, 3 * H, I)).astype(np.float32)
+    R = rng.standard_normal((1, 3 * H, H)).astype(np.float32)
+    helper, tp = onnx.helper, onnx.TensorProto
+    graph = helper.make_graph(
+        [
+            helper.make_node("GRU", ["x", "W", "R"], ["Y", "Yh"], hidden_size=H),
+            helper.make_node("StringLower", ["s"], ["s2"], domain="ai.onnx.contrib"),
+        ],
+        "g",
+        [
+            helper.make_tensor_value_info("x", tp.FLOAT, [T, N, I]),
+            helper.make_tensor_value_info("s", tp.STRING, [2]),
+        ],
+        [
+            helper.make_tensor_value_info("Yh", tp.DOUBLE, None),  # computed: float
+            helper.make_tensor_value_info("s2", tp.STRING, None),
+        ],
+        [onnx.numpy_helper.from_array(W, "W"), onnx.numpy_helper.from_array(R, "R")],
+    )
+    opsets = [helper.make_opsetid("", 14), helper.make_opsetid("ai.onnx.contrib", 1)]
+    model = helper.make_model(graph, opset_imports=opsets)
+    with pytest.raises(RuntimeError, match=r"onnxruntime refuses the model: .*Type"):
+        orc.InferenceSession(model, host="onnxruntime")

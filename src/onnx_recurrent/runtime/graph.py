@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 import onnx
-from onnx import numpy_helper
+from onnx import TensorProto, numpy_helper
 from onnx.helper import get_attribute_value
 
 from ..cells import CELLS
@@ -35,6 +35,15 @@ RECURRENT_OPS = frozenset(VERSIONS)
 #: inputs by position, as the spec names them (the cells')
 INPUTS = {name: cell.inputs for name, cell in CELLS.items()}
 WEIGHTS = ("W", "R", "B", "P")
+#: the onnxruntime host's custom nodes (:mod:`.hosts.native`): their domain, and the
+#: operator for each element type
+CUSTOM_DOMAIN = "ai.onnx.contrib"
+CUSTOM_OPS = {
+    TensorProto.FLOAT: "OnnxRecurrentFloat",
+    TensorProto.DOUBLE: "OnnxRecurrentDouble",
+    TensorProto.FLOAT16: "OnnxRecurrentFloat16",
+    TensorProto.BFLOAT16: "OnnxRecurrentBFloat16",
+}
 #: operators whose result is not a function of their inputs
 _RANDOM = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike"}
 _RANDOM |= {"Multinomial", "Bernoulli"}
@@ -88,6 +97,35 @@ def check_opset_imports(model: onnx.ModelProto) -> None:
             f"{', '.join(users[:3])}{more} need(s) (the model imports only {imports}): "
             f"{fix}"
         )
+
+
+def is_custom_node(node: onnx.NodeProto) -> bool:
+    """Whether ``node`` is one of the onnxruntime host's custom nodes."""
+    return node.domain == CUSTOM_DOMAIN and node.op_type in CUSTOM_OPS.values()
+
+
+def check_no_custom_nodes(model: onnx.ModelProto) -> None:
+    """The model holds none of the onnxruntime host's custom nodes: such a node names
+    its weights by a key of the process that made it (earlier onnx-recurrent let
+    onnxruntime write such nodes to ``sess_options.optimized_model_filepath``), so it
+    can be run nowhere else.
+
+    Raises
+    ------
+    ValueError
+        A custom node in any graph or local function (the message names it).
+    """
+    nodes = [node for _, node in walk(model.graph)]
+    nodes += [node for f in model.functions for _, node in walk(onnx.GraphProto(node=f.node))]
+    for node in nodes:
+        if is_custom_node(node):
+            raise RecurrentError(
+                f"model: node {node.name!r} is {node.op_type} ({CUSTOM_DOMAIN}), a "
+                "recurrent node as one onnx-recurrent session's process hosts it; its "
+                "weights are not in the model, so no other process can run it (earlier "
+                "onnx-recurrent wrote such nodes to sess_options.optimized_model_filepath): "
+                "load the original model"
+            )
 
 
 def node_version(op: str, opset: int) -> int:
@@ -369,7 +407,8 @@ def node_attributes(op: str, version: int, node: onnx.NodeProto) -> dict:
     """The node's attributes as keywords of :func:`~onnx_recurrent.gru` and the others.
 
     Only the attributes the node sets (the schemas' defaults are not all the spec's);
-    ``output_sequence`` dropped; GRU-1's ``'foward'`` read as ``'forward'``.
+    ``output_sequence`` dropped; GRU-1's ``'foward'`` (its schema's default) read as
+    ``'forward'``, which other operators and versions refuse, as onnxruntime does.
 
     Raises
     ------
@@ -402,7 +441,7 @@ def node_attributes(op: str, version: int, node: onnx.NodeProto) -> dict:
             )
     given = attributes(node)
     given.pop("output_sequence", None)
-    if given.get("direction") == "foward":
+    if (op, version) == ("GRU", 1) and given.get("direction") == "foward":  # its schema's
         given["direction"] = "forward"
     return given
 

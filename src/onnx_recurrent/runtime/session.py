@@ -25,7 +25,14 @@ from .. import backends, threads
 from ..errors import RecurrentError, RecurrentTypeError, one_line
 from ..spec import native_order
 from .bound import BoundNode, bind, node_key
-from .graph import INPUTS, all_graphs, check_opset_imports, hosted, overridable_initializers
+from .graph import (
+    INPUTS,
+    all_graphs,
+    check_no_custom_nodes,
+    check_opset_imports,
+    hosted,
+    overridable_initializers,
+)
 from .hosts import HOSTS, make_host
 
 
@@ -468,7 +475,10 @@ class InferenceSession:
         ``inter_op_num_threads``, ``graph_optimization_level``,
         ``log_severity_level``... and the configuration entries listed in
         :data:`~onnx_recurrent.runtime.hosts.onnxruntime.SESSION_CONFIG_KEYS`).
-        What onnxruntime gives no way to read is not carried over: initializers,
+        ``optimized_model_filepath``: the host writes the model there as loaded,
+        recurrent nodes and all, not optimized (onnxruntime would write its custom
+        nodes, which only this process can run). What onnxruntime gives no way to read
+        is not carried over: initializers,
         free-dimension overrides and custom-op libraries added to them; options that
         hold execution providers (``add_provider``) are refused (pass ``providers``).
         Without them, the host's options keep onnxruntime's idle threads from
@@ -525,7 +535,10 @@ class InferenceSession:
         ``ONNX_RECURRENT_BACKEND`` set to what they do not take; a model that cannot
         be read (corrupt, not UTF-8 names, an
         unnamed graph input or output, an initializer whose data do not fit its dims);
-        a model that imports no opset, or none of the default domain (``''`` or
+        a model holding the onnxruntime host's own custom nodes
+        (``OnnxRecurrentFloat`` and the like, which only the process that made them
+        can run: load the original model); a model that imports no opset, or none of
+        the default domain (``''`` or
         ``'ai.onnx'``) while nodes of that domain are in it; a recurrent node with a
         bad attribute, constant weights that disagree, or of an opset whose version of
         its operator onnx-recurrent does not implement (the message names the node:
@@ -569,6 +582,7 @@ class InferenceSession:
         self._model = load_model(model)
         _check_text(self._model)
         check_opset_imports(self._model)
+        check_no_custom_nodes(self._model)
         graph = self._model.graph
         initializers = {i.name for i in graph.initializer}
         inputs = [_input(v) for v in graph.input if v.name not in initializers]

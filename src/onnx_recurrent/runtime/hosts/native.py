@@ -56,16 +56,12 @@ from ... import interrupts, threads
 from ...backends import native_code, plans
 from ...cells import CELLS
 from ..bound import BoundNode
+from ..graph import CUSTOM_DOMAIN, CUSTOM_OPS
 from . import native_block as nc
 
-DOMAIN = "ai.onnx.contrib"
+DOMAIN = CUSTOM_DOMAIN
 #: element type -> the custom operator computing it
-OP_TYPES = {
-    TensorProto.FLOAT: "OnnxRecurrentFloat",
-    TensorProto.DOUBLE: "OnnxRecurrentDouble",
-    TensorProto.FLOAT16: "OnnxRecurrentFloat16",
-    TensorProto.BFLOAT16: "OnnxRecurrentBFloat16",
-}
+OP_TYPES = CUSTOM_OPS
 #: the operators' inputs, by position (LSTM's; the others use a prefix)
 INPUTS = max((cell.inputs for cell in CELLS.values()), key=len)  # every operator's: a prefix
 OUTPUTS = max((cell.outputs for cell in CELLS.values()), key=len)  # every operator's: a prefix

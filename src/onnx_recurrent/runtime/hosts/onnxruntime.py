@@ -37,7 +37,7 @@ from ... import threads
 from ...errors import RecurrentError, RecurrentTypeError, one_line
 from ...threads import interrupts_held
 from ..bound import BoundNode, node_key
-from ..graph import INPUTS, WEIGHTS, element_types, prune, subgraphs
+from ..graph import INPUTS, WEIGHTS, element_types, is_custom_node, prune, subgraphs
 from . import native
 from .native import DOMAIN, OP_TYPES
 
@@ -381,6 +381,8 @@ def _copy_options(source: Any, target: Any) -> tuple:
         )
     copied = []
     for name, attribute in sorted(vars(type(target)).items()):
+        if name == OPTIMIZED_MODEL_FILEPATH:  # written by the host itself (write_model)
+            continue
         if isinstance(attribute, property) and attribute.fset is not None:
             value = getattr(source, name)
             setattr(target, name, value)
@@ -393,6 +395,34 @@ def _copy_options(source: Any, target: Any) -> tuple:
         target.add_session_config_entry(key, value)
         copied.append((key, value))
     return tuple(copied)
+
+
+#: the option whose file onnxruntime would write with the custom nodes in it
+OPTIMIZED_MODEL_FILEPATH = "optimized_model_filepath"
+
+
+def write_model(model: onnx.ModelProto, sess_options: Any) -> None:
+    """Write ``model`` to the caller's ``sess_options.optimized_model_filepath``, if set.
+
+    onnxruntime would write the rewritten model there: custom nodes that name their
+    weights by a key of this process, which no other process can run (and which another
+    session's process resolved to its own weights). What is written is the model as
+    the session loaded it, recurrent nodes and all, not optimized by onnxruntime.
+
+    Raises
+    ------
+    OSError
+        The file cannot be written (the message names it).
+    """
+    path = getattr(sess_options, OPTIMIZED_MODEL_FILEPATH, "") if sess_options else ""
+    if not path:
+        return
+    try:
+        onnx.save(model, path)
+    except OSError as e:
+        raise type(e)(
+            e.errno, f"sess_options.optimized_model_filepath: cannot write {path!r}: {e.strerror}"
+        ) from None
 
 
 class OnnxruntimeHost:
@@ -457,6 +487,7 @@ class OnnxruntimeHost:
             raise
         self._finalizer = weakref.finalize(self, _forget, list(keys))
         self._session = session
+        write_model(model, sess_options)
         _hosts.add(self)
         #: the IOBindings this host's io_binding() made (weakly)
         self._bindings: weakref.WeakSet = weakref.WeakSet()
@@ -617,8 +648,8 @@ def _their_names(message: str, rewritten: onnx.ModelProto, keys: Mapping[str, An
     nodes = {}
     for graph in _graphs(rewritten.graph):
         for node in graph.node:
-            if node.domain == DOMAIN:
-                b = keys[helper.get_node_attr_value(node, "key").decode()]
+            b = _bound_of(node, keys)
+            if b is not None:
                 nodes[node.name] = (b.op, b.node.node.name)
 
     def named(match: re.Match) -> str:
@@ -630,6 +661,15 @@ def _their_names(message: str, rewritten: onnx.ModelProto, keys: Mapping[str, An
         if custom.startswith("onnx_recurrent::"):
             message = message.replace(custom, f"{op} node {name!r}")
     return message
+
+
+def _bound_of(node: onnx.NodeProto, keys: Mapping[str, Any]) -> Any:
+    """The :class:`~..bound.BoundNode` of one of this host's custom nodes (by its key
+    in ``keys``), or None for any other node."""
+    if not is_custom_node(node):
+        return None
+    key = next((a.s.decode() for a in node.attribute if a.name == "key"), None)
+    return keys.get(key)
 
 
 def _nbytes(value: Any) -> int:
