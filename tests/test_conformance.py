@@ -67,6 +67,17 @@ def test_gru1_foward_spelling_and_output_sequence():
     np.testing.assert_array_equal(Y_h, expected[1])
 
 
+@pytest.mark.parametrize(("op", "version"), [("GRU", 3), ("GRU", 22), ("LSTM", 22), ("RNN", 14)])
+@pytest.mark.parametrize("host", ["onnxruntime", "reference"])
+def test_foward_is_gru1_alone(op, version, host):
+    """Only GRU-1's schema spells its default ``'foward'``; every other operator and
+    version refuses it, as onnxruntime does, and as the functions do."""
+    feeds = random_inputs(op)
+    model = node_model(op, feeds, {"direction": "foward"}, opset=version)
+    with pytest.raises(ValueError, match=r"direction must be one of .*got 'foward'"):
+        orc.InferenceSession(model, host=host).run(None, feeds)  # weights fed: at run
+
+
 def test_optional_outputs_named_empty_are_not_returned_to_later_nodes():
     feeds = random_inputs("LSTM", full=False)
     (Y_c,) = _run("LSTM", feeds, {"hidden_size": 3}, opset=14, outputs=("", "", "Y_c"))

@@ -17,6 +17,9 @@ def _shape_cases(op):
     yield "X 2-D", {**f, "X": f["X"][0]}, ValueError, r"X must be 3-D"
     yield "W shape", {**f, "W": f["W"][:, :-1]}, ValueError, r"W must have shape \[1, \d+, 4\]"
     yield "R not 3-D", {**f, "R": f["R"][0]}, ValueError, r"R must be 3-D"
+    # one axis too many at the end: R, whose last axis gives hidden_size, is named, not W
+    wider = np.concatenate([f["R"], f["R"][:, :, :1]], axis=2)
+    yield "R last axis", {**f, "R": wider}, ValueError, r"R must have shape \[1, \d+, 4\]"
     yield "B shape", {**f, "B": f["B"][:, :-1]}, ValueError, r"B must have shape"
     yield (
         "initial_h shape",
@@ -76,7 +79,7 @@ def test_bad_inputs(op, what, feeds, error, match):
 ATTRIBUTE_CASES = [
     ({"hidden_size": 4}, r"hidden_size=4 disagrees with R"),
     ({"direction": "sideways"}, r"direction must be one of"),
-    ({"direction": "bidirectional"}, r"W must have shape \[2,"),
+    ({"direction": "bidirectional"}, r"R must have shape \[2,"),
     ({"layout": 2}, r"layout must be 0 or 1"),
     ({"activations": "one too many"}, r"activations must list"),
     ({"activations": "Swish"}, r"unknown activation 'Swish'"),

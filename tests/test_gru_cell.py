@@ -89,7 +89,13 @@ def test_dtypes_and_missing_bias():
         ({"B": np.zeros(16, np.float32)}, r"B must have shape \[12\] \(linear_before_reset=False"),
         (
             {"B": np.zeros(13, np.float32), "linear_before_reset": True},
-            r"B must have shape \[12\] or \[16\]",
+            r"B must have shape \[16\]",
+        ),
+        # GRUCell-3: with linear_before_reset, B is [4*hidden_size]; a [3*hidden_size]
+        # one (Wbh and Rbh summed) cannot be split as the reset gate needs
+        (
+            {"B": np.zeros(12, np.float32), "linear_before_reset": True},
+            r"B must have shape \[16\] \(linear_before_reset=True",
         ),
         ({"X": np.zeros((3, 5, 1), np.float32)}, r"X must be 2-D"),
         ({"W": np.zeros((12, 4), np.float32)}, r"W must have shape \[12, 5\]"),

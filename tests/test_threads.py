@@ -635,6 +635,19 @@ def test_end_to_end_a_bad_thread_count_names_the_variable(monkeypatch, value):
         onnx_recurrent.lstm(**_case("lstm", "forward"))
 
 
+@pytest.mark.parametrize("value", ["abc", "0", "5000"])
+def test_a_bad_thread_count_stops_a_small_call_too(monkeypatch, value):
+    """A call too small for threads does not read the variable; the layer it makes
+    does (a bad value went unnoticed until the first large call)."""
+    feeds = {"X": np.ones((2, 1, 3), np.float32), "W": np.ones((1, 12, 3), np.float32)}
+    feeds["R"] = np.ones((1, 12, 3), np.float32)
+    monkeypatch.setenv(threads.ENV, value)
+    with pytest.raises(ValueError, match=threads.ENV):
+        onnx_recurrent.lstm(**feeds)
+    with pytest.raises(ValueError, match=threads.ENV):
+        onnx_recurrent.Layer("LSTM", feeds["W"], feeds["R"])
+
+
 @pytest.mark.parametrize(
     ("variable", "value"),
     [

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from . import backends
+from . import backends, threads
 from .cells import CELLS, COMMON_ATTRIBUTES, Weights
 from .errors import RecurrentError
 from .scan import scan, threaded
@@ -96,7 +96,8 @@ class Layer:
     ValueError
         (``onnx_recurrent.RecurrentError``) an unknown ``op`` or attribute, a bad
         attribute value, weights whose shapes disagree (expected and actual in the
-        message), P for a GRU or RNN.
+        message), P for a GRU or RNN; ``ONNX_RECURRENT_NUM_THREADS`` set to what it
+        does not take (checked here, although only large calls read it).
     TypeError
         (``onnx_recurrent.RecurrentTypeError``) weights without a float dtype, or of
         different dtypes.
@@ -143,6 +144,7 @@ class Layer:
         self._set(spec, attributes, W, R, B, P, prepare)
 
     def _set(self, spec: RecSpec, attributes: dict, W, R, B, P, prepare: bool = True) -> None:
+        threads.num_threads()  # a bad variable named here, not at a first large call
         self.op = spec.cell.name
         self.spec = spec
         self.attributes = attributes

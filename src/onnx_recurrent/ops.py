@@ -258,9 +258,10 @@ def gru_cell(
     initial_hidden_state : (batch_size, hidden_size) ndarray
     W : (3*hidden_size, input_size) ndarray
     R : (3*hidden_size, hidden_size) ndarray
-    B : (3*hidden_size,) or (4*hidden_size,) ndarray, optional
+    B : (3*hidden_size,) ndarray, or (4*hidden_size,) with ``linear_before_reset``, optional
         The sums ``Wb + Rb`` of each gate; with ``linear_before_reset``
-        ``[Wbz+Rbz, Wbr+Rbr, Wbh, Rbh]``. Zeros if absent.
+        ``[Wbz+Rbz, Wbr+Rbr, Wbh, Rbh]`` (the reset gate multiplies ``Rbh`` alone, so
+        ``Wbh`` and ``Rbh`` cannot be summed). Zeros if absent.
     hidden_size : int
         Must agree with R's last axis.
     activations : sequence of str
@@ -282,9 +283,9 @@ def gru_cell(
     ------
     ValueError
         A shape that disagrees (expected and actual in the message), a bias whose
-        length is neither ``3*hidden_size`` nor, with ``linear_before_reset``,
-        ``4*hidden_size``, an unknown activation, ``clip < 0``, ``linear_before_reset``
-        other than a bool, 0 or 1.
+        length is not ``3*hidden_size`` (with ``linear_before_reset``,
+        ``4*hidden_size``: GRUCell-3's shapes), an unknown activation, ``clip < 0``,
+        ``linear_before_reset`` other than a bool, 0 or 1.
     TypeError
         A non-float X or an input (``B`` included) whose dtype differs from X's; a
         ``clip`` or activation parameter that is not a number; ``hidden_size`` not an
@@ -322,15 +323,14 @@ def gru_cell(
     Rb = np.zeros(3 * H, X.dtype)
     if B is not None:
         B = check_dtype("B", B, X.dtype, "X's")
-        lengths = (3 * H, 4 * H) if linear_before_reset else (3 * H,)
-        if B.shape not in [(n,) for n in lengths]:
-            allowed = " or ".join(f"[{n}]" for n in lengths)
+        length = (4 if linear_before_reset else 3) * H
+        if B.shape != (length,):
             raise RecurrentError(
-                f"B must have shape {allowed} (linear_before_reset={bool(linear_before_reset)}, "
+                f"B must have shape [{length}] (linear_before_reset={bool(linear_before_reset)}, "
                 f"hidden_size={H}), got {list(B.shape)}"
             )
         Wb = B[: 3 * H]
-        if len(B) == 4 * H:
+        if linear_before_reset:
             Rb = np.concatenate([np.zeros(2 * H, B.dtype), B[3 * H :]])
     if clip == 0:
         clip = None

@@ -299,8 +299,9 @@ def check_weights(
     D, H, G = spec.num_directions, spec.hidden_size, spec.cell.n_gates
     W = check_dtype("W", W, dtype, owner)
     R = check_dtype("R", R, dtype, owner)
-    _check_shape("W", W, (D, G * H, input_size), f"[num_directions, {G}*hidden_size, input_size]")
+    # R first: hidden_size is its last axis, so an R at odds with itself is named
     _check_shape("R", R, (D, G * H, H), f"[num_directions, {G}*hidden_size, hidden_size]")
+    _check_shape("W", W, (D, G * H, input_size), f"[num_directions, {G}*hidden_size, input_size]")
     if B is not None:
         B = check_dtype("B", B, dtype, owner)
         _check_shape("B", B, (D, 2 * G * H), f"[num_directions, {2 * G}*hidden_size]")
