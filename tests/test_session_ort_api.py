@@ -338,3 +338,23 @@ def test_a_refusal_beside_another_contrib_node_is_onnxruntimes():
     model = helper.make_model(graph, opset_imports=opsets)
     with pytest.raises(RuntimeError, match=r"onnxruntime refuses the model: .*Type"):
         orc.InferenceSession(model, host="onnxruntime")
+
+
+@pytest.mark.parametrize("host", ["onnxruntime", "reference"])
+def test_copy_shares_the_session_as_onnxruntimes_does(host):
+    """``copy.copy`` of onnxruntime's session works (a second object over the same
+    native session); ours raised TypeError. Pickling and deepcopy still refuse."""
+    import copy
+    import pickle
+
+    model, feeds = _model_and_feeds()
+    session = orc.InferenceSession(model, host=host)
+    twin = copy.copy(session)
+    assert twin is not session and twin.host == session.host
+    for a, b in zip(session.run(None, feeds), twin.run(None, feeds), strict=True):
+        np.testing.assert_array_equal(a, b)
+    del session
+    assert twin.run(None, feeds)[0].shape == (6, 1, 2, 4)
+    for refused in (pickle.dumps, copy.deepcopy):
+        with pytest.raises(TypeError, match="cannot pickle"):
+            refused(twin)

@@ -554,11 +554,12 @@ class InferenceSession:
     -----
     ``run`` may be called from several threads at once, as with onnxruntime.
 
-    A session cannot be pickled (nor copied), as onnxruntime's cannot: it holds
+    A session cannot be pickled (nor deep-copied), as onnxruntime's cannot: it holds
     onnxruntime's native session and layers compiled in this process. Make one in
     each process from the model, whose path or bytes pickle
     (:func:`onnx_recurrent.dask.run` does so on each worker); pickling raises
-    ``TypeError``.
+    ``TypeError``. ``copy.copy`` gives a second object over the same session, as
+    onnxruntime's does.
     """
 
     def __init__(
@@ -632,6 +633,13 @@ class InferenceSession:
 
     def __reduce__(self):
         raise TypeError(_not_picklable(type(self)))
+
+    def __copy__(self) -> InferenceSession:
+        """A second Python object over the same host and layers, as ``copy.copy`` of
+        onnxruntime's session shares its native session."""
+        twin = object.__new__(type(self))
+        twin.__dict__.update(self.__dict__)
+        return twin
 
     @property
     def model(self) -> onnx.ModelProto:
