@@ -266,3 +266,29 @@ def test_operator_with_nonfinite_inputs(op, flag, peepholes, act, dt, clip):
             got = _call(op, flag, act, clip, feeds)
         for out, g, e in zip(("Y", "Y_h", "Y_c"), got, expected, strict=False):
             _assert_same(g, e, dt, what=f"{out} with {what}")
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+@pytest.mark.parametrize("lbr", [0, 1])
+@pytest.mark.parametrize("dt", DTYPES, ids=lambda d: d.__name__)
+def test_gru_blend_as_the_spec_writes_it(dt, lbr, backend):
+    """``Ht = (1 - zt) ht + zt Ht-1`` literally: with ``zt = 1`` exactly and ``|ht|``
+    far above ``Ht-1``, ``Ht = Ht-1`` (as onnxruntime gives), not what cancellation in
+    ``ht + zt (Ht-1 - ht)`` left (0); with ``zt = 0.5`` and ``ht = +inf``, ``+inf``,
+    not NaN."""
+    big = dt(1e8) if dt == np.float32 else dt(1e17)
+    X = np.array([[[1.0]]], dt)
+    W = np.array([[[0.0], [0.0], [big]]], dt)  # z, r, h rows
+    R = np.zeros((1, 3, 1), dt)
+    B = np.array([[40.0, 0, 0, 0, 0, 0]], dt)  # Wbz = 40: zt = sigmoid(40) = 1 exactly
+    initial_h = np.array([[[0.5]]], dt)
+    kwargs = {"activations": ["Sigmoid", "Relu"], "linear_before_reset": lbr}
+    with backends.use(backend):
+        _, Y_h = orc.gru(X, W, R, B, initial_h=initial_h, **kwargs)
+        assert Y_h.item() == 0.5
+        huge = dt(1e20) if dt == np.float32 else dt(1e200)
+        X_inf, W_inf = np.full((1, 1, 1), huge, dt), np.array([[[0.0], [0.0], [huge]]], dt)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # NumPy's overflow
+            _, Y_h = orc.gru(X_inf, W_inf, R, **kwargs)  # zt = 0.5, ht = Relu(inf)
+        assert Y_h.item() == np.inf

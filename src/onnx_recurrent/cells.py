@@ -267,9 +267,12 @@ class GRUCell(Cell):
             np.matmul(rh, w.RT[:, 2 * H :], out=hh)
         hh += xw[:, 2 * H :]
         gate("h", g, hh, spec.clip, probe)
-        # Ht = (1 - z) h + z Ht-1 = h + z (Ht-1 - h)
-        h -= hh
-        h *= zr[:, :H]
+        # Ht = (1 - z) h + z Ht-1, as the spec writes it (h + z (Ht-1 - h) loses Ht-1
+        # where |h| is far larger, and makes NaN of an infinite h)
+        z, rest = zr[:, :H], work["rh"][:n]
+        np.subtract(1, z, out=rest)
+        hh *= rest
+        h *= z
         h += hh
 
 

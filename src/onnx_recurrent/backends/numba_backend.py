@@ -21,7 +21,7 @@ from typing import ClassVar
 import numba
 import numpy as np
 from llvmlite import ir
-from numba.core import types
+from numba.core import cgutils, types
 from numba.core.extending import intrinsic, overload
 
 from ..activations import ActivationCode
@@ -230,12 +230,12 @@ def _gru_zr_row(pre, hp, g, rh, a, clip, fast):
 
 @_jit
 def _gru_out(g, hp, h, a, fast):
-    """ht = g(its clipped input, in g[2H:]), then Ht = ht + z (Ht-1 - ht) (z in g[:H])."""
+    """ht = g(its clipped input, in g[2H:]), then Ht = (1 - z) ht + z Ht-1 (z in g[:H])."""
     H = h.shape[0]
     n = g[2 * H : 3 * H]
     _gate(a, 1, n, fast)
     for j in range(H):
-        h[j] = n[j] + g[j] * (hp[j] - n[j])
+        h[j] = _blend(g[j], n[j], hp[j])
 
 
 @_jit
@@ -333,6 +333,28 @@ def _tanh_typed(x):
     return lambda x: _tanh64(x)
 
 
+@intrinsic
+def _blend(typingctx, z, ht, hp):
+    """GRU's ``Ht = (1 - z) ht + z Ht-1`` as the spec writes it (``ht + z (Ht-1 - ht)``
+    loses ``Ht-1`` where ``|ht|`` is far larger, and makes NaN of an infinite ``ht``):
+    ``fma(z, Ht-1, (1 - z) ht)``, its instructions without fast-math flags, so that
+    the same bits come out of every loop it is inlined into (with contraction allowed,
+    the compiler may fuse either product)."""
+    if not isinstance(z, types.Float) or not z == ht == hp:
+        return None
+
+    def codegen(context, builder, signature, args):
+        z_, ht_, hp_ = args
+        t = context.get_value_type(signature.return_type)
+        fma = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(t, [t] * 3), f"llvm.fma.f{z.bitwidth}"
+        )
+        rest = builder.fmul(builder.fsub(ir.Constant(t, 1.0), z_), ht_)
+        return builder.call(fma, [z_, hp_, rest])
+
+    return z(z, ht, hp), codegen
+
+
 @_jit
 def _standard(codes, kind, peepholes):
     """Whether a cell of ``kind`` (0 RNN, 1 GRU, 2 LSTM) with activation ``codes`` and
@@ -377,12 +399,12 @@ def _gru_zr_rows(pre, old, z, rh, n, j0, j1, clip):
 def _gru_h_pass(pre_h, hp, h, z, clip):
     for j in range(h.shape[0]):
         ht = _tanh(_clipped(pre_h[j], clip))
-        h[j] = ht + z[j] * (hp[j] - ht)
+        h[j] = _blend(z[j], ht, hp[j])
 
 
 @_jit
 def _gru_h_rows(pre_h, old, new, z, n, j0, j1, clip):
-    """Ht = ht + z (Ht-1 - ht), ht from its input ``pre_h`` (``linear_before_reset`` 0)."""
+    """Ht = (1 - z) ht + z Ht-1, ht from its input ``pre_h`` (``linear_before_reset`` 0)."""
     same = old.ctypes.data == new.ctypes.data
     for b in range(n):
         h = new[b, j0:j1]
@@ -399,7 +421,7 @@ def _gru_lbr_pass(pre, xh, hh, hp, h, clip):
         z = _sigmoid(_clipped(pre[j], clip))
         r = _sigmoid(_clipped(pre[H + j], clip))
         ht = _tanh(_clipped(xh[j] + r * hh[j], clip))
-        h[j] = ht + z * (hp[j] - ht)
+        h[j] = _blend(z, ht, hp[j])
 
 
 @_jit
