@@ -6,10 +6,13 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import onnx
 import pytest
+
+import onnx_recurrent
 
 from models import node_model, random_inputs
 
@@ -311,6 +314,24 @@ def test_a_map_output_is_refused_before_the_run(tmp_path):
     done = _cli("run", str(tmp_path / "m.onnx"))
     assert done.returncode == 0, done.stderr
     assert "output z: sequence of 1 maps [{0: " in done.stdout
+
+
+def test_run_output_naming_an_input_is_refused(tmp_path):
+    """-o naming the model or a -i file (as given, through a link): status 2, one
+    line, the file untouched. Before, the model became the .npz (status 0) and the
+    next run failed on it."""
+    model = tmp_path / "model.onnx"
+    shutil.copy(Path(onnx_recurrent.__file__).parent / "data" / "example_gru.onnx", model)
+    x = tmp_path / "x.npy"
+    np.save(x, np.ones((2, 5, 16), np.float32))
+    (tmp_path / "alias.onnx").symlink_to(model)
+    saved = {p: p.read_bytes() for p in (model, x)}
+    for output, given in ((model, ()), (tmp_path / "alias.onnx", ()), (x, ("-i", f"x={x}"))):
+        done = _cli("run", str(model), *given, "-o", str(output))
+        assert done.returncode == 2, done.stderr
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1 and f"-o {output} is the input file" in lines[0], done.stderr
+        assert all(p.read_bytes() == content for p, content in saved.items())
 
 
 def test_an_output_file_is_replaced_with_its_mode_through_its_link(tmp_path, monkeypatch):

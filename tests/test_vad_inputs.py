@@ -425,6 +425,23 @@ def test_output_naming_an_input_is_refused(tmp_path, capsys, monkeypatch):
         assert recording.read_bytes() == original, args
 
 
+def test_a_plot_never_overwrites_a_recording(tmp_path, capsys):
+    """--plot DIR names a recording's plot after it (``x.wav.png``); where that is an
+    input (a recording so named, in DIR), the plot takes the next free name. Before,
+    the recording became a PNG."""
+    pytest.importorskip("matplotlib")
+    _model_or_skip()
+    recording = tmp_path / "x.wav.png"  # audio, whatever its name says
+    recording.write_bytes(SPEECH.read_bytes())
+    other = tmp_path / "x.wav"
+    other.write_bytes(SPEECH.read_bytes())
+    original = recording.read_bytes()
+    status, _, err = _main(capsys, recording, other, "--plot", tmp_path)
+    assert status == 0, err
+    assert recording.read_bytes() == original
+    assert (tmp_path / "x.wav-1.png").read_bytes()[:4] == b"\x89PNG"
+
+
 # --- 4. file names that are not valid UTF-8 --------------------------------------------
 
 

@@ -284,6 +284,24 @@ def writable(path: str, option: str) -> None:
         raise RecurrentError(f"{option} {path}: the file is not writable")
 
 
+def same_file(output: str | os.PathLike, files: Sequence[str | os.PathLike]) -> str | None:
+    """The one of ``files`` that ``output`` names (the same file: same device and
+    inode, through any link or spelling of its path), or None: writing an output there
+    would destroy that input."""
+    try:
+        target = os.stat(output)
+    except (OSError, ValueError):  # not there yet: nothing to overwrite
+        return None
+    for path in files:
+        try:
+            found = os.stat(path)
+        except (OSError, ValueError):  # a missing input gets its own error later
+            continue
+        if (found.st_dev, found.st_ino) == (target.st_dev, target.st_ino):
+            return os.fspath(path)
+    return None
+
+
 def _in_place(path: str) -> bool:
     """Whether ``path`` names a device or a pipe (``/dev/null``): written in place."""
     return os.path.exists(path) and not os.path.isfile(path) and not os.path.isdir(path)

@@ -36,6 +36,8 @@ from .arguments import (
     file_name,
     model_feeds,
     note_first_use,
+    parse_pairs,
+    same_file,
     saving,
     writable,
 )
@@ -110,6 +112,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         if not output.endswith(".npz") and not os.path.exists(output):  # as numpy.savez
             output += ".npz"  # (an existing file, device or pipe is written as named)
         writable(output, "-o")
+        inputs = [] if args.model is None else [args.model]
+        inputs += parse_pairs(args.input or [], "-i").values()
+        clash = same_file(output, inputs)
+        if clash is not None:
+            raise RecurrentError(
+                f"-o {output} is the input file {clash}: writing the outputs there would "
+                "overwrite it; give -o another file"
+            )
     if args.model is None:
         if args.input or args.dim:
             given = "-i" if args.input else "--dim"

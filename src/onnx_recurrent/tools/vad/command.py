@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from ...errors import RecurrentError, import_optional, one_line
-from ..arguments import add_host, file_name, number, saving, writable
+from ..arguments import add_host, file_name, number, same_file, saving, writable
 from .audio import AUDIO_SUFFIXES, AudioError, find_audio_files
 from .model import INSTALL_EXTRA
 from .segments import SEGMENT_OPTIONS, check_segment_options
@@ -218,23 +218,6 @@ def _reason(error: BaseException) -> str:
     return one_line(error, named=False, typed=not isinstance(error, (OSError, ValueError)))
 
 
-def _input_at(output: str, files: list[str]) -> str | None:
-    """The input file that ``output`` names (the same file: same device and inode,
-    through any link or spelling of its path), or None."""
-    try:
-        target = os.stat(output)
-    except OSError:  # not there yet: no recording to overwrite
-        return None
-    for path in files:
-        try:
-            found = os.stat(path)
-        except OSError:  # a missing input gets its error row later
-            continue
-        if (found.st_dev, found.st_ino) == (target.st_dev, target.st_ino):
-            return path
-    return None
-
-
 def _rows_stream(output: str | None, stack: ExitStack) -> IO[str]:
     """Where the rows go: ``output`` (UTF-8; a temporary file renamed over it when the
     stack closes without an exception: :func:`..arguments.saving`) or stdout. A file
@@ -302,17 +285,21 @@ class _Progress:
 class _Plotter:
     """Per-recording PNGs into a directory, unique names, probabilities if needed."""
 
-    def __init__(self, directory: Path, args: argparse.Namespace, threshold: float) -> None:
+    def __init__(
+        self, directory: Path, args: argparse.Namespace, threshold: float, keep: list[str]
+    ) -> None:
         self.directory = directory
         self._args = args
         self._threshold = threshold
         self._used: set[str] = set()
         self._session: Any = None
+        #: files a plot must not overwrite: the recordings, and -o's
+        self._keep = keep
 
     def _name(self, path: str) -> Path:
         base = Path(path).name or "recording"
         name, k = base + ".png", 1
-        while name in self._used:
+        while name in self._used or same_file(self.directory / name, self._keep):
             name, k = f"{base}-{k}.png", k + 1
         self._used.add(name)
         return self.directory / name
@@ -410,7 +397,7 @@ def cmd_vad(args: argparse.Namespace) -> int:
 
     output = args.output
     json_lines = output is not None and Path(output).suffix.lower() in (".jsonl", ".json")
-    clash = None if output is None else _input_at(output, files)
+    clash = None if output is None else same_file(output, files)
     if clash is not None:
         return _fail(
             f"-o {output} is the input file {clash}: writing the rows there would "
@@ -428,7 +415,9 @@ def cmd_vad(args: argparse.Namespace) -> int:
         if args.plot is not None:
             directory = Path(args.plot)
             directory.mkdir(parents=True, exist_ok=True)
-            plotter = _Plotter(directory, args, options["threshold"])
+            plotter = _Plotter(
+                directory, args, options["threshold"], [*files, *([output] if output else [])]
+            )
         bar = _Progress()
         stack.callback(bar.close)
         try:
