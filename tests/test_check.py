@@ -207,8 +207,12 @@ def test_a_peer_that_cannot_run_the_model_is_reported(tmp_path, capsys):
     feeds = random_inputs("LSTM", full=False)
     feeds["X"] = np.ascontiguousarray(feeds["X"].swapaxes(0, 1))
     argv = _save(tmp_path, node_model("LSTM", feeds, {"layout": 1, "hidden_size": 3}))
-    assert _main(*argv, "--peer", "onnxruntime") == 0
+    # the only peer did not run: nothing verified, so not status 0 (it was, with "every
+    # peer that ran agrees")
+    assert _main(*argv, "--peer", "onnxruntime") == 3
     out = capsys.readouterr().out
+    assert "result: nothing compared: no peer ran the model" in out
+    assert "every peer that ran agrees" not in out
     refused = probes.probe("onnxruntime", probes.Form("LSTM"), probes.LAYOUT)
     assert refused.refused is not None  # what the lint says comes from its probe
     assert f"onnxruntime: does not support layout=1 (refused: {refused.refused})" in out
@@ -277,9 +281,24 @@ def test_onnxruntime_is_not_run_where_it_would_end_the_process(tmp_path, op):
         text=True,
         timeout=300,
     )
-    assert done.returncode == 0, (done.returncode, done.stderr)
+    assert done.returncode == 3, (done.returncode, done.stderr)  # nothing compared
     assert "error: RuntimeError: not run: the input 'X' is empty" in done.stdout
     assert "(onnxruntime could not run it)" in done.stdout
+
+
+def test_bfloat16_outputs_are_compared_as_numbers():
+    """ml_dtypes' bfloat16 is NumPy kind 'V': its outputs were compared as text, so
+    any difference (bfloat16 rounding: 0.017) was "not the same structure or text",
+    whatever --atol and --rtol."""
+    import ml_dtypes
+
+    from onnx_recurrent.tools.check.trace import compare
+
+    ours = np.array([0.5, 1.25], ml_dtypes.bfloat16)
+    theirs = np.array([0.5, 1.2578125], ml_dtypes.bfloat16)
+    near = compare("Y", "p", ours, theirs, 0.01, 0)
+    assert not near.exceeds and near.error is None and near.max_abs == pytest.approx(0.0078125)
+    assert compare("Y", "p", ours, theirs, 0.001, 0).exceeds
 
 
 def test_openvino_layout_1_gives_wrong_shapes(tmp_path, capsys):

@@ -160,7 +160,8 @@ def check(
 
 def cmd_check(args: argparse.Namespace) -> int:
     """``onnx-recurrent check``: print the lint, the table and the trace; 1 if a peer
-    differs (a bad file or argument raises: the command line prints it, status 2)."""
+    differs, :data:`NOTHING_COMPARED` if none ran (a bad file or argument raises: the
+    command line prints it, status 2)."""
     model = load_model(args.model)
     note_first_use()  # a session compiles its kernels when it is made
     session = InferenceSession(model, host=args.host)
@@ -218,11 +219,17 @@ def cmd_check(args: argparse.Namespace) -> int:
     if failing:
         print(f"\nresult: {', '.join(failing)} beyond the tolerance{note}")
         return 1
+    if not any(c.error is None for c in report.comparisons):
+        why = note.strip(" ()") or "no peer installed"
+        print(f"\nresult: nothing compared: no peer ran the model ({why})")
+        return NOTHING_COMPARED
     print(f"\nresult: every peer that ran agrees within the tolerance{note}")
     return 0
 
 
 _tolerance = number(float, 0, "a tolerance")
+#: the exit status where no peer ran the model: nothing was verified
+NOTHING_COMPARED = 3
 
 
 def add_parser(subparsers: Any) -> None:
@@ -234,7 +241,8 @@ def add_parser(subparsers: Any) -> None:
             "Run MODEL on onnx-recurrent and on onnxruntime, onnx.reference and OpenVINO "
             "(those installed), lint its recurrent nodes for what each peer is probed to "
             "get wrong, and print the largest differences. Exit status 1 when a peer "
-            "differs beyond --atol/--rtol, 2 for a usage error."
+            "differs beyond --atol/--rtol, 2 for a usage error, 3 when no peer could run "
+            "the model (nothing compared)."
         ),
     )
     p.add_argument("model", help="path to an .onnx model")

@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 import onnx
 from onnx import helper
@@ -70,6 +71,12 @@ def compare(name: str, peer: str, ours: Any, theirs: Any, atol: float, rtol: flo
     return Comparison(name, peer, float(d.max()), float(rel.max()), exceeds)
 
 
+#: float types of ml_dtypes (NumPy's kind 'V'), compared as numbers
+_ML_FLOATS = {
+    np.dtype(getattr(ml_dtypes, n)) for n in ("bfloat16", "float8_e4m3fn", "float8_e5m2")
+}
+
+
 def _walk(value: Any) -> tuple[np.ndarray, list]:
     """An output's numbers (float64, in order) and the rest of it: the lengths of its
     sequences, its maps' keys, its tensors' shapes and their text (not numbers)."""
@@ -87,7 +94,8 @@ def _walk(value: Any) -> tuple[np.ndarray, list]:
                 visit(item)
         else:
             array = np.asarray(v)
-            numeric = array.dtype.kind in "biuf"
+            # ml_dtypes' bfloat16 and float8s are numbers too, of kind 'V'
+            numeric = array.dtype.kind in "biuf" or array.dtype in _ML_FLOATS
             rest.append((array.shape, numeric))
             if numeric:
                 numbers.append(array.astype(np.float64).ravel())
