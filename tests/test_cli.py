@@ -102,6 +102,8 @@ def test_run_model_with_given_and_random_inputs(tmp_path):
         (["check", "{tmp}"], "is a directory, not an .onnx file"),
         (["check", "{model}", "-i", "X={model}"], "-i X={model}: not a .npy file"),
         (["check", "{model}", "--dim", "T=-2"], "--dim T=-2: the value must be a positive"),
+        # an ONNX dim is an int64: NumPy's or onnx's own words before
+        (["check", "{model}", "--dim", "T=9223372036854775808"], "integer up to 922337203"),
         (["check", "{model}", "--atol", "-1"], "--atol: expected a tolerance, 0 or more"),
         (["check", "{model}", "--peer", "nope"], "argument --peer: invalid choice: 'nope'"),
         (["bench", "--repeat", "0", "--list"], "--repeat: expected a number of rounds, 1 or"),
@@ -577,3 +579,27 @@ def test_dims_too_large_for_the_memory_name_the_input(tmp_path):
     done = _cli("run", str(tmp_path / "gru.onnx"), "--dim", "T=1000000000000")
     assert done.returncode == 2
     assert "input 'X': drawing shape [1000000000000, 3, 4] needs" in done.stderr, done.stderr
+    # more elements than NumPy can index: its ValueError ("array is too big") before
+    done = _cli("run", str(tmp_path / "gru.onnx"), "--dim", "T=9223372036854775807")
+    assert done.returncode == 2
+    assert "input 'X': drawing shape [9223372036854775807, 3, 4] needs" in done.stderr
+
+
+def test_closed_stderr_keeps_the_rows_on_stdout_clean(tmp_path):
+    """stderr closed (``2>&-``, as some daemons start tools): Python's print sent the
+    error lines to stdout; vad's progress bar asked None whether it was a terminal."""
+    feeds = random_inputs("GRU", full=False)
+    model = node_model("GRU", feeds, {"hidden_size": 3})
+    onnx.save(model, tmp_path / "gru.onnx")
+    done = subprocess.run(
+        [*CLI, "run", str(tmp_path / "gru.onnx"), "--dim", "nosuch=1"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        timeout=120,
+        pass_fds=(),
+        close_fds=True,
+        preexec_fn=lambda: os.close(2),
+    )
+    assert done.returncode == 2
+    assert "error" not in done.stdout, done.stdout

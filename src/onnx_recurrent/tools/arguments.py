@@ -96,6 +96,10 @@ def free_dims(inputs: Sequence[NodeArg]) -> dict[str, list[tuple[str, int]]]:
     return keys
 
 
+#: the largest ``--dim`` value: an ONNX dim is an int64
+MAX_DIM = 2**63 - 1
+
+
 def parse_dims(pairs: Sequence[str], inputs: Sequence[NodeArg]) -> dict[str, int]:
     """``--dim`` values: positive integers for the free dims of ``inputs``, named by
     their name or, for an unnamed one, as ``INPUT:AXIS``."""
@@ -115,8 +119,11 @@ def parse_dims(pairs: Sequence[str], inputs: Sequence[NodeArg]) -> dict[str, int
             dims[name] = int(value)
         except ValueError:
             dims[name] = 0
-        if dims[name] < 1:
-            raise RecurrentError(f"--dim {name}={value}: the value must be a positive integer")
+        if not 1 <= dims[name] <= MAX_DIM:
+            raise RecurrentError(
+                f"--dim {name}={value}: the value must be a positive integer up to {MAX_DIM} "
+                "(an ONNX dim is an int64)"
+            )
     return dims
 
 
@@ -190,7 +197,7 @@ def random_feeds(
                 shape.append(1 if isinstance(d, str) and "batch" in d.lower() else 8)
         try:
             feeds[arg.name] = rng.standard_normal(shape).astype(dtype)
-        except MemoryError:
+        except (MemoryError, ValueError):  # ValueError: more than NumPy can index
             size = np.prod(shape, dtype=float) * 8 / 2**30
             raise RecurrentError(
                 f"input {arg.name!r}: drawing shape {shape} needs {size:.3g} GiB, more "

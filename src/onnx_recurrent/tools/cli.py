@@ -259,6 +259,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     left as they were).
     """
     argv = list(sys.argv[1:] if argv is None else argv)
+    for name in ("stdout", "stderr"):
+        if getattr(sys, name) is None:  # closed by the caller (>&-, 2>&-): Python's print
+            setattr(sys, name, open(os.devnull, "w"))  # sent stderr's lines to stdout
     command = next((a for a in argv if not a.startswith("-")), None)
     args = build_parser(command if command in COMMANDS else None).parse_args(argv)
     prog = f"onnx-recurrent {args.command}"

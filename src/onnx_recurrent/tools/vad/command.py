@@ -258,7 +258,7 @@ class _Progress:
         self._bar: Any = None
 
     def start(self, files: list[str]) -> None:
-        if not sys.stderr.isatty():
+        if sys.stderr is None or not sys.stderr.isatty():  # None: closed (2>&-)
             return
         try:
             from tqdm import tqdm
