@@ -603,3 +603,22 @@ def test_closed_stderr_keeps_the_rows_on_stdout_clean(tmp_path):
     )
     assert done.returncode == 2
     assert "error" not in done.stdout, done.stdout
+
+
+def test_a_failing_node_is_one_line_without_onnxruntimes_log(tmp_path):
+    """onnxruntime logged the failing custom node on stderr (in colour, under its
+    internal names) before the command's own line."""
+    pytest.importorskip("onnxruntime_extensions")
+    feeds = random_inputs("GRU", full=False)
+    feeds["sequence_lens"] = np.array([9, 1, 1], np.int32)  # past T = 5
+    model = node_model("GRU", feeds, {"hidden_size": 3})
+    onnx.save(model, tmp_path / "gru.onnx")
+    args = []
+    for name, value in feeds.items():
+        np.save(tmp_path / f"{name}.npy", value)
+        args += ["-i", f"{name}={tmp_path / f'{name}.npy'}"]
+    done = _cli("run", str(tmp_path / "gru.onnx"), "--host", "onnxruntime", *args)
+    assert done.returncode == 2
+    lines = [s for s in done.stderr.splitlines() if "compiling the kernels" not in s]
+    assert len(lines) == 1 and "sequence_lens" in lines[0], done.stderr
+    assert "onnxruntime" not in lines[0].split("error:")[0]

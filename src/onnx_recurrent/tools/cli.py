@@ -265,6 +265,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = next((a for a in argv if not a.startswith("-")), None)
     args = build_parser(command if command in COMMANDS else None).parse_args(argv)
     prog = f"onnx-recurrent {args.command}"
+    _quiet_onnxruntime()
     with warnings.catch_warnings():
         warnings.showwarning = lambda message, *_, **__: print(
             f"{prog}: warning: {one_line(message, typed=False).removeprefix('onnx-recurrent: ')}",
@@ -282,6 +283,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         except Exception as e:  # ours and OSError bare; a host's (onnxruntime...) typed
             print(f"{prog}: error: {one_line(e)}", file=sys.stderr)
     return 2
+
+
+def _quiet_onnxruntime() -> None:
+    """Turn onnxruntime's log off for the command: it logs a failing node on stderr (in
+    colour, under the host's internal operator and node names) before the exception
+    that the command prints in one line, and its warnings unformatted."""
+    if find_spec("onnxruntime") is None:
+        return
+    import onnxruntime
+
+    onnxruntime.set_default_logger_severity(4)  # fatal only: errors reach us as exceptions
 
 
 def _stdout_closed() -> int:
