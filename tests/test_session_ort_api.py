@@ -358,3 +358,22 @@ def test_copy_shares_the_session_as_onnxruntimes_does(host):
     for refused in (pickle.dumps, copy.deepcopy):
         with pytest.raises(TypeError, match="cannot pickle"):
             refused(twin)
+
+
+@pytest.mark.parametrize("host", ["onnxruntime", "reference"])
+def test_outputs_are_writable_arrays_of_their_own(host):
+    """An initializer that is a graph output (and an Identity of one) came back from
+    the reference host as the read-only array it keeps: writing into it raised, where
+    onnxruntime's outputs are the caller's to change. A second call is unchanged."""
+    model, feeds = _model_and_feeds()
+    graph = model.graph
+    graph.node.append(onnx.helper.make_node("Identity", ["R"], ["R_out"]))
+    graph.output.append(onnx.helper.make_tensor_value_info("R_out", onnx.TensorProto.FLOAT, None))
+    graph.output.append(onnx.helper.make_tensor_value_info("W", onnx.TensorProto.FLOAT, None))
+    session = orc.InferenceSession(model, host=host)
+    first = session.run(None, feeds)
+    for out in first:
+        assert out.flags.writeable
+        out[...] = 7.0
+    second = session.run(None, feeds)
+    assert not np.array_equal(second[-1], first[-1]) and not np.all(second[0] == 7.0)

@@ -107,11 +107,21 @@ class ReferenceHost:
         self, output_names: Sequence[str], feeds: dict[str, np.ndarray], run_options: Any
     ) -> list[np.ndarray]:
         try:
-            return list(self._evaluator.run(list(output_names), feeds))
+            return [_owned(r) for r in self._evaluator.run(list(output_names), feeds)]
         except (*_UNCLEAR, ValueError, TypeError, RuntimeError) as e:
             if _raised_here(e):
                 raise
             raise _engine_error(e) from e
+
+
+def _owned(value: Any) -> Any:
+    """An output the caller may write into, as onnxruntime's are: onnx.reference hands
+    back an initializer that is a graph output as the read-only array it keeps."""
+    if isinstance(value, np.ndarray) and not value.flags.writeable:
+        return value.copy()
+    if isinstance(value, list):
+        return [_owned(v) for v in value]
+    return value
 
 
 def _default_domain(model: onnx.ModelProto) -> onnx.ModelProto:
