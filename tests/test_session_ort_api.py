@@ -377,3 +377,44 @@ def test_outputs_are_writable_arrays_of_their_own(host):
         out[...] = 7.0
     second = session.run(None, feeds)
     assert not np.array_equal(second[-1], first[-1]) and not np.all(second[0] == 7.0)
+
+
+@pytest.mark.parametrize("host", ["onnxruntime", "reference"])
+def test_errors_are_also_onnxruntimes_classes(tmp_path, host):
+    """Code written for onnxruntime's session catches its pybind classes (``except
+    InvalidArgument``): ours raised only ValueError/TypeError/RuntimeError subclasses.
+    Now each is also onnxruntime's class for that failure, its message and own class
+    unchanged."""
+    from onnxruntime.capi import onnxruntime_pybind11_state as state
+
+    model, feeds = _model_and_feeds()
+    session = orc.InferenceSession(model, host=host)
+    wrong = {**feeds, "X": feeds["X"].astype(np.float64)}
+    with pytest.raises(state.InvalidArgument, match=r"input 'X': expected element type") as e:
+        session.run(None, wrong)
+    assert isinstance(e.value, orc.RecurrentTypeError) and type(e.value).__name__ == (
+        "RecurrentTypeError"
+    )
+    with pytest.raises(state.InvalidArgument) as e:  # a node's own error
+        session.run(None, {**feeds, "sequence_lens": np.full_like(feeds["sequence_lens"], 99)})
+    assert isinstance(e.value, orc.RecurrentError) and "sequence_lens" in str(e.value)
+    with pytest.raises(state.InvalidArgument):
+        session.run(["nosuch"], feeds)
+    with pytest.raises(state.NoSuchFile) as e:
+        orc.InferenceSession(str(tmp_path / "missing.onnx"), host=host)
+    assert isinstance(e.value, FileNotFoundError)
+    with pytest.raises(state.InvalidProtobuf) as e:
+        orc.InferenceSession(b"not a model", host=host)
+    assert isinstance(e.value, orc.RecurrentError)
+
+
+def test_a_refusal_is_onnxruntimes_own_class():
+    """onnxruntime's refusal of the model keeps its class (here ``Fail``), beside our
+    RuntimeError."""
+    from onnxruntime.capi import onnxruntime_pybind11_state as state
+
+    model, _ = _model_and_feeds()
+    model.graph.output[1].type.tensor_type.elem_type = onnx.TensorProto.DOUBLE  # Y_h: float
+    with pytest.raises(state.Fail, match="onnxruntime refuses the model") as e:
+        orc.InferenceSession(model, host="onnxruntime")
+    assert isinstance(e.value, RuntimeError)

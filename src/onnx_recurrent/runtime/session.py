@@ -10,6 +10,7 @@ anything runs, the same way under both hosts.
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import warnings
 from collections.abc import Mapping, Sequence
@@ -422,6 +423,41 @@ def _check_text(model: onnx.ModelProto) -> None:
             check(f"attribute name of node {n.name!r}", [a.name for a in n.attribute])
 
 
+#: (our exception class, onnxruntime's) -> the class that is both
+_FLAVOURS: dict[tuple[type, type], type] = {}
+
+
+def _flavoured(error: BaseException, theirs: str | type) -> BaseException:
+    """``error``, where onnxruntime is loaded, as an instance of its own class and of
+    onnxruntime's exception ``theirs`` (a name in ``onnxruntime_pybind11_state``, such
+    as ``"InvalidArgument"``, or the class), so that code written for onnxruntime's
+    session (``except InvalidArgument``) catches it as it caught onnxruntime's: the
+    message, class name and attributes unchanged; its cause and traceback kept."""
+    state = sys.modules.get("onnxruntime.capi.onnxruntime_pybind11_state")
+    if isinstance(theirs, str):
+        theirs = getattr(state, theirs, None) if state is not None else None
+    if not isinstance(theirs, type) or not issubclass(theirs, Exception):
+        return error
+    if isinstance(error, theirs):
+        return error
+    ours = type(error)
+    both = _FLAVOURS.get((ours, theirs))
+    if both is None:
+        try:
+            both = type(ours.__name__, (ours, theirs), {"__module__": ours.__module__})
+        except TypeError:  # layouts that cannot be combined
+            return error
+        both.__qualname__ = ours.__qualname__
+        _FLAVOURS[ours, theirs] = both
+    args = error.args
+    if isinstance(error, OSError) and error.filename is not None:
+        args = (error.errno, error.strerror, error.filename)
+    flavoured = both.__new__(both, *args)
+    flavoured.__dict__.update(getattr(error, "__dict__", {}))
+    flavoured.__cause__, flavoured.__suppress_context__ = error.__cause__, True
+    return flavoured.with_traceback(error.__traceback__)
+
+
 def _not_picklable(cls: type) -> str:
     """What pickling a session says: onnxruntime's words, and what to do instead."""
     name = f"onnx_recurrent.{cls.__name__}"
@@ -554,6 +590,14 @@ class InferenceSession:
     -----
     ``run`` may be called from several threads at once, as with onnxruntime.
 
+    Where onnxruntime is loaded, each error raised here or by :meth:`run` is also an
+    instance of onnxruntime's exception class for that failure (from
+    ``onnxruntime.capi.onnxruntime_pybind11_state``), as code written for its session
+    catches them: ``NoSuchFile`` for a missing file, ``InvalidProtobuf`` for one that
+    is not a model, onnxruntime's own class where it refuses the model, ``Fail`` for
+    the rest of a session's creation; ``InvalidArgument`` for a bad call of ``run``
+    or a recurrent node's error. The message and the class named above are unchanged.
+
     A session cannot be pickled (nor deep-copied), as onnxruntime's cannot: it holds
     onnxruntime's native session and layers compiled in this process. Make one in
     each process from the model, whose path or bytes pickle
@@ -572,6 +616,19 @@ class InferenceSession:
         host: str = "auto",
         _zero_size_states: bool = False,
     ) -> None:
+        try:
+            self._create(model, sess_options, providers, provider_options, host, _zero_size_states)
+        except FileNotFoundError as e:
+            raise _flavoured(e, "NoSuchFile")  # noqa: B904 (its own cause kept)
+        except (RecurrentError, RecurrentTypeError) as e:
+            raise _flavoured(e, "InvalidProtobuf" if self._loading else "Fail")  # noqa: B904
+        except RuntimeError as e:
+            raise _flavoured(e, getattr(e, "onnxruntime_type", None) or "Fail")  # noqa: B904
+
+    def _create(
+        self, model, sess_options, providers, provider_options, host, _zero_size_states
+    ) -> None:
+        self._loading = True  # which of onnxruntime's exceptions a failure is
         if host not in HOSTS:
             raise RecurrentError(f"host must be one of {list(HOSTS)}, got {host!r}")
         # the variables the nodes read, here under either host: a bad one failed inside
@@ -581,6 +638,7 @@ class InferenceSession:
         self._choice = host
         self._sess_options = sess_options
         self._model = load_model(model)
+        self._loading = False
         _check_text(self._model)
         check_opset_imports(self._model)
         check_no_custom_nodes(self._model)
@@ -980,23 +1038,26 @@ class InferenceSession:
         KeyboardInterrupt
             Ctrl-C during the call; the session stays usable.
         """
-        output_names = self._output_list(output_names)
-        host = self._host
-        refused = None
-        if (
-            type(input_feed) is dict
-            and host.checks_feeds
-            # every input fed by name, no initializer: the host runs onnxruntime's C++
-            # session, which checks their types and shapes but not that all are there
-            and input_feed.keys() == self._feed_checks.keys()
-        ):  # the host checks arrays: ours word its refusal (the same errors, less code
-            # on a call's path: 1 µs, 40 µs when a call finds the caches cold)
-            refused = self._check_feeds
-            for value in input_feed.values():
-                if type(value) is not np.ndarray or not value.dtype.isnative:
-                    refused = None
-                    break
-        checked = input_feed if refused is not None else self._check_feeds(input_feed)
-        if refused is None:
-            return host.run(output_names, checked, run_options)
-        return host.run(output_names, checked, run_options, refused)
+        try:  # onnxruntime's class for a bad call too (:func:`_flavoured`)
+            output_names = self._output_list(output_names)
+            host = self._host
+            refused = None
+            if (
+                type(input_feed) is dict
+                and host.checks_feeds
+                # every input fed by name, no initializer: the host runs onnxruntime's C++
+                # session, which checks their types and shapes but not that all are there
+                and input_feed.keys() == self._feed_checks.keys()
+            ):  # the host checks arrays: ours word its refusal (the same errors, less code
+                # on a call's path: 1 µs, 40 µs when a call finds the caches cold)
+                refused = self._check_feeds
+                for value in input_feed.values():
+                    if type(value) is not np.ndarray or not value.dtype.isnative:
+                        refused = None
+                        break
+            checked = input_feed if refused is not None else self._check_feeds(input_feed)
+            if refused is None:
+                return host.run(output_names, checked, run_options)
+            return host.run(output_names, checked, run_options, refused)
+        except (RecurrentError, RecurrentTypeError) as e:
+            raise _flavoured(e, "InvalidArgument")  # noqa: B904 (its own cause kept)

@@ -42,7 +42,9 @@ def make_host(
         return OnnxruntimeHost(model, bound, sess_options, providers, provider_options), ""
     except HostUnavailable as e:
         if host == "onnxruntime":
-            raise RuntimeError(f"host='onnxruntime' cannot run this model: {e}") from None
+            error = RuntimeError(f"host='onnxruntime' cannot run this model: {e}")
+            error.onnxruntime_type = e.onnxruntime_type  # type: ignore[attr-defined]
+            raise error from None
         from .reference import ReferenceHost
 
         return ReferenceHost(model, bound), str(e)

@@ -66,7 +66,10 @@ _library: str | None = None
 
 
 class HostUnavailable(RuntimeError):
-    """The onnxruntime host cannot run this model here (the message says why)."""
+    """The onnxruntime host cannot run this model here (the message says why);
+    ``onnxruntime_type``: the class of onnxruntime's own exception, where it refused."""
+
+    onnxruntime_type: type | None = None
 
 
 def _type_name(elem: int) -> str:
@@ -481,7 +484,9 @@ class OnnxruntimeHost:
                 )
             except Exception as e:  # onnxruntime's own exception types
                 why = _their_names(one_line(e, typed=False), rewritten, keys)
-                raise HostUnavailable(f"onnxruntime refuses the model: {why}") from None
+                refusal = HostUnavailable(f"onnxruntime refuses the model: {why}")
+                refusal.onnxruntime_type = type(e)
+                raise refusal from None
         except BaseException:
             _forget(list(keys))
             raise
