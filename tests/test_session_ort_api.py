@@ -418,3 +418,30 @@ def test_a_refusal_is_onnxruntimes_own_class():
     with pytest.raises(state.Fail, match="onnxruntime refuses the model") as e:
         orc.InferenceSession(model, host="onnxruntime")
     assert isinstance(e.value, RuntimeError)
+
+
+@pytest.mark.parametrize("host", ["onnxruntime", "reference"])
+def test_output_shapes_are_reported_as_onnxruntime_infers_them(host):
+    """Outputs declared without a shape (or with named or unknown dims where inference
+    knows better): onnxruntime's get_outputs reports the inferred shape; ours gave the
+    declaration (None), and code sizing buffers from it broke."""
+    model, _ = _model_and_feeds()
+    model.graph.node[0].attribute.append(onnx.helper.make_attribute("hidden_size", 4))
+    Y, Y_h = model.graph.output[0], model.graph.output[1]
+    Y.type.tensor_type.ClearField("shape")
+    Y_h.type.tensor_type.ClearField("shape")
+    for dim in ("a", None, 4):
+        d = Y_h.type.tensor_type.shape.dim.add()
+        if isinstance(dim, str):
+            d.dim_param = dim
+        elif dim is not None:
+            d.dim_value = dim
+    expected = [
+        (o.name, o.shape, o.type)
+        for o in ort.InferenceSession(
+            model.SerializeToString(), providers=["CPUExecutionProvider"]
+        ).get_outputs()
+    ]
+    got = [(o.name, o.shape, o.type) for o in orc.InferenceSession(model, host=host).get_outputs()]
+    assert got == expected
+    assert got[1][1] == [1, 2, 4]

@@ -423,6 +423,24 @@ def _check_text(model: onnx.ModelProto) -> None:
             check(f"attribute name of node {n.name!r}", [a.name for a in n.attribute])
 
 
+def _inferred_outputs(model: onnx.ModelProto, declared: list[NodeArg]) -> list[NodeArg]:
+    """``declared``, each tensor's shape as onnx's shape inference merges it into the
+    graph's outputs (as onnxruntime's ``get_outputs`` reports them); the declared ones
+    where inference fails (a model over 2 GiB, a domain onnx does not know...)."""
+    try:
+        graph = onnx.shape_inference.infer_shapes(model).graph
+    except Exception:  # onnx's own errors: inference is only a better guess here
+        return list(declared)
+    inferred = {v.name: NodeArg.of(v) for v in graph.output}
+    outputs = []
+    for arg in declared:
+        better = inferred.get(arg.name)
+        if better is not None and better.type == arg.type and better.shape is not None:
+            arg = NodeArg(arg.name, better.shape, arg.type, arg.elem_type)
+        outputs.append(arg)
+    return outputs
+
+
 #: (our exception class, onnxruntime's) -> the class that is both
 _FLAVOURS: dict[tuple[type, type], type] = {}
 
@@ -656,6 +674,7 @@ class InferenceSession:
         #: optional inputs, which a caller may leave out (fed None)
         self._optional = [arg.name for arg, feed in inputs if type(feed) is _Optional]
         self._outputs = [NodeArg.of(v) for v in graph.output]
+        self._inferred_outputs: list[NodeArg] | None = None  # get_outputs' shapes
         self._output_names = [o.name for o in self._outputs]
         for i, v in enumerate(graph.output):
             if not v.name:
@@ -727,8 +746,13 @@ class InferenceSession:
         return list(self._overridable)
 
     def get_outputs(self) -> list[NodeArg]:
-        """The graph outputs, in graph order."""
-        return list(self._outputs)
+        """The graph outputs, in graph order, with their shapes as onnxruntime reports
+        them: the declared shape merged with what onnx's shape inference finds (a dim
+        known there replaces a named or unknown one; no shape declared: the inferred
+        one), computed on the first call."""
+        if self._inferred_outputs is None:
+            self._inferred_outputs = _inferred_outputs(self._model, self._outputs)
+        return list(self._inferred_outputs)
 
     def get_providers(self) -> list[str]:
         """onnxruntime's execution providers; ``["CPUExecutionProvider"]`` under the
