@@ -445,3 +445,30 @@ def test_output_shapes_are_reported_as_onnxruntime_infers_them(host):
     got = [(o.name, o.shape, o.type) for o in orc.InferenceSession(model, host=host).get_outputs()]
     assert got == expected
     assert got[1][1] == [1, 2, 4]
+
+
+def test_onnxruntimes_keywords_and_methods():
+    """onnxruntime's constructor keywords (``path_or_bytes``, ``disabled_optimizers``,
+    ``enable_fallback``, ``read_config_from_model``) were a TypeError, and the rest of
+    its session's methods an AttributeError. An unknown keyword is still refused."""
+    model, feeds = _model_and_feeds()
+    session = orc.InferenceSession(
+        path_or_bytes=model.SerializeToString(),
+        disabled_optimizers=["ConstantFolding"],
+        enable_fallback=0,
+        read_config_from_model=0,
+        host="onnxruntime",
+    )
+    assert session.run(None, feeds)[0].shape == (6, 1, 2, 4)
+    assert len(session.get_input_memory_infos()) == len(session.get_inputs())
+    assert len(session.get_output_memory_infos()) == len(session.get_outputs())
+    session.disable_fallback()
+    session.enable_fallback()
+    assert isinstance(session.get_tuning_results(), list)
+    with pytest.raises(TypeError, match=r"unexpected keyword argument\(s\) \['nosuch'\]"):
+        orc.InferenceSession(model, nosuch=1)
+    with pytest.raises(TypeError, match="the model twice"):
+        orc.InferenceSession(model, path_or_bytes=model)
+    reference = orc.InferenceSession(model, host="reference", disabled_optimizers=["x"])
+    with pytest.raises(RuntimeError, match="get_tuning_results needs the onnxruntime host"):
+        reference.get_tuning_results()

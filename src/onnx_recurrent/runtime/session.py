@@ -441,6 +441,11 @@ def _inferred_outputs(model: onnx.ModelProto, declared: list[NodeArg]) -> list[N
     return outputs
 
 
+#: the keyword arguments of onnxruntime's InferenceSession, passed to the onnxruntime
+#: host's session (the reference host ignores them)
+ONNXRUNTIME_KEYWORDS = ("disabled_optimizers", "enable_fallback", "read_config_from_model")
+
+
 #: (our exception class, onnxruntime's) -> the class that is both
 _FLAVOURS: dict[tuple[type, type], type] = {}
 
@@ -519,7 +524,8 @@ class InferenceSession:
     Parameters
     ----------
     model : str, os.PathLike, bytes or onnx.ModelProto
-        A path to a ``.onnx`` file, its serialised bytes, or a loaded model.
+        A path to a ``.onnx`` file, its serialised bytes, or a loaded model (also
+        taken as ``path_or_bytes=``, onnxruntime's name for it).
     sess_options : onnxruntime.SessionOptions, optional
         For the onnxruntime host (ignored by the reference host). They are read, never
         changed, so one object may serve several sessions, ours and onnxruntime's: the
@@ -555,6 +561,9 @@ class InferenceSession:
         onnxruntime-extensions). ``"reference"``: onnx.reference, slow but needing
         neither. ``"auto"``: onnxruntime where it can, else reference, with one
         :class:`RuntimeWarning` saying why. :attr:`host` tells which runs.
+    disabled_optimizers, enable_fallback, read_config_from_model : optional
+        onnxruntime's keyword arguments, passed to its session under the onnxruntime
+        host (ignored by the reference host).
 
     The recurrent nodes' weights that are initializers, or computed from initializers
     only, are checked and prepared once, here; a call passes only X, the lengths and
@@ -579,7 +588,8 @@ class InferenceSession:
     FileNotFoundError
         ``model`` is a path that does not exist.
     TypeError
-        ``model`` is none of the accepted types; a graph input that is a sparse tensor
+        ``model`` is none of the accepted types, or missing; a keyword argument neither
+        ``host`` nor onnxruntime's; a graph input that is a sparse tensor
         (onnxruntime's ``run`` takes none), or holds tensors of an element type no
         array has; ``sess_options`` not an
         ``onnxruntime.SessionOptions`` (where the onnxruntime host is tried);
@@ -626,14 +636,29 @@ class InferenceSession:
 
     def __init__(
         self,
-        model: str | os.PathLike | bytes | onnx.ModelProto,
+        model: str | os.PathLike | bytes | onnx.ModelProto | None = None,
         sess_options: Any = None,
         providers: Sequence[Any] | None = None,
         provider_options: Sequence[dict] | None = None,
         *,
         host: str = "auto",
         _zero_size_states: bool = False,
+        **kwargs: Any,
     ) -> None:
+        if "path_or_bytes" in kwargs:  # onnxruntime's name for the first argument
+            if model is not None:
+                raise TypeError("InferenceSession got the model twice (model, path_or_bytes)")
+            model = kwargs.pop("path_or_bytes")
+        if model is None:
+            raise TypeError("InferenceSession needs a model (a path, bytes or ModelProto)")
+        unknown = sorted(set(kwargs) - set(ONNXRUNTIME_KEYWORDS))
+        if unknown:
+            raise TypeError(
+                f"InferenceSession got unexpected keyword argument(s) {unknown}; besides "
+                f"host, it takes onnxruntime's {list(ONNXRUNTIME_KEYWORDS)}"
+            )
+        #: onnxruntime's keywords, for the onnxruntime host's session
+        self._session_kwargs = kwargs
         try:
             self._create(model, sess_options, providers, provider_options, host, _zero_size_states)
         except FileNotFoundError as e:
@@ -698,6 +723,7 @@ class InferenceSession:
             self._sess_options,
             providers,
             provider_options,
+            self._session_kwargs,
         )
         #: why the reference host runs the model where "auto" chose it ('' otherwise)
         self._why = why
@@ -813,6 +839,51 @@ class InferenceSession:
         if self._host.name == "onnxruntime":
             return self._host.profiling_start_time_ns()
         return 0
+
+    def _theirs(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        """onnxruntime's session method ``name`` on the host's session."""
+        return getattr(self._onnxruntime_host(name).session, name)(*args, **kwargs)
+
+    def get_input_memory_infos(self) -> Any:
+        """onnxruntime's ``get_input_memory_infos`` (its session's; onnxruntime host)."""
+        return self._theirs("get_input_memory_infos")
+
+    def get_output_memory_infos(self) -> Any:
+        """onnxruntime's ``get_output_memory_infos`` (its session's; onnxruntime host)."""
+        return self._theirs("get_output_memory_infos")
+
+    def get_input_epdevices(self) -> Any:
+        """onnxruntime's ``get_input_epdevices`` (its session's; onnxruntime host)."""
+        return self._theirs("get_input_epdevices")
+
+    def get_provider_graph_assignment_info(self) -> Any:
+        """onnxruntime's ``get_provider_graph_assignment_info`` (onnxruntime host; the
+        recurrent nodes show as ``ai.onnx.contrib`` custom nodes)."""
+        return self._theirs("get_provider_graph_assignment_info")
+
+    def get_tuning_results(self) -> Any:
+        """onnxruntime's ``get_tuning_results`` (its session's; onnxruntime host)."""
+        return self._theirs("get_tuning_results")
+
+    def set_tuning_results(self, results: Any, *, error_on_invalid: bool = False) -> None:
+        """onnxruntime's ``set_tuning_results`` (its session's; onnxruntime host)."""
+        self._theirs("set_tuning_results", results, error_on_invalid=error_on_invalid)
+
+    def set_ep_dynamic_options(self, options: dict[str, str]) -> None:
+        """onnxruntime's ``set_ep_dynamic_options`` (its session's; onnxruntime host)."""
+        self._theirs("set_ep_dynamic_options", options)
+
+    def release_captured_graph(self, graph_annotation_id: int = 0) -> None:
+        """onnxruntime's ``release_captured_graph`` (its session's; onnxruntime host)."""
+        self._theirs("release_captured_graph", graph_annotation_id)
+
+    def disable_fallback(self) -> None:
+        """onnxruntime's ``disable_fallback`` (its session's; onnxruntime host)."""
+        self._theirs("disable_fallback")
+
+    def enable_fallback(self) -> None:
+        """onnxruntime's ``enable_fallback`` (its session's; onnxruntime host)."""
+        self._theirs("enable_fallback")
 
     def _onnxruntime_host(self, what: str) -> Any:
         """The onnxruntime host, or a ``RuntimeError`` saying why ``what`` needs it."""

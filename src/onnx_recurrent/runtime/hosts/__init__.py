@@ -19,6 +19,7 @@ def make_host(
     sess_options: Any = None,
     providers: Sequence[Any] | None = None,
     provider_options: Sequence[dict] | None = None,
+    session_kwargs: Mapping[str, Any] | None = None,
 ):
     """The host object, and why ``"auto"`` fell back to the reference host ('' if not).
 
@@ -39,7 +40,10 @@ def make_host(
     from .onnxruntime import HostUnavailable, OnnxruntimeHost
 
     try:
-        return OnnxruntimeHost(model, bound, sess_options, providers, provider_options), ""
+        host_ = OnnxruntimeHost(
+            model, bound, sess_options, providers, provider_options, session_kwargs
+        )
+        return host_, ""
     except HostUnavailable as e:
         if host == "onnxruntime":
             error = RuntimeError(f"host='onnxruntime' cannot run this model: {e}")

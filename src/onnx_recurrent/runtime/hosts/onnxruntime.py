@@ -449,6 +449,7 @@ class OnnxruntimeHost:
         sess_options: Any = None,
         providers: Sequence[Any] | None = None,
         provider_options: Sequence[dict] | None = None,
+        session_kwargs: Mapping[str, Any] | None = None,
     ):
         keys: dict[str, BoundNode] = {}
         #: seconds per byte of feeds of the last call (:meth:`run`): a call expected
@@ -481,6 +482,7 @@ class OnnxruntimeHost:
                     options,
                     providers=list(providers) if providers else ["CPUExecutionProvider"],
                     provider_options=provider_options,
+                    **(session_kwargs or {}),
                 )
             except Exception as e:  # onnxruntime's own exception types
                 why = _their_names(one_line(e, typed=False), rewritten, keys)
@@ -492,6 +494,8 @@ class OnnxruntimeHost:
             raise
         self._finalizer = weakref.finalize(self, _forget, list(keys))
         self._session = session
+        #: onnxruntime's session of the rewritten model
+        self.session = session
         write_model(model, sess_options)
         _hosts.add(self)
         #: the IOBindings this host's io_binding() made (weakly)
