@@ -472,3 +472,28 @@ def test_onnxruntimes_keywords_and_methods():
     reference = orc.InferenceSession(model, host="reference", disabled_optimizers=["x"])
     with pytest.raises(RuntimeError, match="get_tuning_results needs the onnxruntime host"):
         reference.get_tuning_results()
+
+
+def test_onnxruntimes_run_errors_name_the_recurrent_node():
+    """An error onnxruntime raises in a run (an input never bound) named the host's
+    custom node (``running OnnxRecurrentFloat node``, ``onnx_recurrent::0`` where the
+    node has no name) instead of the model's."""
+    helper, tp = onnx.helper, onnx.TensorProto
+    rng = np.random.default_rng(0)
+    I, H = 3, 5
+    weights = [
+        onnx.numpy_helper.from_array(rng.standard_normal((1, 3 * H, n), np.float32), w)
+        for w, n in (("W", I), ("R", H))
+    ]
+    for name in ("gru1", ""):
+        node = helper.make_node("GRU", ["x", "W", "R"], ["Y", "Yh"], hidden_size=H, name=name)
+        x = helper.make_tensor_value_info("x", tp.FLOAT, ["T", "N", I])
+        Yh = helper.make_tensor_value_info("Yh", tp.FLOAT, None)
+        graph = helper.make_graph([node], "g", [x], [Yh], weights)
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+        session = orc.InferenceSession(model, host="onnxruntime")
+        binding = session.io_binding()
+        binding.bind_output("Yh")  # x never bound
+        with pytest.raises(Exception, match=rf"running GRU node\. Name:'{name}'") as e:
+            session.run_with_iobinding(binding)
+        assert "OnnxRecurrent" not in str(e.value) and "onnx_recurrent::" not in str(e.value)

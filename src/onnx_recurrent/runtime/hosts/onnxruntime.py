@@ -485,7 +485,7 @@ class OnnxruntimeHost:
                     **(session_kwargs or {}),
                 )
             except Exception as e:  # onnxruntime's own exception types
-                why = _their_names(one_line(e, typed=False), rewritten, keys)
+                why = _their_names(one_line(e, typed=False), _custom_names(rewritten, keys))
                 refusal = HostUnavailable(f"onnxruntime refuses the model: {why}")
                 refusal.onnxruntime_type = type(e)
                 raise refusal from None
@@ -493,6 +493,8 @@ class OnnxruntimeHost:
             _forget(list(keys))
             raise
         self._finalizer = weakref.finalize(self, _forget, list(keys))
+        #: the custom nodes' names -> the recurrent nodes' (onnxruntime's errors reworded)
+        self._names = _custom_names(rewritten, keys)
         self._session = session
         #: onnxruntime's session of the rewritten model
         self.session = session
@@ -610,7 +612,7 @@ class OnnxruntimeHost:
                 if error is None:
                     if refused is not None:
                         refused(feeds)
-                    raise
+                    raise _renamed(e, self._names) from None
                 raise error from None
             if nbytes is not None:
                 self._rate = max(self._floor, (_clock() - start) / (nbytes or 1))
@@ -630,7 +632,7 @@ class OnnxruntimeHost:
                 if native.INTERRUPTED not in str(e):
                     if refused is not None:
                         refused(feeds)
-                    raise
+                    raise _renamed(e, self._names) from None
                 state.interrupted = True
             outputs = None
         finally:
@@ -650,26 +652,50 @@ def _run_with_iobinding(session: Any, iobinding: Any, run_options: Any) -> None:
     session.run_with_iobinding(iobinding, run_options)
 
 
-def _their_names(message: str, rewritten: onnx.ModelProto, keys: Mapping[str, Any]) -> str:
-    """onnxruntime's ``message`` about the rewritten model, with each custom node's
-    operator and name (``OnnxRecurrentFloat``, ``onnx_recurrent::0``) as the model has
-    them (``GRU``, ``''``)."""
+def _custom_names(rewritten: onnx.ModelProto, keys: Mapping[str, Any]) -> dict:
+    """Each custom node's name in the rewritten model -> the operator and name of the
+    recurrent node it computes."""
     nodes = {}
     for graph in _graphs(rewritten.graph):
         for node in graph.node:
             b = _bound_of(node, keys)
             if b is not None:
                 nodes[node.name] = (b.op, b.node.node.name)
+    return nodes
+
+
+def _their_names(message: str, nodes: Mapping[str, tuple[str, str]]) -> str:
+    """onnxruntime's ``message`` about the rewritten model, with each custom node's
+    operator and name (``OnnxRecurrentFloat``, ``onnx_recurrent::0``) as the model has
+    them (``GRU``, ``''``); ``nodes``: :func:`_custom_names`."""
 
     def named(match: re.Match) -> str:
         op, name = nodes.get(match[2], (None, None))
         return match[0] if op is None else f"operator ({op}) in node ({name})"
 
+    def running(match: re.Match) -> str:  # a node's failure in a run
+        op, name = nodes.get(match[2], (None, None))
+        return match[0] if op is None else f"running {op} node. Name:'{name}'"
+
     message = re.sub(r"operator \((OnnxRecurrent\w*)\) in node \(([^)]*)\)", named, message)
+    message = re.sub(r"running (OnnxRecurrent\w*) node\. Name:'([^']*)'", running, message)
     for custom, (op, name) in nodes.items():
         if custom.startswith("onnx_recurrent::"):
             message = message.replace(custom, f"{op} node {name!r}")
     return message
+
+
+def _renamed(error: Exception, nodes: Mapping[str, tuple[str, str]]) -> Exception:
+    """onnxruntime's own ``error`` of a run, of its class, worded with the recurrent
+    nodes' operators and names (:func:`_their_names`)."""
+    message = str(error)
+    worded = _their_names(message, nodes)
+    if worded == message:
+        return error
+    try:
+        return type(error)(worded)
+    except Exception:  # a class that takes no message: as it was
+        return error
 
 
 def _bound_of(node: onnx.NodeProto, keys: Mapping[str, Any]) -> Any:
