@@ -993,25 +993,43 @@ class InferenceSession:
         """Run the model on another thread and hand the outputs to
         ``callback(outputs, user_data, error)``, as onnxruntime's ``run_async``: on
         success ``outputs`` is what :meth:`run` returns and ``error`` is ``""``; on a
-        failure during the run, ``outputs`` is ``[]`` and ``error`` the message. The
-        callback runs on that thread; returns at once.
+        failure, a feed's wrong type, rank or dims included, ``outputs`` is ``[]`` and
+        ``error`` the message. The callback runs on that thread; returns at once.
 
         Raises
         ------
         TypeError, ValueError
-            As :meth:`run`, for the feeds and output names, here, before any thread
-            starts (onnxruntime reports some of these through the callback); ``callback``
-            not callable.
+            Here, before any thread starts, as onnxruntime's: a missing or unknown
+            input name, ``input_feed`` not a dict, ``output_names`` a string;
+            ``callback`` not callable. An unknown output name, as a feed's wrong type,
+            rank or dims, goes to the callback.
         """
         if not callable(callback):
             raise RecurrentTypeError(
                 f"callback must be callable(outputs, user_data, error), got "
                 f"{type(callback).__name__}"
             )
-        names = self._output_list(output_names)
-        feeds = self._check_feeds(input_feed)
+        try:
+            self._check_names(input_feed, "input_feed", "array")
+        except (RecurrentError, RecurrentTypeError) as e:
+            raise _flavoured(e, "InvalidArgument")  # noqa: B904 (its own cause kept)
+        refused = ""
+        feeds: dict[str, Any] | None = None
+        try:  # the values: checked now, as the caller may change them when this returns
+            names = self._output_list(output_names)
+            feeds = self._check_feeds(input_feed)
+        except RecurrentError as e:
+            refused = str(e)
+        except RecurrentTypeError as e:
+            if not isinstance(output_names, (str, bytes)):
+                refused = str(e)
+            else:
+                raise _flavoured(e, "InvalidArgument")  # noqa: B904
 
         def work() -> None:
+            if feeds is None:
+                callback([], user_data, refused)
+                return
             try:
                 outputs = self.run(names, feeds, run_options)
             except Exception as e:
