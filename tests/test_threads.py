@@ -694,3 +694,41 @@ def test_end_to_end_thread_counts_leave_a_bounded_pool():
     counts = [int(c) for c in out.split()]
     assert max(counts) <= 7, f"live pool threads after 2, 4, 8, 2 threads: {counts}"
     assert counts[-1] == counts[-2], "a later, smaller count started more threads"
+
+
+FORK_DURING_FIRST_USE = """
+import faulthandler, os, sys, threading, time
+import numpy as np
+import onnx_recurrent as orc
+I, H = 16, 32
+rng = np.random.default_rng(0)
+W, R = rng.standard_normal((1, 3 * H, I)), rng.standard_normal((1, 3 * H, H))
+X = rng.standard_normal((5, 3, I))
+orc.Layer("GRU", W.astype(np.float32), R.astype(np.float32))(X.astype(np.float32))
+first = threading.Thread(target=lambda: orc.Layer("GRU", W, R)(X))  # float64: first use
+first.start()
+time.sleep(float(sys.argv[1]))
+pid = os.fork()
+if pid == 0:
+    faulthandler.dump_traceback_later(60, exit=True)  # a hang: status 1
+    orc.Layer("GRU", W, R)(X)
+    os._exit(0)
+first.join()
+_, status = os.waitpid(pid, 0)
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+@pytest.mark.parametrize("delay", [0.0, 0.02, 0.1])
+def test_a_fork_during_another_threads_first_use_leaves_a_working_child(delay):
+    """A fork while another thread compiled or loaded a layer's kernels: the child
+    waited forever for the lock that thread held (ours, then numba's, then an import's).
+    A fork now waits for that work to end."""
+    done = subprocess.run(
+        [sys.executable, "-c", FORK_DURING_FIRST_USE, str(delay)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]

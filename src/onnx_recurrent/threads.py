@@ -25,6 +25,7 @@ threads block on a condition (no CPU used). :func:`run` is the one way in:
 from __future__ import annotations
 
 import contextlib
+import logging  # noqa: F401 (before COMPILING's fork hook: see there)
 import os
 import re
 import signal
@@ -240,8 +241,25 @@ def _after_fork_in_child() -> None:
     _pool = _Pool()
 
 
+#: held while the kernels compile or a backend is imported (:mod:`.backends.jit_cache`,
+#: :mod:`.backends`, :mod:`.runtime.hosts`): a fork waits for it, as the child would
+#: wait forever for the locks that thread held (numba's compiler lock, a module's
+#: import lock). Its hook is registered after logging's, so that it runs before it: the
+#: compiling thread may need logging's lock, which logging's own hook takes
+COMPILING = threading.RLock()
+
+
+def _compiling_after_fork() -> None:
+    COMPILING.release()
+
+
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
+    os.register_at_fork(
+        before=COMPILING.acquire,
+        after_in_parent=_compiling_after_fork,
+        after_in_child=_compiling_after_fork,
+    )
 
 
 def run(

@@ -25,6 +25,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from .. import threads
 from ..cells import Weights
 from ..errors import RecurrentError
 from ..spec import RecSpec
@@ -93,7 +94,8 @@ class Backend(Protocol):
 def _load(name: str) -> Backend | str:
     """The backend, or why it cannot be loaded."""
     try:
-        with interrupts_held():  # an import stopped half-way fails again later
+        # an import stopped half-way fails again later; a fork waits for it to end
+        with threads.COMPILING, interrupts_held():
             module = importlib.import_module(f".{name}_backend", __name__)
     except ImportError as e:
         return f"{name} cannot be imported ({e})"

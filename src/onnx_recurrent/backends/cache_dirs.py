@@ -21,6 +21,11 @@ class CompileCacheWarning(RuntimeWarning):
     """A compilation cache cannot be written: each process compiles the kernels again."""
 
 
+# the temporary directory found now, on import: the first gettempdir() takes a lock of
+# tempfile's, and a fork while another thread holds it (planning, say) hung the child
+tempfile.gettempdir()
+
+
 def our_roots(kind: str = "numba") -> list[tuple[str, bool]]:
     """Our per-user cache roots, in order of preference, each with whether it lies in
     a directory shared between users (the temporary one)."""

@@ -31,11 +31,12 @@ import os
 import threading
 import warnings
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numba
 from numba.core import caching, config
 
+from .. import threads
 from ..threads import interrupts_held
 from .cache_dirs import CompileCacheWarning, first_usable
 
@@ -55,7 +56,7 @@ __all__ = [
 
 
 _lock = threading.Lock()
-_preparing = threading.RLock()
+_preparing = threads.COMPILING  # a fork waits for a compile to end
 #: source directory -> cache root of ours ("" for numba's own choice, None for no cache)
 _cache_roots: dict[str, str | None] = {}
 _warned = False
@@ -109,6 +110,8 @@ def _cached_compile(make: Callable, func: Callable, options: dict):
                 return compiled
             except RuntimeError:  # a directory found writable was taken away since
                 _warn([root] if root else _numba_dirs(inspect.getfile(func)), 4)
+            except Exception as e:
+                _warn_fault(func, e)
         return make(cache=False, **options)(func)
 
 
@@ -157,9 +160,20 @@ def prepare(dispatcher, signature: tuple) -> None:
     with _preparing, interrupts_held():
         dispatcher.disable_compile(False)  # numba's switch for compiling at call time
         try:
-            dispatcher.compile(signature)
+            try:
+                dispatcher.compile(signature)
+            except Exception as e:
+                if isinstance(dispatcher._cache, caching.NullCache):
+                    raise
+                # a cache file cut short (a process killed while writing it, a full
+                # disk) or one that cannot be written: numba raises EOFError, an
+                # unpickling error or OSError, in every process. Compiled without it.
+                dispatcher._cache = caching.NullCache()
+                _warn_fault(dispatcher, e)
+                dispatcher.compile(signature)
         finally:
-            dispatcher.disable_compile(True)
+            if dispatcher.signatures:  # numba asserts there is one (it hid the error)
+                dispatcher.disable_compile(True)
         _prepared.add((dispatcher, signature))
 
 
@@ -213,6 +227,25 @@ def _numba_dirs(source: str) -> list[str]:
     except (ImportError, AttributeError):
         pass
     return dirs
+
+
+_warned_fault = False
+
+
+def _warn_fault(function: Any, error: BaseException) -> None:
+    """One :class:`CompileCacheWarning` a process for numba cache files that failed."""
+    global _warned_fault
+    if _warned_fault:
+        return
+    _warned_fault = True
+    name = getattr(function, "__name__", None) or getattr(function, "py_func", function)
+    warnings.warn(
+        f"numba's compilation cache failed for {name} ({type(error).__name__}: {error}; "
+        "a file cut short, or a full disk): compiled without it. Delete the cache "
+        "directory to rebuild it.",
+        CompileCacheWarning,
+        stacklevel=4,
+    )
 
 
 def _warn(tried: list[str], stacklevel: int) -> None:

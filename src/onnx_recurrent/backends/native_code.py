@@ -28,7 +28,6 @@ import hashlib
 import importlib.metadata
 import json
 import re
-import threading
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -36,6 +35,7 @@ from pathlib import Path
 import llvmlite
 import llvmlite.binding as ll
 
+from .. import threads
 from .cache_dirs import CompileCacheWarning, first_usable, write_atomic
 
 MAGIC = b"onnx-recurrent native code 1\n"
@@ -45,7 +45,7 @@ _DECLARE = re.compile(
     r'^declare (?P<head>.*?)@(?P<name>"[^"]+"|[\w.$]+)\((?P<args>.*)\)(?P<tail>.*)$'
 )
 
-_lock = threading.Lock()
+_lock = threads.COMPILING  # a fork waits for a load or build to end
 _loaded: dict[str, int] = {}  # name -> address, for this process
 _warned = False
 

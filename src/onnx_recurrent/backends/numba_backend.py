@@ -24,6 +24,7 @@ from llvmlite import ir
 from numba.core import cgutils, types
 from numba.core.extending import intrinsic, overload
 
+from .. import threads
 from ..activations import ActivationCode
 from . import packed, plans
 from .jit_cache import jit, prepare
@@ -804,15 +805,16 @@ class NumbaBackend:
         ``dtype`` on ``shares`` shares will run, made and compiled now, on this thread
         (never in a pool thread, nor on a later call's path)."""
         dt = np.dtype(dtype)
-        plans.get(spec, w, acts, dt, shares)
-        if dt not in self._prepared:
-            from .node import prepare_layer, prepare_unit
+        with threads.COMPILING:  # a fork waits for it (the child would hang in its locks)
+            plans.get(spec, w, acts, dt, shares)
+            if dt not in self._prepared:
+                from .node import prepare_layer, prepare_unit
 
-            for entry, signature in _entries(dt):
-                prepare(entry, signature)
-            prepare_layer(dt)  # a small call's and a unit's compiled entries
-            prepare_unit(dt)
-            self._prepared.add(dt)
+                for entry, signature in _entries(dt):
+                    prepare(entry, signature)
+                prepare_layer(dt)  # a small call's and a unit's compiled entries
+                prepare_unit(dt)
+                self._prepared.add(dt)
 
     def shares(self, spec, rows, dtype, shares, input_size=None) -> Shares:
         """Buffers for ``shares`` shares of the hidden units of ``rows`` rows

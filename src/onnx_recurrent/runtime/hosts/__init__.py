@@ -7,6 +7,7 @@ from typing import Any
 
 import onnx
 
+from ... import threads
 from ..bound import BoundNode
 
 HOSTS = ("auto", "onnxruntime", "reference")
@@ -34,10 +35,12 @@ def make_host(
         refuses (its message).
     """
     if host == "reference":
-        from .reference import ReferenceHost
+        with threads.COMPILING:  # a fork waits for the import (the child would hang)
+            from .reference import ReferenceHost
 
         return ReferenceHost(model, bound), ""
-    from .onnxruntime import HostUnavailable, OnnxruntimeHost
+    with threads.COMPILING:
+        from .onnxruntime import HostUnavailable, OnnxruntimeHost
 
     try:
         host_ = OnnxruntimeHost(
@@ -49,6 +52,7 @@ def make_host(
             error = RuntimeError(f"host='onnxruntime' cannot run this model: {e}")
             error.onnxruntime_type = e.onnxruntime_type  # type: ignore[attr-defined]
             raise error from None
-        from .reference import ReferenceHost
+        with threads.COMPILING:
+            from .reference import ReferenceHost
 
         return ReferenceHost(model, bound), str(e)

@@ -61,7 +61,8 @@ _signal = getattr(signal_module, "_signal", signal_module)
 _SIGINT = int(signal_module.SIGINT)
 _keys = itertools.count()
 _state = native.state
-_setup_lock = threading.Lock()
+#: onnxruntime's registration and the options' cache: a fork waits for it
+_setup_lock = threads.COMPILING
 _library: str | None = None
 
 
