@@ -187,3 +187,50 @@ def test_numba_choice_kept_where_it_can_write(tmp_path, monkeypatch, numba_cache
     assert jit_cache._cache_roots == {str(tmp_path / "src"): ""}
     where = tmp_path / "numba" if numba_cache_dir else tmp_path / "src" / "__pycache__"
     assert Path(kernel.stats.cache_path).is_relative_to(where)
+
+
+TINY = """
+from onnx_recurrent.backends.jit_cache import jit
+
+
+@jit()
+def triple(x):
+    return x * 3
+"""
+
+TINY_RUN = """
+import sys
+sys.path.insert(0, sys.argv[1])
+import numba
+from onnx_recurrent.backends.jit_cache import prepare
+from tiny import triple
+prepare(triple, (numba.float64,))
+print(triple(2.0))
+"""
+
+
+@pytest.mark.parametrize("damage", ["empty", "cut", "garbage"])
+def test_a_cache_file_cut_short_compiles_without_it(tmp_path, damage):
+    """numba's index file emptied or cut short (a process killed while writing it, a
+    full disk): every later process failed with an AssertionError (numba's
+    ``disable_compile`` hiding its EOFError). Now compiled without the cache, with one
+    warning."""
+    (tmp_path / "tiny.py").write_text(TINY)
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
+
+    def run():
+        return subprocess.run(
+            [sys.executable, "-c", TINY_RUN, str(tmp_path)],
+            capture_output=True, text=True, timeout=300, env=env,
+        )  # fmt: skip
+
+    first = run()
+    assert first.returncode == 0 and first.stdout.split() == ["6.0"], first.stderr
+    files = list((tmp_path / "__pycache__").glob("tiny.triple-*.nbi"))
+    assert files
+    for path in files:
+        data = path.read_bytes()
+        path.write_bytes({"empty": b"", "cut": data[:20], "garbage": b"\x80\x04junk"}[damage])
+    again = run()
+    assert again.returncode == 0 and again.stdout.split() == ["6.0"], again.stderr
+    assert "compilation cache failed for triple" in again.stderr

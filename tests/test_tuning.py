@@ -81,6 +81,22 @@ def test_a_damaged_or_foreign_file_is_planned_again(fresh, damage):
     assert json.loads(path.read_text())["span"] == 4  # replaced by a good one
 
 
+@pytest.mark.parametrize("value", [27.0, True, "27"])
+def test_a_value_of_another_type_is_planned_again(fresh, value):
+    """``27.0`` and ``true`` compare equal to kept values: read as they were, a float
+    ``parallel`` broke every large call in every process (a shift by a float)."""
+    measure, calls = _counting({"parallel": 25})
+    tuning.planned(("parallel",), measure)
+    (path,) = (fresh / "onnx-recurrent" / "tuning").glob("plan-*.json")
+    data = json.loads(path.read_text())
+    data["parallel"] = value if value is not True else True
+    path.write_text(json.dumps(data))
+    tuning.forget()
+    assert tuning.planned(("parallel",), measure) == {"parallel": 25}
+    assert type(tuning.planned(("parallel",), measure)["parallel"]) is int
+    assert len(calls) == 2
+
+
 def test_unwritable_cache_plans_for_the_process(fresh, monkeypatch):
     """No writable cache directory: the plan is measured and used, kept in memory."""
     monkeypatch.setattr(tuning, "first_usable", lambda kind: (None, ["/nowhere"]))

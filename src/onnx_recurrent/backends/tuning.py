@@ -243,7 +243,9 @@ def _read() -> dict[str, int]:
             data = {}
         if isinstance(data, dict) and data.get("key") == _identity():
             for name, values in FIELDS.items():
-                if data.get(name) in values:
+                # an int, as written: 27.0 or true compare equal to 27 and 1, and broke
+                # every large call (a shift by a float)
+                if type(data.get(name)) is int and data[name] in values:
                     _kept[name] = data[name]
     return _kept
 
