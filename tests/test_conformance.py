@@ -108,3 +108,12 @@ def test_attributes_unknown_to_the_version_are_rejected():
         _run("GRU", feeds, {"layout": 0}, opset=7)
     with pytest.raises(ValueError, match=r"unknown attribute\(s\) \['input_forget'\]"):
         _run("GRU", feeds, {"input_forget": 1}, opset=22)
+
+
+def test_the_hosts_warning_names_the_callers_line():
+    """The warning that the reference host runs a model points at the line that made
+    the session (it pointed into session.py once the constructor gained a frame)."""
+    feeds = random_inputs("GRU", dtype=ml_dtypes.bfloat16)
+    with pytest.warns(RuntimeWarning, match="the reference host runs this model") as caught:
+        orc.InferenceSession(node_model("GRU", feeds, {}, opset=22))
+    assert caught[0].filename == __file__

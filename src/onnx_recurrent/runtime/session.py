@@ -708,7 +708,7 @@ class InferenceSession:
         self._hosted = hosted(self._model)
         self._bound = bind(self._hosted, zero_size_states=_zero_size_states)
         _check_recurrent_inputs(self._hosted.graph, self._bound, inputs)
-        self._make_host(providers, provider_options)
+        self._make_host(providers, provider_options, stacklevel=4)  # the caller of __init__
 
     def _make_host(self, providers: Any, provider_options: Any, stacklevel: int = 3) -> None:
         if isinstance(providers, (str, bytes)):  # onnxruntime takes each letter for one
