@@ -424,6 +424,9 @@ def test_errors_are_also_onnxruntimes_classes(tmp_path, host):
     with pytest.raises(state.InvalidProtobuf) as e:
         orc.InferenceSession(b"not a model", host=host)
     assert isinstance(e.value, orc.RecurrentError)
+    with pytest.raises(state.Fail, match="host must be one of") as e:  # not the file's
+        orc.InferenceSession(model, host="nope")
+    assert not isinstance(e.value, state.InvalidProtobuf)
 
 
 def test_a_refusal_is_onnxruntimes_own_class():

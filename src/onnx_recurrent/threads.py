@@ -249,16 +249,12 @@ def _after_fork_in_child() -> None:
 COMPILING = threading.RLock()
 
 
-def _compiling_after_fork() -> None:
-    COMPILING.release()
-
-
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
     os.register_at_fork(
         before=COMPILING.acquire,
-        after_in_parent=_compiling_after_fork,
-        after_in_child=_compiling_after_fork,
+        after_in_parent=COMPILING.release,
+        after_in_child=COMPILING.release,
     )
 
 

@@ -659,29 +659,34 @@ class InferenceSession:
             )
         #: onnxruntime's keywords, for the onnxruntime host's session
         self._session_kwargs = kwargs
+        loading = False  # which of onnxruntime's exceptions a failure is
         try:
-            self._create(model, sess_options, providers, provider_options, host, _zero_size_states)
+            if host not in HOSTS:
+                raise RecurrentError(f"host must be one of {list(HOSTS)}, got {host!r}")
+            # the variables the nodes read, here under either host: a bad one failed
+            # inside onnxruntime, where "auto" took it for a refusal and fell back
+            threads.num_threads()
+            backends.environment_name()
+            loading = True
+            loaded = load_model(model)
+            loading = False
+            self._create(
+                loaded, sess_options, providers, provider_options, host, _zero_size_states
+            )
         except FileNotFoundError as e:
             raise _flavoured(e, "NoSuchFile")  # noqa: B904 (its own cause kept)
         except (RecurrentError, RecurrentTypeError) as e:
-            raise _flavoured(e, "InvalidProtobuf" if self._loading else "Fail")  # noqa: B904
+            raise _flavoured(e, "InvalidProtobuf" if loading else "Fail")  # noqa: B904
         except RuntimeError as e:
             raise _flavoured(e, getattr(e, "onnxruntime_type", None) or "Fail")  # noqa: B904
 
     def _create(
         self, model, sess_options, providers, provider_options, host, _zero_size_states
     ) -> None:
-        self._loading = True  # which of onnxruntime's exceptions a failure is
-        if host not in HOSTS:
-            raise RecurrentError(f"host must be one of {list(HOSTS)}, got {host!r}")
-        # the variables the nodes read, here under either host: a bad one failed inside
-        # onnxruntime, where "auto" took it for a refusal and fell back
-        threads.num_threads()
-        backends.environment_name()
+        """The session of the loaded ``model`` (the constructor's arguments)."""
         self._choice = host
         self._sess_options = sess_options
-        self._model = load_model(model)
-        self._loading = False
+        self._model = model
         _check_text(self._model)
         check_opset_imports(self._model)
         check_no_custom_nodes(self._model)

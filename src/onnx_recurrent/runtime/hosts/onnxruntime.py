@@ -497,8 +497,6 @@ class OnnxruntimeHost:
         #: the custom nodes' names -> the recurrent nodes' (onnxruntime's errors reworded)
         self._names = _custom_names(rewritten, keys)
         self._session = session
-        #: onnxruntime's session of the rewritten model
-        self.session = session
         write_model(model, sess_options)
         _hosts.add(self)
         #: the IOBindings this host's io_binding() made (weakly)
@@ -509,6 +507,11 @@ class OnnxruntimeHost:
         core = getattr(session, "_sess", None)
         cpu = session.get_providers() == ["CPUExecutionProvider"]
         self._run_arrays = core.run if cpu and callable(getattr(core, "run", None)) else None
+
+    @property
+    def session(self) -> Any:
+        """onnxruntime's session of the rewritten model."""
+        return self._session
 
     def providers(self) -> list[str]:
         return self._session.get_providers()
