@@ -484,6 +484,8 @@ def test_an_earlier_output_survives_a_bad_model_and_ctrl_c(tmp_path, monkeypatch
         (["--threshold", "1.5"], "threshold"),
         (["--batch", "0"], "--batch"),
         (["--workers", "2", "--scheduler", "tcp://x:1"], "not allowed with"),
+        # 100000 local workers hung starting them
+        (["--workers", "100000"], "--workers: expected a number of worker processes"),
         (["--min-silence-duration-ms", "-1"], "min_silence_duration_ms"),
         (["-o", "/nonexistent/rows.csv"], "-o /nonexistent/rows.csv: no such directory"),
         (["--plot", str(SPEECH)], f"--plot {SPEECH}: not a directory"),

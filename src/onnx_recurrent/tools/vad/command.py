@@ -33,6 +33,11 @@ from .audio import AUDIO_SUFFIXES, AudioError, find_audio_files
 from .model import INSTALL_EXTRA
 from .segments import SEGMENT_OPTIONS, check_segment_options
 
+#: local worker processes per CPU at most (each holds a model and its own interpreter:
+#: about 150 MB; more only wait for the CPUs, and thousands exhaust the machine)
+WORKERS_PER_CPU = 8
+MAX_WORKERS = WORKERS_PER_CPU * (os.cpu_count() or 1)
+
 #: The one-line help of the subcommand.
 HELP = "find the speech in recordings (Silero VAD): one row per speech segment"
 
@@ -162,9 +167,10 @@ def add_parser(sub: Any) -> None:
     cluster = run.add_mutually_exclusive_group()
     cluster.add_argument(
         "--workers",
-        type=number(int, 1, "a number of worker processes"),
+        type=number(int, 1, "a number of worker processes", maximum=MAX_WORKERS),
         metavar="N",
-        help="spread the files over a local Dask cluster of N single-threaded worker processes",
+        help="spread the files over a local Dask cluster of N single-threaded worker processes "
+        f"(at most {WORKERS_PER_CPU} per CPU, here {MAX_WORKERS}; no more than the files)",
     )
     cluster.add_argument(
         "--scheduler",
@@ -352,9 +358,10 @@ def _dask_results(
     from .detect import detect
 
     if args.workers is not None:
+        workers = min(args.workers, len(files))  # one more would have no file
         cluster = stack.enter_context(
             distributed.LocalCluster(
-                n_workers=args.workers,
+                n_workers=workers,
                 threads_per_worker=1,
                 processes=True,
                 dashboard_address=None,  # no web server (and no bokeh) for a one-off run
@@ -363,7 +370,7 @@ def _dask_results(
             )
         )
         client = stack.enter_context(distributed.Client(cluster))
-        client.wait_for_workers(args.workers)
+        client.wait_for_workers(workers)
     else:
         client = stack.enter_context(distributed.Client(args.scheduler))
     results = detect(
