@@ -146,6 +146,22 @@ def _check_feeds(session: Any) -> bool:
     return names is None or "sr" in names
 
 
+def _fixed_batch(session: Any) -> int | None:
+    """The batch size the model declares as a number (``input``'s axis 0, ``state``'s
+    axis 1; ``silero_vad_openvino_16k.onnx`` fixes 1), else None."""
+    try:
+        shapes = {i.name: list(i.shape or ()) for i in session.get_inputs()}
+    except Exception:  # an unusual session object: no batch declared
+        return None
+    sizes = [
+        shape[axis]
+        for name, axis in (("input", 0), ("state", 1))
+        for shape in [shapes.get(name, [])]
+        if len(shape) > axis and isinstance(shape[axis], int) and shape[axis] > 0
+    ]
+    return min(sizes) if sizes else None
+
+
 #: Chunks of an array recording taken into a stream's buffer at a time.
 _ARRAY_BLOCK_CHUNKS = 64
 
@@ -304,7 +320,8 @@ def stream_probabilities(
         lazily: the next recording is taken only when a row is free, so at most
         ``batch`` recordings are open at once, each holding about one block.
     batch : int, default 64
-        The most recordings in one model call.
+        The most recordings in one model call (fewer where the model fixes its batch
+        size: ``silero_vad_openvino_16k.onnx`` takes one recording a call).
     sample_rate : int, default 16000
         Sample rate of every recording: 8000, 16000 or a multiple of 16000.
     progress : callable, optional
@@ -335,10 +352,11 @@ def stream_probabilities(
         raise ValueError(f"batch must be an integer >= 1, got {batch!r}")
     model_rate, step = native_rate(sample_rate)
     feed_sr = _check_feeds(session)
+    fixed = _fixed_batch(session)
     return _stream(
         session,
         iter(recordings),
-        int(batch),
+        int(batch) if fixed is None else min(int(batch), fixed),
         model_rate,
         step,
         feed_sr,
