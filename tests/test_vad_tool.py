@@ -548,3 +548,24 @@ def test_command_progress_bar_on_a_terminal():
     assert done.returncode == 0
     bar = bytes(received).decode(errors="replace")
     assert "VAD: 100%" in bar and "s/s" in bar, bar
+
+
+@pytest.mark.skipif(os.name != "posix", reason="ulimit -n")
+def test_a_low_open_files_limit_batches_fewer_recordings(tmp_path):
+    import resource
+
+    for i in range(40):
+        (tmp_path / f"s{i:02d}.wav").symlink_to(SPEECH)
+
+    def limit(n):
+        return lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (n, n))
+
+    free = _vad(tmp_path)
+    assert free.returncode == 0 and free.stdout.count("s39.wav") >= 1, free.stderr
+    # 64 recordings at once failed the whole run: "error: Too many open files"
+    limited = _vad(tmp_path, preexec_fn=limit(34))
+    assert limited.returncode == 0, limited.stderr
+    assert limited.stdout == free.stdout
+    too_low = _vad(tmp_path, preexec_fn=limit(12))
+    assert too_low.returncode != 0
+    assert "(ulimit -n)" in too_low.stderr and "allow at least" in too_low.stderr

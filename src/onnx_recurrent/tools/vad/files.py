@@ -12,6 +12,7 @@ each worker).
 
 from __future__ import annotations
 
+import errno
 import os
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -73,7 +74,8 @@ def analyse_files(
         :func:`~onnx_recurrent.tools.vad.open_audio`), taken as given: directories are not
         walked here (:func:`~onnx_recurrent.tools.vad.detect` walks them).
     batch : int, default 64
-        The most recordings in one model call.
+        The most recordings in one model call (fewer where the open-files limit,
+        ``ulimit -n``, allows fewer files open at once).
     host : {"auto", "onnxruntime", "reference"}, default "auto"
         Who runs the model graph's other nodes (:class:`onnx_recurrent.InferenceSession`).
     model_path : path, optional
@@ -119,7 +121,41 @@ def analyse_files(
     load_soundfile()  # fail now, naming the extra, rather than once per file
     # checks batch and the model's inputs now
     stream_probabilities(session, [], batch=batch).close()
-    return _analysed(files, session, batch, progress, options)
+    return _analysed(files, session, _batch_for_open_files(batch), progress, options)
+
+
+#: file descriptors kept free for the rest of the process (a run's interrupt pipe, a
+#: model or cache file, the output)
+SPARE_FILES = 16
+
+
+def _batch_for_open_files(batch: int) -> int:
+    """``batch``, made smaller where the process may not open that many files at once
+    (``ulimit -n``): each recording in the batch and each of :data:`READ_AHEAD` holds
+    one open file. The results do not depend on the batch.
+
+    Raises
+    ------
+    OSError
+        ``EMFILE``, if the limit leaves no room for even one recording.
+    """
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        used = len(os.listdir("/proc/self/fd" if os.path.isdir("/proc/self/fd") else "/dev/fd"))
+    except (ImportError, OSError):  # not POSIX: no such limit to read
+        return batch
+    if soft == resource.RLIM_INFINITY:
+        return batch
+    room = soft - used - SPARE_FILES - READ_AHEAD
+    if room < 1:
+        raise OSError(
+            errno.EMFILE,
+            f"this process may open {soft} files (ulimit -n) and has {used} open: too "
+            f"few to read recordings; allow at least {used + SPARE_FILES + READ_AHEAD + 1}",
+        )
+    return min(batch, room)
 
 
 def _analysed(
