@@ -553,6 +553,10 @@ def test_ctrl_c_is_one_line_and_status_130_with_the_old_output_kept(tmp_path):
         (["run", "-o", ""], "argument -o/--output: expected a file name, got ''"),
         (["bench", "--list", "--json", ""], "argument --json: expected a file name"),
         (["vad", "-o", "", "a.wav"], "argument -o/--output: expected a file name"),
+        # '-' wrote files named '-.npz' and '-' where standard output was meant
+        (["run", "-o", "-"], "argument -o/--output: expected a file name, got '-'"),
+        (["bench", "--list", "--json", "-"], "argument --json: expected a file name, got '-'"),
+        (["vad", "--plot", "-", "a.wav"], "argument --plot: expected a file name, got '-'"),
     ],
 )
 def test_bad_numbers_names_and_file_names_exit_2_before_the_work(args, message):

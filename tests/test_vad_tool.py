@@ -394,11 +394,11 @@ def _vad(*args, **kwargs) -> subprocess.CompletedProcess:
     _model_or_skip()
     if "stderr" not in kwargs:
         kwargs["capture_output"] = True
+    kwargs.setdefault("cwd", ROOT)
     return subprocess.run(
         [sys.executable, "-m", "onnx_recurrent", "vad", *map(str, args)],
         text=True,
         timeout=300,
-        cwd=ROOT,
         **kwargs,
     )
 
@@ -569,3 +569,11 @@ def test_a_low_open_files_limit_batches_fewer_recordings(tmp_path):
     too_low = _vad(tmp_path, preexec_fn=limit(12))
     assert too_low.returncode != 0
     assert "(ulimit -n)" in too_low.stderr and "allow at least" in too_low.stderr
+
+
+def test_output_dash_is_standard_output(tmp_path):
+    # -o - wrote a file named '-'
+    done = _vad(SPEECH, "-o", "-", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == _vad(SPEECH).stdout and done.stdout.count("\n") > 1
+    assert list(tmp_path.iterdir()) == []

@@ -266,10 +266,21 @@ def number(
 
 
 def file_name(text: str) -> str:
-    """An argparse type: a file name (not empty: an empty one wrote nothing, silently)."""
+    """An argparse type: a file name (not empty: an empty one wrote nothing, silently;
+    not ``-``, which wrote a file named ``-`` where standard output was meant)."""
     if not text:
         raise argparse.ArgumentTypeError("expected a file name, got ''")
+    if text == "-":
+        raise argparse.ArgumentTypeError(
+            "expected a file name, got '-': this is not written to standard output "
+            "(for a file named -, give ./-)"
+        )
     return text
+
+
+def file_name_or_stdout(text: str) -> str | None:
+    """An argparse type: a file name, or ``-`` for standard output (None)."""
+    return None if text == "-" else file_name(text)
 
 
 def writable(path: str, option: str) -> None:

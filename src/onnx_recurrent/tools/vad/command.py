@@ -28,7 +28,15 @@ from pathlib import Path
 from typing import IO, Any
 
 from ...errors import RecurrentError, import_optional, one_line
-from ..arguments import add_host, file_name, number, same_file, saving, writable
+from ..arguments import (
+    add_host,
+    file_name,
+    file_name_or_stdout,
+    number,
+    same_file,
+    saving,
+    writable,
+)
 from .audio import AUDIO_SUFFIXES, AudioError, find_audio_files
 from .model import INSTALL_EXTRA
 from .segments import SEGMENT_OPTIONS, check_segment_options
@@ -63,10 +71,10 @@ def add_parser(sub: Any) -> None:
         "-o",
         "--output",
         metavar="OUT",
-        type=file_name,
+        type=file_name_or_stdout,
         help="write the rows here (not one of the input files), replacing OUT when they "
         "are all there (Ctrl-C leaves it as it was): JSON lines if OUT ends in .jsonl or "
-        ".json, else CSV (default: CSV on stdout, row by row)",
+        ".json, else CSV (default, or -: CSV on stdout, row by row)",
     )
     parser.add_argument(
         "--plot",
