@@ -444,3 +444,47 @@ def test_a_state_set_of_another_batch_is_named_as_set():
     session.step(x)
     with pytest.raises(ValueError, match=r"the batch changed from 2 to 1"):
         session.step({"X": x["X"][:, :1]})
+
+
+@pytest.mark.parametrize("host", ["onnxruntime", "reference"])
+def test_a_node_inside_a_local_function_is_streamed(host):
+    # it was not exposed: it restarted from zeros each chunk, silently (0.07 off)
+    rng = np.random.default_rng(0)
+    I, H = 3, 4
+
+    def weights(name, cols):
+        return numpy_helper.from_array(
+            (rng.standard_normal((1, 3 * H, cols)) * 0.5).astype(np.float32), name
+        )
+
+    block = helper.make_function(
+        "local",
+        "Block",
+        ["x", "W", "R"],
+        ["y"],
+        [
+            helper.make_node("GRU", ["x", "W", "R"], ["Y", "Yh"], hidden_size=H),
+            helper.make_node("Squeeze", ["Y", "axis"], ["y"]),
+        ],
+        opset_imports=[helper.make_opsetid("", 14)],
+    )
+    nodes = [
+        helper.make_node("Block", ["x", "W1", "R1"], ["h1"], domain="local", name="block1"),
+        helper.make_node("GRU", ["h1", "W2", "R2"], ["Y", "Yh"], hidden_size=H, name="top"),
+    ]
+    axis = numpy_helper.from_array(np.array([1], np.int64), "axis")
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["T", "N", I])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)],
+        [weights("W1", I), weights("R1", H), weights("W2", H), weights("R2", H), axis],
+    )
+    opsets = [helper.make_opsetid("", 14), helper.make_opsetid("local", 1)]
+    model = helper.make_model(graph, opset_imports=opsets, functions=[block])
+    x = rng.standard_normal((8, 2, I)).astype(np.float32)
+    whole = orc.InferenceSession(model, host=host).run(None, {"x": x})[0]
+    stream = StreamingSession(model, host=host)
+    assert len(stream.state_info) == 2
+    got = np.concatenate([stream.step({"x": x[a:b]})[0] for a, b in ((0, 3), (3, 8))])
+    np.testing.assert_allclose(got, whole, atol=1e-6)

@@ -229,6 +229,33 @@ class Namer:
         return name
 
 
+def with_functions_inlined(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model``, or a copy with its model-local functions inlined where one holds a
+    recurrent node (so that the node is seen, bound and streamed as any other).
+
+    Raises
+    ------
+    ValueError
+        (``RecurrentError``) such a function, and an onnx without ``onnx.inliner``.
+    """
+    body = onnx.GraphProto()  # the functions' nodes, to walk with their subgraphs
+    for function in model.functions:
+        body.node.extend(function.node)
+    if not any(
+        node.op_type in RECURRENT_OPS and is_default_domain(node.domain) for _, node in walk(body)
+    ):
+        return model
+    try:
+        from onnx.inliner import inline_local_functions
+    except ImportError:  # an onnx older than the project asks for
+        raise RecurrentError(
+            "the model has recurrent nodes inside local functions, which need "
+            f"onnx.inliner to be computed (onnx {onnx.__version__} has none: "
+            "pip install -U onnx)"
+        ) from None
+    return inline_local_functions(model)
+
+
 def hosted(model: onnx.ModelProto) -> onnx.ModelProto:
     """``model`` as the session binds and hosts it: a copy where needed (the caller's
     proto is never changed), in which
@@ -240,21 +267,7 @@ def hosted(model: onnx.ModelProto) -> onnx.ModelProto:
       (initializers) and nodes; a subgraph's name defined earlier elsewhere is renamed
       there, so that a node's key and a constant's name stand for one thing.
     """
-    body = onnx.GraphProto()  # the functions' nodes, to walk with their subgraphs
-    for function in model.functions:
-        body.node.extend(function.node)
-    if any(
-        node.op_type in RECURRENT_OPS and is_default_domain(node.domain) for _, node in walk(body)
-    ):
-        try:
-            from onnx.inliner import inline_local_functions
-        except ImportError:  # an onnx older than the project asks for
-            raise RecurrentError(
-                "the model has recurrent nodes inside local functions, which need "
-                f"onnx.inliner to be computed (onnx {onnx.__version__} has none: "
-                "pip install -U onnx)"
-            ) from None
-        model = inline_local_functions(model)
+    model = with_functions_inlined(model)
     seen: set[str] = set()
     repeated = False
     for graph in all_graphs(model.graph):

@@ -44,6 +44,7 @@ from .graph import (
     prune,
     subgraphs,
     walk,
+    with_functions_inlined,
 )
 from .session import InferenceSession, NodeArg, _not_picklable, load_model
 
@@ -332,6 +333,7 @@ def expose(
     initial value the model computed otherwise than as zeros or a constant."""
     if not isinstance(model, onnx.ModelProto):
         raise TypeError(f"model must be an onnx.ModelProto, got {type(model).__name__}")
+    model = with_functions_inlined(model)  # else a function's node restarted each chunk
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
     graph = copy.graph
@@ -372,7 +374,8 @@ def expose(
 def expose_states(model: onnx.ModelProto) -> onnx.ModelProto:
     """Make every recurrent node's state a graph input and a graph output.
 
-    Each GRU, RNN and LSTM node (of the main graph, and of ``If`` branches) gets its
+    Each GRU, RNN and LSTM node (of the main graph, of ``If`` branches, and of
+    model-local functions, which are inlined) gets its
     ``initial_h`` from a new graph input ``<node name>.initial_h`` and its final state
     ``Y_h`` is returned as graph output ``<node name>.Y_h`` (LSTM: also
     ``.initial_c`` / ``.Y_c``), declared ``[num_directions, batch, hidden_size]``
