@@ -590,6 +590,36 @@ def test_to_torch_refuses_what_it_could_not_write_or_would_drop(torch):
     to_torch([lstm.replace(P=np.zeros((1, 3 * H), np.float32))], make_module(torch, "LSTM"))
 
 
+def test_from_torch_reads_weights_a_pre_hook_computes(torch):
+    # torch's older weight_norm and pruning set the weight in a forward pre-hook: after
+    # load_state_dict, before a forward, from_torch read stale weights (0.56, 0.41 off)
+    import warnings
+
+    from torch.nn.utils import prune
+
+    x = np.random.default_rng(3).standard_normal((5, 2, I)).astype(np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # weight_norm's deprecation
+        wraps = (
+            lambda m: torch.nn.utils.weight_norm(m, name="weight_hh_l0"),
+            lambda m: prune.l1_unstructured(m, "weight_ih_l0", amount=0.5),
+        )
+        for op, wrap in zip(("GRU", "LSTM"), wraps, strict=True):
+            trained = wrap(make_module(torch, op))
+            with torch.no_grad():
+                for p in trained.parameters():
+                    p.mul_(1.5)
+            restored = wrap(make_module(torch, op))
+            restored.load_state_dict(trained.state_dict())
+            before = {k: v.clone() for k, v in restored.state_dict().items()}
+            layers = from_torch(restored)
+            for name, value in restored.state_dict().items():
+                assert torch.equal(value, before[name]), name
+            with torch.no_grad():
+                expected = restored(torch.from_numpy(x))[0].numpy()
+            np.testing.assert_allclose(run_layers(layers, x)[0], expected, atol=1e-5)
+
+
 def test_converters_read_what_the_layer_computes(torch):
     relu = from_torch(make_module(torch, "RNN_RELU"))[0]
     W, R, B = relu.W, relu.R, relu.B

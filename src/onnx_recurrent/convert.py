@@ -277,6 +277,21 @@ def _to_numpy(torch: Any, tensor: Any) -> np.ndarray:
     return tensor.numpy()
 
 
+def _torch_weight(torch: Any, module: Any, name: str) -> Any:
+    """``module``'s parameter ``name`` as its forward computes it: torch's older
+    ``weight_norm`` and its pruning set the attribute only in a forward pre-hook, so
+    after ``load_state_dict`` and before a forward it holds stale values."""
+    from torch.nn.utils import prune
+    from torch.nn.utils.weight_norm import WeightNorm
+
+    for hook in module._forward_pre_hooks.values():
+        if isinstance(hook, WeightNorm) and hook.name == name:
+            return hook.compute_weight(module)
+        if isinstance(hook, prune.BasePruningMethod) and hook._tensor_name == name:
+            return hook.apply_mask(module)
+    return getattr(module, name)
+
+
 def from_torch(module: Any) -> list[Layer]:
     """Convert a ``torch.nn.GRU``, ``LSTM`` or ``RNN`` to one :class:`Layer` per layer.
 
@@ -287,7 +302,8 @@ def from_torch(module: Any) -> list[Layer]:
     Parameters
     ----------
     module : torch.nn.GRU, torch.nn.LSTM or torch.nn.RNN
-        On any device; its parameters are copied.
+        On any device; its parameters are copied, as its forward computes them
+        (through torch's parametrizations, older ``weight_norm`` or pruning).
 
     Returns
     -------
@@ -323,9 +339,8 @@ def from_torch(module: Any) -> list[Layer]:
 
     def stacked(k: int, *names: str) -> np.ndarray:  # [D, ...]: the names' gates, concatenated
         def onnx(name: str, d: int) -> np.ndarray:
-            return _reorder(
-                _to_numpy(torch, getattr(module, f"{name}_l{k}{'_reverse' * d}")), kind.torch
-            )
+            weight = _torch_weight(torch, module, f"{name}_l{k}{'_reverse' * d}")
+            return _reorder(_to_numpy(torch, weight), kind.torch)
 
         return np.stack([np.concatenate([onnx(name, d) for name in names]) for d in range(D)])
 
