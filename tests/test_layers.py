@@ -228,6 +228,28 @@ def test_short_calls_with_lengths_equal_the_scan(op, direction, layout):
         assert not taken
 
 
+def test_a_layer_and_its_copies_cannot_part_ways():
+    # changing layer.attributes or writing into layer.W (setflags(write=True) worked)
+    # left the layer as it was and its copies and pickles with the change
+    import copy
+    import pickle
+
+    rng = np.random.default_rng(0)
+    W = rng.standard_normal((1, 12, 3), dtype=np.float32)
+    R = rng.standard_normal((1, 12, 4), dtype=np.float32)
+    layer = orc.Layer("GRU", W, R, attributes={"linear_before_reset": 1, "clip": 0.5})
+    x = rng.standard_normal((5, 2, 3), dtype=np.float32)
+    want = layer(x)[0]
+    layer.attributes["clip"] = 0.01
+    layer.attributes["activations"] = ["Relu", "Tanh"]
+    assert layer.attributes == {"linear_before_reset": 1, "clip": 0.5}
+    with pytest.raises(ValueError):
+        layer.W.setflags(write=True)
+    for other in (copy.copy(layer), copy.deepcopy(layer), pickle.loads(pickle.dumps(layer))):
+        np.testing.assert_array_equal(other(x)[0], want)
+        assert repr(other) == repr(layer)
+
+
 def _call_in_child(layer, x):
     return layer(x)
 

@@ -54,12 +54,16 @@ def _copied(value: Any) -> Any:
 
 
 def _frozen(a: np.ndarray | None) -> np.ndarray | None:
-    """A read-only C-ordered copy (nothing the caller holds aliases it)."""
+    """A read-only C-ordered copy (nothing the caller holds aliases it), as a view
+    that cannot be made writable again (``setflags(write=True)`` on the copy itself
+    would let its panels and its pickled copies part ways)."""
     if a is None:
         return None
     copy = np.array(a, order="C", copy=True)
     copy.setflags(write=False)
-    return copy
+    view = copy.view()
+    view.setflags(write=False)
+    return view
 
 
 class Layer:
@@ -147,7 +151,7 @@ class Layer:
         threads.num_threads()  # a bad variable named here, not at a first large call
         self.op = spec.cell.name
         self.spec = spec
-        self.attributes = attributes
+        self._attributes = attributes
         self.W, self.R, self.B, self.P = (_frozen(a) for a in (W, R, B, P))
         self.dtype = self.W.dtype
         #: where the weight copies are (compared by :mod:`.prepared`)
@@ -179,8 +183,22 @@ class Layer:
         process (for ``multiprocessing``, Dask...)."""
         return (
             _remade,
-            (type(self), self.op, self.W, self.R, self.B, self.attributes, self.P, self._prepared),
+            (
+                type(self),
+                self.op,
+                self.W,
+                self.R,
+                self.B,
+                self._attributes,
+                self.P,
+                self._prepared,
+            ),
         )
+
+    @property
+    def attributes(self) -> dict[str, Any]:
+        """The layer's attributes, as given (a copy: changing it changes nothing)."""
+        return {k: _copied(v) for k, v in self._attributes.items()}
 
     def __repr__(self) -> str:
         B = None if self.B is None else list(self.B.shape)
