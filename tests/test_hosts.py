@@ -378,20 +378,23 @@ def test_a_recurrent_node_in_a_local_function_is_computed_as_ours(host, dtype):
     np.testing.assert_allclose(got, want, atol=1e-5 if dtype == np.float32 else 1e-12)
 
 
-def test_a_recurrent_node_in_a_scan_body_with_undeclared_output_shapes():
+@pytest.mark.parametrize("direct", [False, True])
+def test_a_recurrent_node_in_a_scan_body_with_undeclared_output_shapes(direct):
     # onnxruntime wants the shape of a Scan body's outputs: its own LSTM infers it, our
     # custom node gave none ("Subgraph must have the shape set for all outputs but Yo
-    # did not"), where plain onnxruntime runs the model
+    # did not"), where plain onnxruntime runs the model; also where the node's Y is
+    # itself the body output declared without a shape (direct)
     from onnx import TensorProto, helper, numpy_helper
 
     T, N, I, H = 6, 2, 4, 5
     feeds = random_inputs("LSTM", T=T, N=1, I=I, H=H, D=1)
+    Y = "Yo" if direct else "Y"
     body = helper.make_graph(
         [
             helper.make_node("Unsqueeze", ["xs", "axis"], ["xu"]),
-            helper.make_node("LSTM", ["xu", "W", "R"], ["Y", "Yh", "Yc"], hidden_size=H),
+            helper.make_node("LSTM", ["xu", "W", "R"], [Y, "Yh", "Yc"], hidden_size=H),
             helper.make_node("Add", ["acc_in", "Yh"], ["acc_out"]),
-            helper.make_node("Identity", ["Y"], ["Yo"]),
+            *([] if direct else [helper.make_node("Identity", ["Y"], ["Yo"])]),
         ],
         "body",
         [

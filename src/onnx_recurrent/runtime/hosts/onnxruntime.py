@@ -164,7 +164,7 @@ def rewrite(
 
     def replace(graph: onnx.GraphProto) -> None:
         nodes: list[onnx.NodeProto] = []
-        declared = {v.name for v in (*graph.value_info, *graph.output)}
+        declared = {v.name: v for v in (*graph.value_info, *graph.output)}
         for node in graph.node:
             for sub in subgraphs(node):
                 replace(sub)
@@ -176,12 +176,18 @@ def rewrite(
             nodes.append(custom)
             # a custom node's outputs have no inferred shape: their ranks given, as
             # onnxruntime needs them where they leave a Scan body
+            # (also a body output declared without a shape)
             for position, name in enumerate(custom.output):
-                if name and name not in declared:
-                    rank = 4 if position == 0 else 3
-                    graph.value_info.append(
-                        helper.make_tensor_value_info(name, elems[custom.op_type], [None] * rank)
-                    )
+                given = declared.get(name)
+                if not name or (given is not None and given.type.tensor_type.HasField("shape")):
+                    continue
+                ranked = helper.make_tensor_value_info(
+                    name, elems[custom.op_type], [None] * (4 if position == 0 else 3)
+                )
+                if given is None:
+                    graph.value_info.append(ranked)
+                else:
+                    given.type.CopyFrom(ranked.type)
         del graph.node[:]
         graph.node.extend(nodes)
 
