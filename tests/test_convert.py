@@ -620,6 +620,22 @@ def test_from_torch_reads_weights_a_pre_hook_computes(torch):
             np.testing.assert_allclose(run_layers(layers, x)[0], expected, atol=1e-5)
 
 
+def test_run_layers_of_an_empty_batch_or_sequence_and_of_one_layer(torch):
+    # N=0 or T=0: "cannot reshape array of size 0 into shape (5,0,newaxis)"; one
+    # Layer for the list: "'Layer' object is not iterable"
+    module = make_module(torch, "GRU", num_layers=2, bidirectional=True)
+    layers = from_torch(module)
+    for shape in ((5, 0, I), (0, 3, I)):
+        Y, Y_h = run_layers(layers, np.zeros(shape, np.float32))
+        assert Y.shape == (*shape[:2], 2 * H) and Y_h.shape == (4, shape[1], H)
+    x = np.random.default_rng(0).standard_normal((5, 2, I)).astype(np.float32)
+    for a, b in zip(run_layers(layers[0], x), run_layers(layers[:1], x), strict=True):
+        np.testing.assert_array_equal(a, b)
+    to_torch(layers[0], make_module(torch, "GRU", bidirectional=True))
+    with pytest.raises(TypeError, match=r"^run_layers: layers must be a list of Layer, got int"):
+        run_layers(3, x)
+
+
 def test_converters_read_what_the_layer_computes(torch):
     relu = from_torch(make_module(torch, "RNN_RELU"))[0]
     W, R, B = relu.W, relu.R, relu.B

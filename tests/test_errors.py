@@ -260,3 +260,30 @@ def test_import_optional_says_what_to_install(monkeypatch):
     with pytest.raises(ModuleNotFoundError, match="pip install y"):
         import_optional("no_such_package_here", "x", "pip install y", find_only=True)
     assert import_optional("numpy", "x", "y", find_only=True).name == "numpy"
+
+
+def test_arrays_numpy_cannot_read_are_named():
+    # NumPy's own errors came out naming no input ("setting an array element with a
+    # sequence"), and a masked array's mask was ignored, silently
+    feeds = random_inputs("GRU", T=3, N=2, I=3, H=4)
+    X, W, R = feeds["X"], feeds["W"], feeds["R"]
+    ragged = [[[0.0, 1.0, 2.0]], [[0.0]]]
+    for name, call in (
+        ("X", lambda: orc.gru(ragged, W, R)),
+        ("R", lambda: orc.gru(X, W, [[[0.0] * 4] * 12, [[0.0]]])),
+        ("W", lambda: orc.Layer("GRU", [[[0.0, 1.0]], [[0.0]]], R)),
+        ("sequence_lens", lambda: orc.gru(X, W, R, sequence_lens=[[1, 2], [3]])),
+        (
+            "W",
+            lambda: orc.gru_cell(
+                X[0], np.zeros((2, 4), X.dtype), [[0.0], [0.0, 1.0]], R[0], hidden_size=4
+            ),
+        ),
+    ):
+        with pytest.raises(orc.RecurrentError, match=rf"^{name} cannot be read as an array"):
+            call()
+    masked = np.ma.masked_array(X, mask=np.zeros_like(X, dtype=bool))
+    with pytest.raises(orc.RecurrentTypeError, match=r"^X is a masked array, whose mask"):
+        orc.gru(masked, W, R)
+    with pytest.raises(orc.RecurrentTypeError, match=r"^sequence_lens must have an integer"):
+        orc.gru(X, W, R, sequence_lens=np.array([1.0, 2.0]))

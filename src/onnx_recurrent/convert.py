@@ -101,7 +101,7 @@ def run_layers(
 
     Parameters
     ----------
-    layers : iterable of Layer
+    layers : iterable of Layer, or one Layer
         One op and one ``layout`` for the whole stack (the layout of ``X`` and of the
         returned sequence; every layer consumes its input in it).
     X : (seq_length, batch_size, input_size) ndarray
@@ -134,7 +134,7 @@ def run_layers(
     TypeError
         An entry of ``layers`` that is not a Layer.
     """
-    layers = list(layers)
+    layers = _layer_list(layers, "run_layers")
     if not layers:
         raise RecurrentError("run_layers needs at least one layer")
     for k, layer in enumerate(layers):
@@ -186,9 +186,22 @@ def run_layers(
         )
         if Y is not None:  # [T, D, N, H] -> [T, N, D*H], or [N, T, D, H] -> [N, T, D*H]
             Y = Y if layout else Y.transpose(0, 2, 1, 3)
-            Y = Y.reshape(*Y.shape[:2], -1)
+            Y = Y.reshape(*Y.shape[:2], layer.num_directions * layer.hidden_size)
         finals.append([np.swapaxes(state, 0, layout) for state in final])
     return (Y, *(np.concatenate(states) for states in zip(*finals, strict=True)))
+
+
+def _layer_list(layers: Any, function: str) -> list:
+    """``layers`` as a list: one :class:`Layer` is a stack of one (it was "'Layer'
+    object is not iterable"), anything else not iterable a TypeError naming it."""
+    if isinstance(layers, Layer):
+        return [layers]
+    try:
+        return list(layers)
+    except TypeError:
+        raise RecurrentTypeError(
+            f"{function}: layers must be a list of Layer, got {type(layers).__name__}"
+        ) from None
 
 
 def _reorder(array: np.ndarray, order: Iterable[int]) -> np.ndarray:
@@ -364,7 +377,7 @@ def to_torch(layers: Iterable[Layer], module: Any) -> Any:
 
     Parameters
     ----------
-    layers : iterable of Layer
+    layers : iterable of Layer, or one Layer
         One per layer of ``module``, as :func:`from_torch` returns them: the same op,
         ``W (D, G*H, I_k)``, ``R (D, G*H, H)``, ``B (D, 2*G*H)`` or None (zeros).
     module : torch.nn.GRU, torch.nn.LSTM or torch.nn.RNN
@@ -393,7 +406,7 @@ def to_torch(layers: Iterable[Layer], module: Any) -> Any:
     torch = import_optional("torch", "to_torch", _TORCH_EXTRA)
     op, activation = _torch_kind(torch, module)
     kind = _KINDS[op]
-    layers = list(layers)
+    layers = _layer_list(layers, "to_torch")
     if len(layers) != module.num_layers:
         raise RecurrentError(
             f"expected {module.num_layers} layers (num_layers), got {len(layers)}"

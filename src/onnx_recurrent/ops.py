@@ -8,7 +8,7 @@ import numpy as np
 
 from . import cells, prepared
 from .errors import RecurrentError, RecurrentTypeError
-from .spec import as_float_array, check_dtype, check_flag
+from .spec import as_array, as_float_array, check_dtype, check_flag
 
 _COMMON_DOC = """
     X : (seq_length, batch_size, input_size) ndarray
@@ -292,7 +292,7 @@ def gru_cell(
         integer; ``activations`` a string (not a list of names).
     """
     X = as_float_array("X", X)
-    R = np.asarray(R)
+    R = as_array("R", R)
     H = hidden_size
     if isinstance(H, bool) or not isinstance(H, int | np.integer):
         raise RecurrentTypeError(f"hidden_size must be an integer, got {H!r}")
@@ -312,7 +312,7 @@ def gru_cell(
         "R": ((3 * H, H), "[3*hidden_size, hidden_size]"),
     }
     state = check_dtype("initial_hidden_state", initial_hidden_state, X.dtype, "X's")
-    given = {"initial_hidden_state": state, "W": np.asarray(W), "R": R}
+    given = {"initial_hidden_state": state, "W": as_array("W", W), "R": R}
     for name, (shape, dims) in expected.items():
         if given[name].shape != shape:
             raise RecurrentError(

@@ -20,7 +20,7 @@ import numpy as np
 
 from .cells import Cell
 from .layers import Layer
-from .spec import COMPUTE_DTYPE, RecSpec, check_weights, check_X, make_spec
+from .spec import COMPUTE_DTYPE, RecSpec, as_array, check_weights, check_X, make_spec
 
 #: layers kept, at most (least recently used dropped first)
 MAX_ENTRIES = 16
@@ -115,7 +115,7 @@ def for_call(
         (``onnx_recurrent.RecurrentTypeError``) a non-float ``X``, or weights of
         another dtype than ``X``'s.
     """
-    spec = make_spec(cell, R if type(R) is np.ndarray else np.asarray(R), **attributes)
+    spec = make_spec(cell, as_array("R", R), **attributes)
     X = check_X(spec, X)
     W, R, B, P = check_weights(spec, W, R, B, P, dtype=X.dtype, input_size=X.shape[2])
     return X, layer(spec, attributes, W, R, B, P)

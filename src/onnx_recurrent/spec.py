@@ -243,10 +243,31 @@ def native_order(array: np.ndarray) -> np.ndarray:
     return array if array.dtype.isnative else array.astype(array.dtype.newbyteorder("="))
 
 
+def as_array(name: str, value: Any) -> np.ndarray:
+    """``value`` as a NumPy array, or a clear error naming it: a ragged nested list
+    (ValueError), a masked array (its mask would be ignored), or what NumPy cannot read
+    (TypeError: a tensor that needs grad...)."""
+    if type(value) is np.ndarray:
+        return value
+    if isinstance(value, np.ma.MaskedArray):
+        raise RecurrentTypeError(
+            f"{name} is a masked array, whose mask would be ignored: give an ndarray "
+            f"(e.g. {name}.filled(0); for rows of other lengths, sequence_lens)"
+        )
+    try:
+        return np.asarray(value)
+    except ValueError as e:
+        raise RecurrentError(f"{name} cannot be read as an array: {e}") from None
+    except (TypeError, RuntimeError) as e:
+        raise RecurrentTypeError(
+            f"{name} cannot be read as an array ({type(value).__name__}): {e}"
+        ) from None
+
+
 def as_float_array(name: str, value: Any) -> np.ndarray:
     """``value`` as an array of one of the T types (:func:`native_order`), or a clear
-    TypeError."""
-    array = native_order(value if type(value) is np.ndarray else np.asarray(value))
+    TypeError (:func:`as_array`)."""
+    array = native_order(as_array(name, value))
     if array.dtype not in COMPUTE_DTYPE:
         allowed = ", ".join(str(t) for t in COMPUTE_DTYPE)
         raise RecurrentTypeError(f"{name} must have a float dtype ({allowed}), got {array.dtype}")
@@ -340,9 +361,11 @@ def check_lengths(sequence_lens: Any, N: int, T: int) -> np.ndarray:
         (``RecurrentError``) not of shape ``[batch_size]``, or a length outside
         ``[0, seq_length]`` (the message names the first).
     """
-    given = np.asarray(sequence_lens)
+    given = as_array("sequence_lens", sequence_lens)
     if given.dtype.kind not in "iu":
-        raise RecurrentTypeError(f"sequence_lens must be int32, got {given.dtype}")
+        raise RecurrentTypeError(
+            f"sequence_lens must have an integer dtype (int32 in ONNX), got {given.dtype}"
+        )
     _check_shape("sequence_lens", given, (N,), "[batch_size]")
     lens = given.astype(np.int64)
     low, high = (int(lens.min()), int(lens.max())) if N else (T, T)
