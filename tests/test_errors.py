@@ -49,7 +49,7 @@ def _shape_cases(op):
         "sequence_lens float",
         {**f, "sequence_lens": np.ones(3, np.float32)},
         TypeError,
-        (r"sequence_lens must be int32"),
+        (r"sequence_lens must have an integer dtype \(int32 in ONNX\)"),
     )
     yield "integer X", {**f, "X": np.ones((5, 3, 4), np.int64)}, TypeError, r"X must have a float"
     yield "mixed dtype", {**f, "W": f["W"].astype(np.float64)}, TypeError, r"W must have X's dtype"
