@@ -447,6 +447,52 @@ def test_a_state_set_of_another_batch_is_named_as_set():
 
 
 @pytest.mark.parametrize("host", ["onnxruntime", "reference"])
+def test_a_state_of_batch_0_is_not_taken_for_zeros(host):
+    # the session's own empty state means "zeros": a caller's [1, 0, 5] for a batch of
+    # 2 was taken so, silently (onnxruntime and InferenceSession refuse it)
+    feeds = random_inputs("GRU", T=4, N=2, I=3, H=5, D=1)
+    feeds = {k: feeds[k] for k in ("X", "W", "R", "B")}
+    model = node_model(
+        "GRU", feeds, {"hidden_size": 5}, constants=("W", "R", "B"), shapes={"X": ["T", "N", 3]}
+    )
+    session = StreamingSession(model, host=host)
+    x = {i.name: feeds[i.name] for i in session.get_inputs()}
+    name = session.state_info[0].input
+    session.step(x)
+    before = session.states
+    session.states = {name: np.zeros((1, 0, 5), np.float32)}
+    with pytest.raises(ValueError, match=rf"state set with session.states '{name}': expected t"):
+        session.step(x)
+    session.states = before
+    session.step(x)
+    session.reset()
+    assert session.step({"X": x["X"][:, :0]})[0].shape == (4, 1, 0, 5)  # a batch of 0: fine
+    session.states = {name: np.zeros((1, 0, 5), np.float32)}
+    session.step({"X": x["X"][:, :0]})
+
+
+@pytest.mark.parametrize("host", ["onnxruntime", "reference"])
+def test_a_learned_state_of_another_batch_says_so(host):
+    # was "the batch changed from 1 to 3 ...: call reset()" at the first chunk
+    feeds = random_inputs("GRU", T=4, N=1, I=3, H=5, D=1)
+    feeds = {k: feeds[k] for k in ("X", "W", "R", "B", "initial_h")}
+    model = node_model(
+        "GRU",
+        feeds,
+        {"hidden_size": 5},
+        constants=("W", "R", "B", "initial_h"),
+        shapes={"X": ["T", "N", 3]},
+    )
+    session = StreamingSession(model, host=host)
+    x = np.repeat(feeds["X"], 3, axis=1)
+    with pytest.raises(ValueError, match=r"the model's constant initial state '.*' has batch s"):
+        session.step({"X": x})
+    name = session.state_info[0].input
+    session.states = {name: np.repeat(feeds["initial_h"], 3, axis=1)}
+    session.step({"X": x})
+
+
+@pytest.mark.parametrize("host", ["onnxruntime", "reference"])
 def test_a_node_inside_a_local_function_is_streamed(host):
     # it was not exposed: it restarted from zeros each chunk, silently (0.07 off)
     rng = np.random.default_rng(0)

@@ -663,6 +663,17 @@ class StreamingSession:
         except StateBatchError as e:
             raise self._batch_error(e, feeds) from None
         k = len(self._outputs)
+        for s, r in zip(self._infos, results[k:], strict=True):
+            given = feeds.get(s.input, self._states.get(s.input) if s.input in self._set else None)
+            if given is not None and np.size(given) == 0 and r.size != 0:
+                # a caller's state of batch 0: the session's own empty state means
+                # "zeros", so the node took it for zeros of another batch
+                axis = s.shape.index("batch") if "batch" in s.shape else 1
+                how = "input" if s.input in feeds else "state set with session.states"
+                raise RecurrentError(
+                    f"{how} {s.input!r}: expected the batch size of what reaches node "
+                    f"{s.node!r} ({r.shape[axis]}), got shape {list(np.shape(given))}"
+                )
         self._states = {s.input: r for s, r in zip(self._infos, results[k:], strict=True)}
         self._set = set()
         return results[:k]
@@ -680,6 +691,18 @@ class StreamingSession:
             return RecurrentError(
                 f"state {given[0]!r} set with session.states has batch size "
                 f"{error.state_batch}; what reaches {error.label} has {error.batch}"
+            )
+        learned = [
+            s.input
+            for s in self._infos
+            if s.node == error.node and s.input not in self._states and s.input in self._defaults
+        ]
+        if learned:  # the first chunk: nothing changed, and reset() would not help
+            return RecurrentError(
+                f"the model's constant initial state {learned[0]!r} has batch size "
+                f"{error.state_batch}; what reaches {error.label} has {error.batch}: set "
+                "session.states to a state of that batch size (e.g. the constant repeated "
+                "along the batch axis)"
             )
         return RecurrentError(
             f"the batch changed from {error.state_batch} to {error.batch} "

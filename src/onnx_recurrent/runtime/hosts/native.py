@@ -412,7 +412,16 @@ class Kernel:
         except BaseException as e:  # an exception escaping a ctypes callback is lost
             state.guarded = False
             record(e)
-            return api.status(ORT_FAIL, f"onnx-recurrent: {node.label}: {type(e).__name__}")
+            return api.status(ORT_FAIL, f"onnx-recurrent: {_reason(node.label, e)}")
+
+
+def _reason(label: str, error: BaseException) -> str:
+    """What onnxruntime's status (and its error log) says of a node's failure: the
+    error's first line, which names the node (the raised error is the one recorded)."""
+    text = str(error).split("\n", 1)[0][:300]
+    if text.startswith(label):
+        return text
+    return f"{label}: {type(error).__name__}" + (f": {text}" if text else "")
 
 
 @functools.cache
