@@ -468,6 +468,35 @@ def test_output_shapes_are_reported_as_onnxruntime_infers_them(host):
     assert got[1][1] == [1, 2, 4]
 
 
+@pytest.mark.parametrize("host", ["onnxruntime", "reference"])
+def test_unknown_dims_and_shapes_are_reported_as_onnxruntime_does(host):
+    """A dim inference cannot tell came back as the name it invents (``unk__0``), and
+    a tensor of no declared shape as None; onnxruntime gives None and ``[]``."""
+    H, I = 5, 4
+    vi = onnx.helper.make_tensor_value_info
+    graph = onnx.helper.make_graph(
+        [
+            onnx.helper.make_node("GRU", ["X", "W", "R"], ["Y", "Yh"], hidden_size=H),
+            onnx.helper.make_node("Relu", ["Z"], ["Zr"]),
+        ],
+        "g",
+        [vi("X", onnx.TensorProto.FLOAT, None), vi("Z", onnx.TensorProto.FLOAT, None)],
+        [vi(n, onnx.TensorProto.FLOAT, None) for n in ("Y", "Yh", "Zr")],
+        [
+            onnx.numpy_helper.from_array(np.zeros((1, 3 * H, I), np.float32), "W"),
+            onnx.numpy_helper.from_array(np.zeros((1, 3 * H, H), np.float32), "R"),
+        ],
+    )
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 14)])
+    model.ir_version = 8
+    theirs = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    ours = orc.InferenceSession(model, host=host)
+    for getter in ("get_inputs", "get_outputs"):
+        expected = [(a.name, a.shape) for a in getattr(theirs, getter)()]
+        assert [(a.name, a.shape) for a in getattr(ours, getter)()] == expected
+    assert expected[0][1] == [None, 1, None, 5]
+
+
 def test_onnxruntimes_keywords_and_methods():
     """onnxruntime's constructor keywords (``path_or_bytes``, ``disabled_optimizers``,
     ``enable_fallback``, ``read_config_from_model``) were a TypeError, and the rest of

@@ -44,8 +44,9 @@ class NodeArg:
     ``type`` is onnxruntime's string: ``'tensor(float)'``, ``'seq(tensor(float))'``,
     ``'optional(tensor(int64))'``, ``'map(string,tensor(float))'``... ``shape`` lists
     ints for fixed dims, str for named dims and None for unknown ones, for a tensor or
-    an optional tensor (None: no shape declared); ``[]`` for a sequence or a map, as
-    onnxruntime gives. ``elem_type`` is the ONNX element type of the tensors the value
+    an optional tensor (None: no shape declared; the session's ``get_inputs`` and
+    ``get_outputs`` give ``[]`` there, as onnxruntime does); ``[]`` for a sequence or a
+    map, as onnxruntime gives. ``elem_type`` is the ONNX element type of the tensors the value
     is or holds (a map: of its values).
     """
 
@@ -432,13 +433,28 @@ def _inferred_outputs(model: onnx.ModelProto, declared: list[NodeArg]) -> list[N
     except Exception:  # onnx's own errors: inference is only a better guess here
         return list(declared)
     inferred = {v.name: NodeArg.of(v) for v in graph.output}
+    named = {  # the model's own dim names (inference invents "unk__0"... for the rest)
+        d.dim_param
+        for g in all_graphs(model.graph)
+        for v in (*g.input, *g.output, *g.value_info)
+        for d in v.type.tensor_type.shape.dim
+    }
     outputs = []
     for arg in declared:
         better = inferred.get(arg.name)
         if better is not None and better.type == arg.type and better.shape is not None:
-            arg = NodeArg(arg.name, better.shape, arg.type, arg.elem_type)
+            shape = [
+                None if isinstance(d, str) and d.startswith("unk__") and d not in named else d
+                for d in better.shape
+            ]
+            arg = NodeArg(arg.name, shape, arg.type, arg.elem_type)
         outputs.append(arg)
     return outputs
+
+
+def _as_reported(args: list[NodeArg]) -> list[NodeArg]:
+    """``args`` as onnxruntime reports them: a tensor of no declared shape as ``[]``."""
+    return [a if a.shape is not None else NodeArg(a.name, [], a.type, a.elem_type) for a in args]
 
 
 #: the keyword arguments of onnxruntime's InferenceSession, passed to the onnxruntime
@@ -765,8 +781,9 @@ class InferenceSession:
         return list(self._bound.values())
 
     def get_inputs(self) -> list[NodeArg]:
-        """The graph inputs a caller feeds (initializers excluded), in graph order."""
-        return list(self._inputs)
+        """The graph inputs a caller feeds (initializers excluded), in graph order (a
+        tensor of no declared shape with ``shape`` ``[]``, as onnxruntime gives)."""
+        return _as_reported(self._inputs)
 
     def get_overridable_initializers(self) -> list[NodeArg]:
         """The initializers that are also graph inputs, in graph order, as onnxruntime's
@@ -774,16 +791,17 @@ class InferenceSession:
         initializer's value for that run, under either host; left out, the initializer
         is used. None before IR version 4, where onnxruntime takes every initializer as
         a constant."""
-        return list(self._overridable)
+        return _as_reported(self._overridable)
 
     def get_outputs(self) -> list[NodeArg]:
         """The graph outputs, in graph order, with their shapes as onnxruntime reports
         them: the declared shape merged with what onnx's shape inference finds (a dim
         known there replaces a named or unknown one; no shape declared: the inferred
-        one), computed on the first call."""
+        one; a dim it cannot tell: None, and no shape at all: ``[]``), computed on the
+        first call."""
         if self._inferred_outputs is None:
             self._inferred_outputs = _inferred_outputs(self._model, self._outputs)
-        return list(self._inferred_outputs)
+        return _as_reported(self._inferred_outputs)
 
     def get_providers(self) -> list[str]:
         """onnxruntime's execution providers; ``["CPUExecutionProvider"]`` under the

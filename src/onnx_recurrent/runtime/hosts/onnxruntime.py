@@ -181,13 +181,14 @@ def rewrite(
                 given = declared.get(name)
                 if not name or (given is not None and given.type.tensor_type.HasField("shape")):
                     continue
-                ranked = helper.make_tensor_value_info(
-                    name, elems[custom.op_type], [None] * (4 if position == 0 else 3)
-                )
+                rank = 4 if position == 0 else 3
                 if given is None:
-                    graph.value_info.append(ranked)
-                else:
-                    given.type.CopyFrom(ranked.type)
+                    graph.value_info.append(
+                        helper.make_tensor_value_info(name, elems[custom.op_type], [None] * rank)
+                    )
+                elif given.type.HasField("tensor_type"):  # its element type kept: a wrong
+                    for _ in range(rank):  # one is the model's fault, for onnxruntime
+                        given.type.tensor_type.shape.dim.add()
         del graph.node[:]
         graph.node.extend(nodes)
 
