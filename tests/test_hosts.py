@@ -452,3 +452,29 @@ def test_onnxruntimes_refusal_names_the_models_node_not_ours(name):
     message = str(caught.value)
     assert f"operator (GRU) in node ({name})" in message, message
     assert "OnnxRecurrent" not in message and "onnx_recurrent::" not in message, message
+
+
+def test_sequence_lens_computed_as_int64_is_refused_by_the_reference_host():
+    # onnxruntime refuses the model (tensor(int32) only); the reference host ran it, so
+    # host="auto" fell back and gave outputs
+    from onnx import TensorProto, helper, numpy_helper
+
+    feeds = random_inputs("GRU", T=6, N=3, I=4, H=5, D=1)
+    vi = helper.make_tensor_value_info
+    graph = helper.make_graph(
+        [
+            helper.make_node("ReduceSum", ["mask", "axis"], ["counted"], keepdims=0),
+            helper.make_node("Cast", ["counted"], ["lens"], to=TensorProto.INT64),
+            helper.make_node("GRU", ["X", "W", "R", "", "lens"], ["Y", "Yh"], hidden_size=5),
+        ],
+        "g",
+        [vi("X", TensorProto.FLOAT, ["T", "N", 4]), vi("mask", TensorProto.FLOAT, ["T", "N"])],
+        [vi("Yh", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(feeds[k], k) for k in ("W", "R")]
+        + [numpy_helper.from_array(np.array([0], np.int64), "axis")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+    run = {"X": feeds["X"], "mask": (np.arange(6)[:, None] < [6, 3, 1]).astype(np.float32)}
+    session = orc.InferenceSession(model, host="reference")
+    with pytest.raises(TypeError, match=r"GRU node '': sequence_lens must be tensor\(int32\)"):
+        session.run(None, run)

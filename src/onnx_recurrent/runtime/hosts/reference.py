@@ -34,7 +34,7 @@ import numpy as np
 import onnx
 from onnx.reference import ReferenceEvaluator
 
-from ...errors import RecurrentError, one_line
+from ...errors import RecurrentError, RecurrentTypeError, one_line
 from ..bound import BoundNode, node_key
 from ..graph import all_graphs, subgraphs, tensor_array, walk
 from ..loop import reference_fixes
@@ -49,9 +49,15 @@ def _bound_ops(bound: Mapping[tuple[str, ...], BoundNode]) -> list[type]:
         X, *rest = (*args, *([None] * (8 - len(args))))
         W, R, B, sequence_lens, initial_h = rest[:5]
         initial_c, P = rest[5:7]
-        results = bound[node_key(node)](
-            X, sequence_lens, initial_h, initial_c, {"W": W, "R": R, "B": B, "P": P}
-        )
+        b = bound[node_key(node)]
+        if sequence_lens is not None and np.asarray(sequence_lens).dtype != np.int32:
+            # a value the graph computed (a feed's type is checked against the graph's):
+            # onnxruntime refuses such a model
+            raise RecurrentTypeError(
+                f"{b.label}: sequence_lens must be tensor(int32), as the operator's "
+                f"schema says, got {np.asarray(sequence_lens).dtype}"
+            )
+        results = b(X, sequence_lens, initial_h, initial_c, {"W": W, "R": R, "B": B, "P": P})
         outputs = node.output
         return tuple(
             r if i < len(outputs) and outputs[i] else None for i, r in enumerate(results)
