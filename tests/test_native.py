@@ -607,3 +607,23 @@ def test_sessions_made_and_dropped_leave_memory_flat(weights):
         """
     )
     assert float(out.strip()) < 16.0, out  # was 37 MB before the options were shared
+
+
+@pytest.mark.parametrize("intra_op", [0, 1, 2])
+def test_a_one_row_call_keeps_to_the_sessions_intra_op_threads(monkeypatch, intra_op):
+    # a one-row call runs on onnx-recurrent's pool, which took 2 threads where the
+    # session's intra_op_num_threads was 1 (onnxruntime keeps to 1)
+    import onnxruntime as ort
+
+    monkeypatch.setenv("ONNX_RECURRENT_NUM_THREADS", "2")
+    feeds = random_inputs("GRU", T=8, N=1, I=16, H=16, D=1)
+    model, run_feeds = bound_model("GRU", feeds, {"hidden_size": 16})
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = intra_op
+    session = orc.InferenceSession(model, options, host="onnxruntime")
+    session.run(None, run_feeds)
+    ours = session.recurrent_nodes
+    (kernel,) = [k for k in list(native._KERNELS.values()) if k.node in ours]
+    expected = session.get_session_options().intra_op_num_threads or 2  # (a CPU quota's)
+    assert kernel.block[native.nc.SLICES] == expected
+    assert (kernel.block[native.nc.PARALLEL] > 0) == (expected > 1)

@@ -281,7 +281,7 @@ def record(error: BaseException) -> None:
         state.error = error
 
 
-def _fill(block: np.ndarray, layer) -> tuple:
+def _fill(block: np.ndarray, layer, limit: int = 0) -> tuple:
     """The words of ``block`` that compiled code reads to run ``layer`` (its prepared
     plans, attributes, sizes, threads): the plans, which the block's owner keeps."""
     spec, dt = layer.spec, layer.dtype
@@ -298,8 +298,9 @@ def _fill(block: np.ndarray, layer) -> tuple:
     block[nc.GATES] = spec.cell.n_gates * spec.hidden_size
     # a call large enough for threads: its directions and slices of rows on
     # onnxruntime's threads; one row: on the pool (:mod:`onnx_recurrent.scan`)
-    block[nc.PARALLEL] = POOL_MACS if threads.num_threads() > 1 else 0
-    block[nc.SLICES] = threads.num_threads()
+    count = threads.num_threads() if limit < 1 else min(limit, threads.num_threads())
+    block[nc.PARALLEL] = POOL_MACS if count > 1 else 0
+    block[nc.SLICES] = count
     block[nc.TASK] = compiled_address("task", dt)
     block[nc.FAST] = 1
     return kept
@@ -325,9 +326,12 @@ class Kernel:
     """One node's kernel in one session: its block of words (see
     :mod:`.native_compute`), its bound node, and its Python path."""
 
-    def __init__(self, node: BoundNode, api: int, element: int) -> None:
+    def __init__(self, node: BoundNode, api: int, element: int, limit: int = 0) -> None:
         self.node = node
         self.element = element
+        #: the session's ``intra_op_num_threads`` (0: none set): also the most threads
+        #: of a one-row call, which runs on onnx-recurrent's pool
+        self.limit = limit
         self.plans: tuple = ()
         block = np.zeros(nc.WORDS, np.int64)
         block[nc.API] = api
@@ -352,7 +356,7 @@ class Kernel:
         self._lock = threading.Lock()
         layer = node.layer
         if layer is not None and self._compiled(layer):
-            self.plans = _fill(block, layer)
+            self.plans = _fill(block, layer, limit)
         if layer is not None and (block[nc.FAST] == 0 or layer.hidden_size >= nc.SHARE_HIDDEN):
             layer.prepare()  # the Python path runs it: compiled now, not on a call
 
@@ -375,7 +379,7 @@ class Kernel:
                 if held is None or len(self.derived) >= MAX_DERIVED:
                     return
                 made = self.block.copy()
-                plans = _fill(made, layer)
+                plans = _fill(made, layer, self.limit)
                 made[nc.DERIVED], made[nc.WEIGHTS] = 0, held.ctypes.data
                 self.derived.append((made, held, layer, plans))
                 _KERNELS[int(made.ctypes.data)] = self  # its Python path is this kernel's
@@ -444,7 +448,7 @@ def _create_kernel(op: int, api: int, info: int, out: int) -> int:
     try:
         key = ort.attribute(info, "key")
         node = BOUND[key]
-        kernel = Kernel(node, api, _OPS_BY_ADDRESS[op])
+        kernel = Kernel(node, api, _OPS_BY_ADDRESS[op], int(ort.attribute(info, "threads")))
         _KERNELS[kernel.address] = kernel
         ctypes.c_void_p.from_address(out).value = kernel.address
         return 0

@@ -143,10 +143,14 @@ def _forget(keys: Sequence[str]) -> None:
 
 
 def rewrite(
-    model: onnx.ModelProto, bound: Mapping[tuple[str, ...], BoundNode], keys: dict
+    model: onnx.ModelProto,
+    bound: Mapping[tuple[str, ...], BoundNode],
+    keys: dict,
+    threads: int = 0,
 ) -> onnx.ModelProto:
     """A copy of ``model`` whose recurrent nodes are native custom nodes; ``keys``
-    receives each bound node's registry key.
+    receives each bound node's registry key; ``threads``: the session's
+    ``intra_op_num_threads`` (0: none set), the most threads a node's call takes.
 
     Raises
     ------
@@ -172,7 +176,7 @@ def rewrite(
             if b is None:
                 nodes.append(node)
                 continue
-            custom = _custom_node(b, node, types, keys, counter)
+            custom = _custom_node(b, node, types, keys, counter, threads)
             nodes.append(custom)
             # a custom node's outputs have no inferred shape: their ranks given, as
             # onnxruntime needs them where they leave a Scan body
@@ -206,7 +210,7 @@ def _graphs(graph: onnx.GraphProto):
             yield from _graphs(sub)
 
 
-def _custom_node(b, node, types, keys, counter) -> onnx.NodeProto:
+def _custom_node(b, node, types, keys, counter, threads: int = 0) -> onnx.NodeProto:
     rn = b.node
     elem = types.get(rn.input("X"))
     if elem is None and b.layer is not None:
@@ -236,7 +240,13 @@ def _custom_node(b, node, types, keys, counter) -> onnx.NodeProto:
     keys[key] = b
     tag = f"onnx_recurrent::{next(counter)}"
     return helper.make_node(
-        OP_TYPES[elem], inputs, list(node.output), name=node.name or tag, domain=DOMAIN, key=key
+        OP_TYPES[elem],
+        inputs,
+        list(node.output),
+        name=node.name or tag,
+        domain=DOMAIN,
+        key=key,
+        threads=str(threads),  # a string: the attribute the kernel reads as text
     )
 
 
@@ -470,7 +480,8 @@ class OnnxruntimeHost:
             edges = [*model.graph.input, *model.graph.output]
             if any(_held_elem_type(v.type) == TensorProto.BFLOAT16 for v in edges):
                 raise HostUnavailable("onnxruntime's Python API takes no bfloat16 arrays")
-            rewritten = rewrite(model, bound, keys)
+            options = _session_options(sess_options)
+            rewritten = rewrite(model, bound, keys, options.intra_op_num_threads)
             used = {
                 n.op_type for g in _graphs(rewritten.graph) for n in g.node if n.domain == DOMAIN
             }
@@ -482,7 +493,6 @@ class OnnxruntimeHost:
                 self._floor = math.inf
             import onnxruntime as ort
 
-            options = _session_options(sess_options)
             self._options = options  # they hold the custom-op library's domains
             try:
                 session = ort.InferenceSession(
