@@ -19,6 +19,7 @@ import os
 import signal
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -42,6 +43,8 @@ ALLOWED = {
         "backends/jit_cache.py",
         "numba.core.dispatcher.Dispatcher._cache._cache_file._load_index",
     ): ("numba", "test_numba_cache_index"),
+    ("convert.py", "typing.Any._forward_pre_hooks"): ("torch", "test_torch_weight_hooks"),
+    ("convert.py", "?._tensor_name"): ("torch", "test_torch_weight_hooks"),
     ("runtime/hosts/native.py", "file:_extensions_pydll*"): (
         "onnxruntime-extensions",
         "test_extensions_library_is_the_public_one",
@@ -388,6 +391,31 @@ def _numba_function(directory: Path):
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module.f
+
+
+def test_torch_weight_hooks():
+    """convert._torch_weight: torch's older weight_norm and its pruning keep their
+    forward pre-hooks in ``Module._forward_pre_hooks``; a pruning hook names its
+    weight ``_tensor_name``."""
+    torch = pytest.importorskip("torch")
+    from torch.nn.utils import prune
+    from torch.nn.utils.weight_norm import WeightNorm
+
+    change = "onnx_recurrent/convert.py's _torch_weight (from_torch of such modules)"
+    module = torch.nn.GRU(3, 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        torch.nn.utils.weight_norm(module, name="weight_hh_l0")
+    prune.l1_unstructured(module, "weight_ih_l0", amount=0.5)
+    hooks = list(getattr(module, "_forward_pre_hooks", {}).values())
+    norm = [h for h in hooks if isinstance(h, WeightNorm)]
+    pruning = [h for h in hooks if isinstance(h, prune.BasePruningMethod)]
+    assert len(norm) == 1 and norm[0].name == "weight_hh_l0", _broken(
+        "torch", "weight_norm's hook is not in Module._forward_pre_hooks", change
+    )
+    assert len(pruning) == 1 and getattr(pruning[0], "_tensor_name", None) == "weight_ih_l0", (
+        _broken("torch", "a pruning hook has no _tensor_name", change)
+    )
 
 
 def test_numba_cache_index(tmp_path):
