@@ -236,3 +236,61 @@ def test_the_watcher_forwards_other_signals_to_the_previous_wakeup_fd():
     finally:
         os.close(r)
         os.close(w)
+
+
+def test_ctrl_c_while_onnxruntime_makes_the_session():
+    """onnxruntime calls the custom op's callbacks while it makes a session: an
+    interrupt inside one returned nothing, and onnxruntime crashed (SIGSEGV) or refused
+    the model (host="auto" then fell back to the reference host, the Ctrl-C lost)."""
+    pytest.importorskip("onnxruntime")
+    code = textwrap.dedent(
+        """
+        import faulthandler, random, signal, threading, time, warnings
+        faulthandler.dump_traceback_later(150, exit=True)
+        import numpy as np
+        import onnx_recurrent as orc
+        from onnx import TensorProto, helper, numpy_helper
+
+        rng = np.random.default_rng(1)
+        W, R = (rng.standard_normal((1, 2048, 512), dtype=np.float32) * 0.05 for _ in "WR")
+        graph = helper.make_graph(
+            [helper.make_node("LSTM", ["X", "W", "R"], ["Y", "Y_h"], hidden_size=512)],
+            "g",
+            [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["T", "N", 512])],
+            [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in ("Y", "Y_h")],
+            [numpy_helper.from_array(W, "W"), numpy_helper.from_array(R, "R")],
+        )
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+        model.ir_version = 8
+        model = model.SerializeToString()
+        warnings.simplefilter("error")  # a fall back to the reference host warns
+        orc.InferenceSession(model)
+        start = time.perf_counter()
+        orc.InferenceSession(model)
+        took = time.perf_counter() - start
+        main = threading.main_thread().ident
+        random.seed(3)
+        for k in range(60):
+            timer = threading.Timer(random.uniform(0, took), signal.pthread_kill, (main, 2))
+            try:
+                timer.start()
+                session = orc.InferenceSession(model)
+                assert session.host == "onnxruntime", session.host
+                time.sleep(took + 0.1)  # the interrupt lands here if it came after
+                print("lost", k)
+            except KeyboardInterrupt:
+                pass
+            timer.join()
+        print("done")
+        """
+    )
+    child = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=200,
+        env={**os.environ, "PYTHONPATH": os.path.dirname(__file__)},
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    assert child.returncode == 0, (child.returncode, child.stdout, child.stderr[-3000:])
+    assert child.stdout.strip() == "done", child.stdout

@@ -495,13 +495,17 @@ class OnnxruntimeHost:
 
             self._options = options  # they hold the custom-op library's domains
             try:
-                session = ort.InferenceSession(
-                    rewritten.SerializeToString(),
-                    options,
-                    providers=list(providers) if providers else ["CPUExecutionProvider"],
-                    provider_options=provider_options,
-                    **(session_kwargs or {}),
-                )
+                # Ctrl-C held off: onnxruntime calls our custom op's callbacks meanwhile,
+                # and one interrupted returned nothing (onnxruntime then crashed, or
+                # refused the model, so host="auto" fell back)
+                with interrupts_held():
+                    session = ort.InferenceSession(
+                        rewritten.SerializeToString(),
+                        options,
+                        providers=list(providers) if providers else ["CPUExecutionProvider"],
+                        provider_options=provider_options,
+                        **(session_kwargs or {}),
+                    )
             except Exception as e:  # onnxruntime's own exception types
                 why = _their_names(one_line(e, typed=False), _custom_names(rewritten, keys))
                 refusal = HostUnavailable(f"onnxruntime refuses the model: {why}")
