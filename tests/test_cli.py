@@ -626,3 +626,16 @@ def test_a_failing_node_is_one_line_without_onnxruntimes_log(tmp_path):
     lines = [s for s in done.stderr.splitlines() if "compiling the kernels" not in s]
     assert len(lines) == 1 and "sequence_lens" in lines[0], done.stderr
     assert "onnxruntime" not in lines[0].split("error:")[0]
+
+
+def test_ctrl_c_while_onnxruntime_is_imported_is_one_line(monkeypatch, capsys):
+    # the command's first step, importing onnxruntime to quiet its log, was outside
+    # the handling: a traceback (or "ImportError: initialization failed")
+    from onnx_recurrent.tools import cli
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "_quiet_onnxruntime", interrupted)
+    assert cli.main(["run", "--seed", "1"]) == 130
+    assert capsys.readouterr().err == "onnx-recurrent run: interrupted\n"

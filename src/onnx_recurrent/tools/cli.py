@@ -265,13 +265,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = next((a for a in argv if not a.startswith("-")), None)
     args = build_parser(command if command in COMMANDS else None).parse_args(argv)
     prog = f"onnx-recurrent {args.command}"
-    _quiet_onnxruntime()
     with warnings.catch_warnings():
         warnings.showwarning = lambda message, *_, **__: print(
             f"{prog}: warning: {one_line(message, typed=False).removeprefix('onnx-recurrent: ')}",
             file=sys.stderr,
         )
         try:
+            _quiet_onnxruntime()  # (imports onnxruntime: Ctrl-C there is one line too)
             status = args.handler(args)
             sys.stdout.flush()  # a reader gone away shows here, not at exit
             return status
