@@ -294,3 +294,64 @@ def test_ctrl_c_while_onnxruntime_makes_the_session():
     )
     assert child.returncode == 0, (child.returncode, child.stdout, child.stderr[-3000:])
     assert child.stdout.strip() == "done", child.stdout
+
+
+def test_ctrl_c_in_the_main_thread_leaves_another_threads_run_alone():
+    """One word stops every native node on Ctrl-C: a worker thread's run, which
+    nobody interrupted, raised KeyboardInterrupt too (it is run again)."""
+    pytest.importorskip("onnxruntime")
+    code = textwrap.dedent(
+        """
+        import faulthandler, signal, threading, time
+        faulthandler.dump_traceback_later(150, exit=True)
+        import numpy as np
+        import onnx_recurrent as orc
+        from models import node_model, random_inputs
+        from onnx import numpy_helper
+
+        feeds = random_inputs("GRU", T=300, N=64, I=256, H=256, D=1, full=False)
+        model = node_model("GRU", feeds, {})
+        for i in [i for i in model.graph.input if i.name in ("W", "R", "B")]:
+            model.graph.input.remove(i)
+            model.graph.initializer.append(numpy_helper.from_array(feeds.pop(i.name), i.name))
+        main_session = orc.InferenceSession(model, host="onnxruntime")
+        worker_session = orc.InferenceSession(model, host="onnxruntime")
+        want = worker_session.run(None, feeds)
+        main = threading.main_thread().ident
+        for trial in range(3):
+            got = {}
+
+            def worker():
+                try:
+                    for _ in range(3):
+                        out = worker_session.run(None, feeds)
+                        assert all(np.array_equal(a, b) for a, b in zip(out, want))
+                    got["ok"] = True
+                except BaseException as e:
+                    got["error"] = repr(e)
+
+            thread = threading.Thread(target=worker)
+            thread.start()
+            time.sleep(0.05)
+            timer = threading.Timer(0.05, signal.pthread_kill, (main, signal.SIGINT))
+            try:
+                timer.start()
+                main_session.run(None, feeds)
+                time.sleep(1)
+            except KeyboardInterrupt:
+                pass
+            timer.join()
+            thread.join()
+            print(got)
+        """
+    )
+    child = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=200,
+        env={**os.environ, "PYTHONPATH": os.path.dirname(__file__)},
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    assert child.returncode == 0, (child.returncode, child.stdout, child.stderr[-3000:])
+    assert child.stdout.split("\n")[:3] == ["{'ok': True}"] * 3, child.stdout

@@ -23,6 +23,7 @@ import os
 import re
 import signal as signal_module
 import threading
+import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from threading import get_ident as _get_ident
@@ -627,18 +628,25 @@ class OnnxruntimeHost:
             or _signal.getsignal(_SIGINT) is not _signal.default_int_handler
         ):  # a short call (a Ctrl-C waits for its end), or SIGINT not ours to watch
             start = _clock()
-            try:
-                outputs = invoke(output_names, feeds, run_options)
-            except Exception as e:
-                state = _state
-                error, state.error = getattr(state, "error", None), None
-                if error is None and native.INTERRUPTED in str(e):
-                    raise KeyboardInterrupt from None
-                if error is None:
-                    if refused is not None:
-                        refused(feeds)
-                    raise _renamed(e, self._names) from None
-                raise error from None
+            for attempt in itertools.count():
+                try:
+                    outputs = invoke(output_names, feeds, run_options)
+                    break
+                except Exception as e:
+                    state = _state
+                    error, state.error = getattr(state, "error", None), None
+                    if error is None and native.INTERRUPTED in str(e):
+                        if _get_ident() == threading.main_thread().ident or attempt >= 3:
+                            raise KeyboardInterrupt from None
+                        # another thread: stopped by the main thread's Ctrl-C (one
+                        # word stops every node); nobody interrupted this call
+                        _wait_for_abort_clear()
+                        continue
+                    if error is None:
+                        if refused is not None:
+                            refused(feeds)
+                        raise _renamed(e, self._names) from None
+                    raise error from None
             if nbytes is not None:
                 self._rate = max(self._floor, (_clock() - start) / (nbytes or 1))
             return outputs
@@ -671,6 +679,14 @@ class OnnxruntimeHost:
         if interrupted:
             raise KeyboardInterrupt
         return outputs
+
+
+def _wait_for_abort_clear(seconds: float = 5.0) -> None:
+    """Wait (at most ``seconds``) until the main thread's interrupted call has ended
+    and :data:`native.ABORT` is clear again."""
+    deadline = _clock() + seconds
+    while native.ABORT[0] and _clock() < deadline:
+        time.sleep(0.001)
 
 
 def _run_with_iobinding(session: Any, iobinding: Any, run_options: Any) -> None:
