@@ -275,3 +275,25 @@ def test_a_layer_pickles_to_another_process(prepare):
         got = pool.apply(_call_in_child, (layer, x))
     for a, b in zip(got, want, strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+def test_no_memory_for_the_packed_weights_names_the_layer(monkeypatch):
+    # NumPy's "Unable to allocate 2.98 GiB for an array with shape (800160016,)"
+    # named an internal array only
+    from onnx_recurrent import backends
+
+    backend = backends.select(orc.Layer("GRU", *_weights(), prepare=False).spec, np.float32)
+
+    def no_memory(*args):
+        raise MemoryError("Unable to allocate 2.98 GiB for an array with shape (800160016,)")
+
+    monkeypatch.setattr(backend, "prepare", no_memory)
+    with pytest.raises(MemoryError, match=r"prepare a GRU layer \(hidden_size=4, input_size=3"):
+        orc.Layer("GRU", *_weights())
+
+
+def _weights():
+    rng = np.random.default_rng(0)
+    return rng.standard_normal((1, 12, 3), dtype=np.float32), rng.standard_normal(
+        (1, 12, 4), dtype=np.float32
+    )

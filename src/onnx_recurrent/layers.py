@@ -270,8 +270,17 @@ class Layer:
         except RecurrentError:  # a backend named that cannot run it: the call says so
             return
         prepare = getattr(backend, "prepare", None)
-        for d, w in enumerate(directions if prepare is not None else ()):
-            prepare(spec, w, spec.activations[d], ct, 1)
+        try:
+            for d, w in enumerate(directions if prepare is not None else ()):
+                prepare(spec, w, spec.activations[d], ct, 1)
+        except MemoryError as e:  # NumPy's names an internal array's shape only
+            raise MemoryError(
+                f"onnx-recurrent: no memory to prepare a {self.op} layer (hidden_size="
+                f"{self.hidden_size}, input_size={self.input_size}, {self.dtype}, "
+                f"{self.num_directions} direction(s)): its packed weights take about "
+                f"{(self.W.size + self.R.size) * np.dtype(ct).itemsize / 2**30:.3g} GiB "
+                f"more ({e})"
+            ) from None
         small = getattr(backend, "small_call", None)
         if small is not None and self.dtype == ct:  # computed in its own dtype
             self._small = (small(spec, directions, ct), backend)
