@@ -238,6 +238,22 @@ def test_the_watcher_forwards_other_signals_to_the_previous_wakeup_fd():
         os.close(w)
 
 
+def _python(code: str, timeout: float = 200) -> subprocess.CompletedProcess:
+    """``code`` run by a child Python with tests/ on its path, SIGINT at its default;
+    it must end with status 0."""
+    child = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "PYTHONPATH": os.path.dirname(__file__)},
+        # a shell's background job inherits SIGINT ignored: the child gets the default
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    assert child.returncode == 0, (child.returncode, child.stdout, child.stderr[-3000:])
+    return child
+
+
 def test_ctrl_c_while_onnxruntime_makes_the_session():
     """onnxruntime calls the custom op's callbacks while it makes a session: an
     interrupt inside one returned nothing, and onnxruntime crashed (SIGSEGV) or refused
@@ -284,15 +300,7 @@ def test_ctrl_c_while_onnxruntime_makes_the_session():
         print("done")
         """
     )
-    child = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        timeout=200,
-        env={**os.environ, "PYTHONPATH": os.path.dirname(__file__)},
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )
-    assert child.returncode == 0, (child.returncode, child.stdout, child.stderr[-3000:])
+    child = _python(code)
     assert child.stdout.strip() == "done", child.stdout
 
 
@@ -345,13 +353,5 @@ def test_ctrl_c_in_the_main_thread_leaves_another_threads_run_alone():
             print(got)
         """
     )
-    child = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        timeout=200,
-        env={**os.environ, "PYTHONPATH": os.path.dirname(__file__)},
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )
-    assert child.returncode == 0, (child.returncode, child.stdout, child.stderr[-3000:])
+    child = _python(code)
     assert child.stdout.split("\n")[:3] == ["{'ok': True}"] * 3, child.stdout

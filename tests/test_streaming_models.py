@@ -352,19 +352,26 @@ def test_an_empty_chunk_or_a_row_of_length_0_keeps_its_state(host, op):
         np.testing.assert_allclose(final[:, b], alone[-1][:, 0], rtol=1e-6, atol=1e-6)
 
 
-@pytest.mark.parametrize("host", ["onnxruntime", "reference"])
-def test_a_learned_initial_state_starts_the_stream(host):
-    # a constant, non-zero initial_h (a learned state) was replaced by zeros: the stream
-    # differed from one call by 0.45, silently
-    feeds = random_inputs("GRU", T=6, N=1, I=4, H=5, D=1, seed=2)
+def _learned_state_model(T: int, I: int, batch, seed: int = 0):
+    """A GRU (H=5, one row) whose initial_h is a constant, and its feeds; X's batch dim
+    ``batch`` (1 or a name)."""
+    feeds = random_inputs("GRU", T=T, N=1, I=I, H=5, D=1, seed=seed)
     feeds = {k: feeds[k] for k in ("X", "W", "R", "B", "initial_h")}
     model = node_model(
         "GRU",
         feeds,
         {"hidden_size": 5},
         constants=("W", "R", "B", "initial_h"),
-        shapes={"X": ["T", 1, 4]},
+        shapes={"X": ["T", batch, I]},
     )
+    return feeds, model
+
+
+@pytest.mark.parametrize("host", ["onnxruntime", "reference"])
+def test_a_learned_initial_state_starts_the_stream(host):
+    # a constant, non-zero initial_h (a learned state) was replaced by zeros: the stream
+    # differed from one call by 0.45, silently
+    feeds, model = _learned_state_model(T=6, I=4, batch=1, seed=2)
     whole = orc.InferenceSession(model, host=host).run(None, {"X": feeds["X"]})
     session = StreamingSession(model, host=host)
     np.testing.assert_array_equal(session.states[session.state_info[0].input], feeds["initial_h"])
@@ -474,15 +481,7 @@ def test_a_state_of_batch_0_is_not_taken_for_zeros(host):
 @pytest.mark.parametrize("host", ["onnxruntime", "reference"])
 def test_a_learned_state_of_another_batch_says_so(host):
     # was "the batch changed from 1 to 3 ...: call reset()" at the first chunk
-    feeds = random_inputs("GRU", T=4, N=1, I=3, H=5, D=1)
-    feeds = {k: feeds[k] for k in ("X", "W", "R", "B", "initial_h")}
-    model = node_model(
-        "GRU",
-        feeds,
-        {"hidden_size": 5},
-        constants=("W", "R", "B", "initial_h"),
-        shapes={"X": ["T", "N", 3]},
-    )
+    feeds, model = _learned_state_model(T=4, I=3, batch="N")
     session = StreamingSession(model, host=host)
     x = np.repeat(feeds["X"], 3, axis=1)
     with pytest.raises(ValueError, match=r"the model's constant initial state '.*' has batch s"):
