@@ -13,8 +13,10 @@ import csv
 import io
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -513,6 +515,53 @@ def test_command_on_local_dask_workers(tmp_path):
     assert done.returncode == 1, done.stderr
     here = _vad(SPEECH, bad, *BUNDLED, "--batch", "2")
     assert done.stdout == here.stdout
+
+
+def _children(pid: int) -> list[int]:
+    """The processes ``pid`` started (and theirs), from /proc."""
+    parents = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    parents[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
+            except OSError:
+                continue
+    found, todo = [], [pid]
+    while todo:
+        parent = todo.pop()
+        kids = [p for p, pp in parents.items() if pp == parent]
+        found += kids
+        todo += kids
+    return found
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads /proc")
+def test_ctrl_c_from_a_terminal_stops_local_workers_quietly(tmp_path):
+    # a terminal's Ctrl-C reaches the whole process group: each Dask worker printed
+    # its own KeyboardInterrupt traceback, and the cluster's close its own
+    pytest.importorskip("distributed")
+    _model_or_skip()
+    for i in range(40):
+        (tmp_path / f"s{i:02d}.wav").symlink_to(SPEECH)
+    child = subprocess.Popen(
+        [sys.executable, "-m", "onnx_recurrent", "vad", str(tmp_path), "--workers", "2"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    assert child.stdout.readline() == "file,start,end,error\n"
+    assert child.stdout.readline().startswith(str(tmp_path))  # the workers at work
+    assert len(_children(child.pid)) >= 2
+    os.killpg(child.pid, signal.SIGINT)
+    sent = time.monotonic()
+    _, err = child.communicate(timeout=60)
+    assert child.returncode == 130, err
+    assert err.strip().splitlines()[-1] == "onnx-recurrent vad: interrupted", err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    assert time.monotonic() - sent < 5  # was 10 s: the workers' own interrupts
 
 
 @pytest.mark.skipif(os.name != "posix", reason="a pseudo-terminal")

@@ -20,6 +20,7 @@ import argparse
 import csv
 import io
 import json
+import logging
 import os
 import sys
 from collections.abc import Iterator
@@ -367,6 +368,11 @@ def _dask_results(
 
     if args.workers is not None:
         workers = min(args.workers, len(files))  # one more would have no file
+        # the cluster's own chatter (INFO lines and tracebacks as it closes on Ctrl-C)
+        # is not the command's: its errors still show
+        chatter = logging.getLogger("distributed")
+        stack.callback(chatter.setLevel, chatter.level)
+        chatter.setLevel(logging.ERROR)
         cluster = stack.enter_context(
             distributed.LocalCluster(
                 n_workers=workers,
@@ -375,6 +381,8 @@ def _dask_results(
                 dashboard_address=None,  # no web server (and no bokeh) for a one-off run
                 # one thread per worker for our kernels too, as the nannies do for BLAS
                 env={"ONNX_RECURRENT_NUM_THREADS": "1"},
+                # Ctrl-C is the command's: it stops the cluster (local_workers)
+                preload=[f"{__package__}.local_workers"],
             )
         )
         client = stack.enter_context(distributed.Client(cluster))
