@@ -46,10 +46,12 @@ _RAISES_DOC = """
         (``onnx_recurrent.RecurrentError``) a shape that disagrees with the others
         (the message gives expected and actual), an unknown direction, layout or
         activation, an activation list of the wrong length, ``clip <= 0``,
-        ``sequence_lens`` outside ``[0, seq_length]``.
+        ``sequence_lens`` outside ``[0, seq_length]``, an input that is a ragged
+        nested list.
     TypeError
-        (``onnx_recurrent.RecurrentTypeError``) a non-float X, or an input whose dtype
-        differs from X's.
+        (``onnx_recurrent.RecurrentTypeError``) a non-float X, an input whose dtype
+        differs from X's, ``sequence_lens`` not of an integer dtype, a masked array
+        (its mask would be ignored), an object NumPy cannot read as an array.
 """
 
 
