@@ -627,3 +627,27 @@ def test_a_one_row_call_keeps_to_the_sessions_intra_op_threads(monkeypatch, intr
     expected = session.get_session_options().intra_op_num_threads or 2  # (a CPU quota's)
     assert kernel.block[native.nc.SLICES] == expected
     assert (kernel.block[native.nc.PARALLEL] > 0) == (expected > 1)
+
+
+@pytest.mark.parametrize("intra_op", [0, 1])
+def test_a_python_path_call_keeps_to_the_sessions_intra_op_threads(monkeypatch, intra_op):
+    # a float16 node runs its Python path, a Layer call on onnx-recurrent's pool: it
+    # took the pool's 2 threads where the session's intra_op_num_threads was 1
+    import onnxruntime as ort
+
+    from onnx_recurrent import threads
+
+    monkeypatch.setenv("ONNX_RECURRENT_NUM_THREADS", "2")
+    feeds = random_inputs("GRU", T=50, N=64, I=128, H=128, D=1, dtype=np.float16)
+    model, run_feeds = bound_model("GRU", feeds, {"hidden_size": 128})
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = intra_op
+    session = orc.InferenceSession(model, options, host="onnxruntime")
+    parties = []
+    original = threads.run
+    monkeypatch.setattr(
+        threads, "run", lambda n, *a, **k: parties.append(n) or original(n, *a, **k)
+    )
+    session.run(None, run_feeds)
+    expected = session.get_session_options().intra_op_num_threads or 2
+    assert max(parties, default=1) == expected  # (one thread: no pool call)

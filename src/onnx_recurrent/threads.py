@@ -68,15 +68,33 @@ def num_threads() -> int:
         the value and what it accepts.
     """
     value = os.environ.get(ENV, "").strip()
+    limit = getattr(_limits, "most", 0)
     if not value:
-        return _cpus()
+        return _cpus() if limit < 1 else min(limit, _cpus())
     if _POSITIVE.fullmatch(value) and 0 < int(value) <= MAX_THREADS:
-        return int(value)
+        return int(value) if limit < 1 else min(limit, int(value))
     raise RecurrentError(
         f"{ENV}={value!r}: expected a positive integer up to {MAX_THREADS} (the threads "
         f"of one call, e.g. 4), or the variable unset for the CPUs this process may use "
         f"({_cpus()})"
     )
+
+
+#: per thread: ``most``, the threads a call on it may take at most (0: no limit)
+_limits = threading.local()
+
+
+@contextlib.contextmanager
+def at_most(count: int) -> Iterator[None]:
+    """:func:`num_threads` at most ``count`` on this thread inside the context (0: no
+    limit): an onnxruntime session's ``intra_op_num_threads`` for the calls of its
+    nodes that run on onnx-recurrent's own pool."""
+    before = getattr(_limits, "most", 0)
+    _limits.most = count if before < 1 else min(before, count) if count > 0 else before
+    try:
+        yield
+    finally:
+        _limits.most = before
 
 
 @contextlib.contextmanager

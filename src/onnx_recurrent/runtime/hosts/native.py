@@ -298,7 +298,8 @@ def _fill(block: np.ndarray, layer, limit: int = 0) -> tuple:
     block[nc.GATES] = spec.cell.n_gates * spec.hidden_size
     # a call large enough for threads: its directions and slices of rows on
     # onnxruntime's threads; one row: on the pool (:mod:`onnx_recurrent.scan`)
-    count = threads.num_threads() if limit < 1 else min(limit, threads.num_threads())
+    with threads.at_most(limit):
+        count = threads.num_threads()
     block[nc.PARALLEL] = POOL_MACS if count > 1 else 0
     block[nc.SLICES] = count
     block[nc.TASK] = compiled_address("task", dt)
@@ -405,7 +406,8 @@ class Kernel:
             weights = None
             if node.dynamic:
                 weights = {w: given[INPUTS.index(w)] for w in node.dynamic}
-            results, layer = node.run(X, lengths, given[_H0], given[_C0], weights)
+            with threads.at_most(self.limit):
+                results, layer = node.run(X, lengths, given[_H0], given[_C0], weights)
             state.guarded = False
             for i, name in enumerate(node.node.node.output):
                 if name:
