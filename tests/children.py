@@ -10,9 +10,12 @@ import textwrap
 import time
 
 
-def interrupted(code: str, delay: float = 0.5, timeout: float = 300) -> tuple[int, str, str]:
+def interrupted(
+    code: str, delay: float = 0.5, timeout: float = 300, signum: int = signal.SIGINT
+) -> tuple[int, str, str]:
     """Run ``code`` (dedented) in a child Python with tests/ on its path; once it prints
-    ``ready``, wait ``delay`` s and send it SIGINT. Its exit status, stdout and stderr."""
+    ``ready``, wait ``delay`` s and send it ``signum`` (SIGINT). Its exit status, stdout
+    and stderr."""
     child = subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent(code)],
         stdout=subprocess.PIPE,
@@ -28,6 +31,6 @@ def interrupted(code: str, delay: float = 0.5, timeout: float = 300) -> tuple[in
         out, err = child.communicate()
         return child.returncode, line + out, err
     time.sleep(delay)
-    child.send_signal(signal.SIGINT)
+    child.send_signal(signum)
     out, err = child.communicate(timeout=timeout)
     return child.returncode, out, err

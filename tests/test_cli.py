@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -388,6 +389,35 @@ def test_a_cache_file_interrupted_leaves_no_temporary_file(tmp_path, monkeypatch
     monkeypatch.setattr(os, "replace", lambda *a: (_ for _ in ()).throw(OSError("no")))
     assert cache_dirs.write_atomic(target, b"new") is False
     assert [p.name for p in tmp_path.iterdir()] == ["plan.json"]
+
+
+@pytest.mark.parametrize("name", ["SIGTERM", "SIGHUP"])
+def test_a_file_being_written_when_the_process_is_ended_leaves_no_temporary_file(tmp_path, name):
+    """``kill``, ``timeout`` or a closed terminal while an output is written: the
+    process still ends by that signal, the old file is as it was, and the temporary
+    file beside it is gone (it was left, hidden, before)."""
+    from children import interrupted
+
+    signum = getattr(signal, name)
+    target = tmp_path / "out.npz"
+    target.write_bytes(b"old")
+    status, out, err = interrupted(
+        f"""
+        import time
+        from onnx_recurrent.backends.cache_dirs import replacing
+        with replacing({str(target)!r}) as f:
+            f.write(b"half")
+            f.flush()
+            print("ready", flush=True)
+            time.sleep(60)
+        """,
+        delay=0.2,
+        timeout=60,
+        signum=signum,
+    )
+    assert status == -signum, (status, out, err)
+    assert [p.name for p in tmp_path.iterdir()] == ["out.npz"]
+    assert target.read_bytes() == b"old"
 
 
 def test_an_empty_or_corrupt_model_is_a_value_error_naming_it(tmp_path):

@@ -9,9 +9,11 @@ no one else can write it.
 from __future__ import annotations
 
 import os
+import signal
 import stat
 import sys
 import tempfile
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from typing import BinaryIO
@@ -82,13 +84,25 @@ def first_usable(kind: str) -> tuple[str | None, list[str]]:
     return None, tried
 
 
+#: the signals whose default action ends the process (``kill``, ``timeout``, a closed
+#: terminal): while one of them is left at that action, :func:`replacing` removes its
+#: temporary file before the process ends
+ENDING_SIGNALS = tuple(
+    getattr(signal, name)
+    for name in ("SIGTERM", "SIGHUP")
+    if hasattr(signal, name) and hasattr(signal, "pthread_sigmask")  # not on Windows
+)
+
+
 @contextmanager
 def replacing(path: str | os.PathLike, mode: int | None = None) -> Iterator[BinaryIO]:
     """A binary file whose content replaces ``path``'s when the block ends: a temporary
     file beside it, renamed over it (a reader sees the old file or the new one, never
     half of one). On any exception, Ctrl-C's included, the temporary file is removed,
-    ``path`` is left as it was and the exception propagates. ``mode``: the new file's
-    permission bits (None: the temporary file's, the user's alone).
+    ``path`` is left as it was and the exception propagates. On the main thread, a
+    SIGTERM or SIGHUP left to end the process removes the temporary file first, then
+    ends the process as before (the same signal, the same status). ``mode``: the new
+    file's permission bits (None: the temporary file's, the user's alone).
 
     Raises
     ------
@@ -96,20 +110,60 @@ def replacing(path: str | os.PathLike, mode: int | None = None) -> Iterator[Bina
         The temporary file cannot be made or written, or the rename fails.
     """
     directory = os.path.dirname(os.fspath(path)) or "."
+    made: list[str] = []
+    with _removed_when_ended(made) as ending:
+        # those signals held while the file is made and listed: one handled between
+        # would leave it
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, ending) if ending else None
+        try:
+            fd, temporary = tempfile.mkstemp(dir=directory, prefix=".tmp-")
+            made.append(temporary)
+        except OSError as e:  # named by the file meant, not the temporary one
+            raise type(e)(e.errno, e.strerror, os.fspath(path)) from None
+        finally:
+            if mask is not None:
+                signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                yield f
+            if mode is not None:
+                os.chmod(temporary, mode)
+            os.replace(temporary, path)
+            made.clear()
+        except BaseException:
+            with suppress(OSError):
+                os.unlink(temporary)
+            raise
+
+
+@contextmanager
+def _removed_when_ended(made: list[str]) -> Iterator[list[int]]:
+    """On the main thread, each of :data:`ENDING_SIGNALS` at its default action gets,
+    inside the block, a handler that removes the files in ``made`` and ends the
+    process by the same signal; yields those signals. The default is back after it."""
+    ours: list[int] = []
+    if threading.current_thread() is threading.main_thread():
+
+        def ended(signum: int, frame: object) -> None:
+            for name in made:
+                with suppress(OSError):
+                    os.unlink(name)
+            signal.signal(signum, signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, [signum])
+            os.kill(os.getpid(), signum)
+
+        for signum in ENDING_SIGNALS:
+            try:
+                if signal.getsignal(signum) is signal.SIG_DFL:
+                    signal.signal(signum, ended)
+                    ours.append(signum)
+            except (ValueError, OSError):  # not the main interpreter
+                break
     try:
-        fd, temporary = tempfile.mkstemp(dir=directory, prefix=".tmp-")
-    except OSError as e:  # named by the file meant, not the temporary one
-        raise type(e)(e.errno, e.strerror, os.fspath(path)) from None
-    try:
-        with os.fdopen(fd, "wb") as f:
-            yield f
-        if mode is not None:
-            os.chmod(temporary, mode)
-        os.replace(temporary, path)
-    except BaseException:
-        with suppress(OSError):
-            os.unlink(temporary)
-        raise
+        yield ours
+    finally:
+        for signum in ours:
+            signal.signal(signum, signal.SIG_DFL)
 
 
 def write_atomic(path: str | os.PathLike, data: bytes) -> bool:
