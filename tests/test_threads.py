@@ -732,3 +732,49 @@ def test_a_fork_during_another_threads_first_use_leaves_a_working_child(delay):
         timeout=600,
     )
     assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_a_first_call_from_several_threads_at_once_gives_every_thread_the_same_bits(
+    monkeypatch,
+):
+    """A layer made with ``prepare=False`` prepares on its first call: several threads
+    making it together once each arranged the weights, the last arrangement replaced
+    the others and freed the plans a kept small call pointed at (silent wrong answers,
+    up to 1.4 off). Each thread's arrangement is slowed here so that they overlap."""
+    import gc
+
+    from onnx_recurrent import cells
+
+    rng = np.random.default_rng(0)
+    H, I, n = 64, 32, 4
+    W = rng.standard_normal((1, 4 * H, I)).astype(np.float32) * 0.3
+    R = rng.standard_normal((1, 4 * H, H)).astype(np.float32) * 0.3
+    X = rng.standard_normal((20, 4, I)).astype(np.float32)
+    expected = onnx_recurrent.Layer("LSTM", W, R)(X)
+    arrange = type(cells.LSTM).prepare
+
+    def slow(self, *args):
+        time.sleep(0.05)
+        return arrange(self, *args)
+
+    monkeypatch.setattr(type(cells.LSTM), "prepare", slow)
+    for _ in range(8):
+        layer = onnx_recurrent.Layer("LSTM", W, R, prepare=False)
+        results = [None] * n
+        start = threading.Barrier(n)
+
+        def first_call(t, layer=layer, results=results, start=start):
+            start.wait()
+            results[t] = layer(X)
+
+        workers = [threading.Thread(target=first_call, args=(t,)) for t in range(n)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        gc.collect()
+        junk = [np.full(20000, 7.0, np.float32) for _ in range(50)]  # reuses freed memory
+        for got in [*results, layer(X)]:
+            np.testing.assert_array_equal(got[0], expected[0])
+            np.testing.assert_array_equal(got[1], expected[1])
+        del junk

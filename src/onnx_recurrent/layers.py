@@ -10,6 +10,7 @@ it.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -159,6 +160,8 @@ class Layer:
             0 if a is None else a.ctypes.data for a in (self.W, self.R, self.B, self.P)
         )
         self._directions: tuple[Weights, ...] | None = None
+        # a first call from several threads at once: one prepares, the others wait
+        self._preparing = threading.RLock()
         self._counted = False  # prepared.evict_to_fit: its memory counted after a first call
         # small calls of full-length sequences: one compiled call, prepared with the
         # layer (the backend's small_call), with the backend it belongs to
@@ -244,15 +247,20 @@ class Layer:
         keep their own arrangements in ``derived``): ``W`` and ``R`` are views of the
         layer's copies, in its dtype, the biases in the compute type; nothing the size
         of the weights is copied."""
-        if self._directions is None:
-            spec, ct = self.spec, COMPUTE_DTYPE[self.dtype]
-            D, G = self.num_directions, spec.cell.n_gates * spec.hidden_size
-            B = np.zeros((D, 2 * G), ct) if self.B is None else self.B.astype(ct, copy=False)
-            P = None if self.P is None else self.P.astype(ct, copy=False)
-            self._directions = tuple(
-                spec.cell.prepare(spec, self.W[d], self.R[d], B[d], None if P is None else P[d])
-                for d in range(D)
-            )
+        if self._directions is not None:
+            return self._directions
+        with self._preparing:  # made once: a second tuple would free the first's plans
+            if self._directions is None:
+                spec, ct = self.spec, COMPUTE_DTYPE[self.dtype]
+                D, G = self.num_directions, spec.cell.n_gates * spec.hidden_size
+                B = np.zeros((D, 2 * G), ct) if self.B is None else self.B.astype(ct, copy=False)
+                P = None if self.P is None else self.P.astype(ct, copy=False)
+                self._directions = tuple(
+                    spec.cell.prepare(
+                        spec, self.W[d], self.R[d], B[d], None if P is None else P[d]
+                    )
+                    for d in range(D)
+                )
         return self._directions
 
     def prepare(self) -> None:
@@ -261,13 +269,23 @@ class Layer:
         delivered right after. A layer does this when it is made, so that no call
         compiles, and no pool thread does; a call under another backend
         (:func:`onnx_recurrent.backends.use`) prepares what it lacks before it starts
-        any thread. A layer made with ``prepare=False`` does it on its first call."""
+        any thread. A layer made with ``prepare=False`` does it on its first call (one
+        thread does, others making a first call meanwhile wait for it)."""
+        with self._preparing:
+            self._prepare()
+
+    def _prepare_once(self) -> None:
+        with self._preparing:
+            if not self._prepared:  # another thread's first call may have done it
+                self._prepare()
+
+    def _prepare(self) -> None:
         spec, ct = self.spec, COMPUTE_DTYPE[self.dtype]
         directions = self.directions()
-        self._prepared = True
         try:
             backend = backends.select(spec, ct)
         except RecurrentError:  # a backend named that cannot run it: the call says so
+            self._prepared = True
             return
         prepare = getattr(backend, "prepare", None)
         try:
@@ -284,6 +302,7 @@ class Layer:
         small = getattr(backend, "small_call", None)
         if small is not None and self.dtype == ct:  # computed in its own dtype
             self._small = (small(spec, directions, ct), backend)
+        self._prepared = True
 
     def __call__(
         self,
@@ -323,7 +342,7 @@ class Layer:
             X or a state of another dtype than the layer's, non-integer lengths.
         """
         if not self._prepared:
-            self.prepare()
+            self._prepare_once()
         small = self._small
         if (
             small is not None
@@ -372,7 +391,7 @@ class Layer:
     def compute(self, x: Inputs, output_sequence: bool = True) -> tuple[np.ndarray | None, ...]:
         """The node on inputs already checked (:func:`~onnx_recurrent.spec.check_call`)."""
         if not self._prepared:
-            self.prepare()
+            self._prepare_once()
         return scan(self.spec, self.directions(), x, output_sequence=output_sequence)
 
     def replace(self, **changes: Any) -> Layer:

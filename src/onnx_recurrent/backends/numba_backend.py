@@ -883,6 +883,7 @@ class NumbaBackend:
                 return (Y if output_sequence else None, Y_h, Y_c)
             return (Y if output_sequence else None, Y_h)
 
+        call.plans = kept  # the plans whose addresses it passes live as long as it
         return call
 
     def run_unit(self, spec, w, acts, d, rows, x, Y_tm, finals_tm, abort, shared=None) -> bool:
