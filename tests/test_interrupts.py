@@ -355,3 +355,65 @@ def test_ctrl_c_in_the_main_thread_leaves_another_threads_run_alone():
     )
     child = _python(code)
     assert child.stdout.split("\n")[:3] == ["{'ok': True}"] * 3, child.stdout
+
+
+@pytest.mark.parametrize("missing", ["thread", "fd"])
+def test_a_call_without_a_watcher_runs_unwatched_and_leaves_ctrl_c_working(monkeypatch, missing):
+    """No thread (a thread limit) or no file descriptor (``ulimit -n``) for the SIGINT
+    watcher: a long call failed with that bare error from deep inside, and the host's
+    SIGINT handler stayed, swallowing every later Ctrl-C. Such a call now runs
+    unwatched (Ctrl-C waits for its end), with the right result, for a session under
+    onnxruntime and for a layer; Python's handler is back after it."""
+    import threading
+
+    import numpy as np
+    import onnx
+
+    import onnx_recurrent as orc
+    from onnx_recurrent import interrupts, scan
+
+    rng = np.random.default_rng(0)
+    H = I = 128
+    W = (rng.standard_normal((2, 3 * H, I)) * 0.05).astype(np.float32)
+    R = (rng.standard_normal((2, 3 * H, H)) * 0.05).astype(np.float32)
+    X = rng.standard_normal((200, 2, I)).astype(np.float32)
+    expected = orc.gru(X, W, R, direction="bidirectional")
+    node = onnx.helper.make_node(
+        "GRU", ["X", "W", "R"], ["Y", "Y_h"], hidden_size=H, direction="bidirectional"
+    )
+    graph = onnx.helper.make_graph(
+        [node],
+        "g",
+        [onnx.helper.make_tensor_value_info("X", onnx.TensorProto.FLOAT, [None, None, I])],
+        [
+            onnx.helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, None)
+            for n in "Y Y_h".split()
+        ],
+        [onnx.numpy_helper.from_array(W, "W"), onnx.numpy_helper.from_array(R, "R")],
+    )
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 22)])
+    session = orc.InferenceSession(model.SerializeToString(), host="onnxruntime")
+    layer = orc.Layer("GRU", W, R, attributes={"direction": "bidirectional"})
+    monkeypatch.setattr(interrupts, "_pipe", None)  # this process's watcher not made yet
+    if missing == "thread":
+        start = threading.Thread.start
+
+        def no_watcher_thread(self):
+            if self.name == "onnx-recurrent-sigint":
+                raise RuntimeError("can't start new thread")
+            return start(self)
+
+        monkeypatch.setattr(threading.Thread, "start", no_watcher_thread)
+    else:
+
+        def no_fd():
+            raise OSError(24, "Too many open files")
+
+        monkeypatch.setattr(os, "pipe", no_fd)
+    monkeypatch.setattr(scan, "WATCH_MACS", 0)  # every layer call watched
+    for run in (lambda: session.run(None, {"X": X}), lambda: layer(X)):
+        got = run()
+        np.testing.assert_allclose(got[0], expected[0], atol=1e-5)
+        np.testing.assert_allclose(got[1], expected[1], atol=1e-5)
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert interrupts._pipe is None

@@ -82,10 +82,15 @@ def _write_end() -> int:
             _windows.clear()  # a forked child's copy of its parent's windows
             _markers = 0
             r, w = os.pipe()
-            os.set_blocking(w, False)
-            threading.Thread(
-                target=_watcher, args=(r,), name="onnx-recurrent-sigint", daemon=True
-            ).start()
+            try:
+                os.set_blocking(w, False)
+                threading.Thread(
+                    target=_watcher, args=(r,), name="onnx-recurrent-sigint", daemon=True
+                ).start()
+            except BaseException:  # no thread: the pipe is not kept
+                os.close(r)
+                os.close(w)
+                raise
             _pipe = (pid, w)
         return _pipe[1]
 
@@ -99,6 +104,9 @@ def watch_start(word: np.ndarray) -> int:
     ------
     ValueError
         Not on the main thread (``signal.set_wakeup_fd``'s own error).
+    OSError, RuntimeError
+        No file descriptor for the watcher's pipe, or no thread for it (nothing is
+        changed then).
     """
     fd = _write_end()
     previous = signal.set_wakeup_fd(fd, warn_on_full_buffer=False)
@@ -144,12 +152,18 @@ def watchable() -> bool:
 @contextmanager
 def watching(word: np.ndarray) -> Iterator[bool]:
     """:func:`watch_start` to :func:`watch_end` around the block where
-    :func:`watchable`, else nothing; yields whether it watches. ``word`` keeps what a
-    SIGINT set after the block (the caller reads it)."""
-    if not watchable():
+    :func:`watchable` (and a watcher can be had: a file descriptor, a thread), else
+    nothing; yields whether it watches. ``word`` keeps what a SIGINT set after the
+    block (the caller reads it)."""
+    previous = None
+    if watchable():
+        try:
+            previous = watch_start(word)
+        except (OSError, RuntimeError):  # unwatched: a Ctrl-C waits for the block's end
+            pass
+    if previous is None:
         yield False
         return
-    previous = watch_start(word)
     try:
         yield True
     finally:

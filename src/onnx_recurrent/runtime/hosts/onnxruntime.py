@@ -622,11 +622,25 @@ class OnnxruntimeHost:
         :meth:`run`."""
         # a node's error or an interrupt is recorded in ``_state`` during a call and
         # taken from it by the end of that call: it is clear when a call starts
-        if (
+        watched = not (
             (nbytes is not None and self._rate * (nbytes or 1) < UNGUARDED_SECONDS)
             or _get_ident() != threading.main_thread().ident
             or _signal.getsignal(_SIGINT) is not _signal.default_int_handler
-        ):  # a short call (a Ctrl-C waits for its end), or SIGINT not ours to watch
+        )  # not a short call (a Ctrl-C waits for its end), and SIGINT ours to watch
+        if watched:
+            state = _state
+            state.error = None
+            state.interrupted = False
+            _signal.signal(_SIGINT, _on_sigint)
+            try:
+                previous = native.interrupt_watch_start()
+            except (OSError, RuntimeError):  # no fd or thread left for the watcher
+                _signal.signal(_SIGINT, _signal.default_int_handler)
+                if state.interrupted:
+                    state.interrupted = False
+                    raise KeyboardInterrupt from None
+                watched = False
+        if not watched:
             start = _clock()
             for attempt in itertools.count():
                 try:
@@ -650,11 +664,6 @@ class OnnxruntimeHost:
             if nbytes is not None:
                 self._rate = max(self._floor, (_clock() - start) / (nbytes or 1))
             return outputs
-        state = _state
-        state.error = None
-        state.interrupted = False
-        _signal.signal(_SIGINT, _on_sigint)
-        previous = native.interrupt_watch_start()
         start = _clock()
         try:
             outputs = invoke(output_names, feeds, run_options)
