@@ -591,8 +591,9 @@ def test_to_torch_refuses_what_it_could_not_write_or_would_drop(torch):
 
 
 def test_from_torch_reads_weights_a_pre_hook_computes(torch):
-    # torch's older weight_norm and pruning set the weight in a forward pre-hook: after
-    # load_state_dict, before a forward, from_torch read stale weights (0.56, 0.41 off)
+    # torch's older weight_norm, spectral_norm and pruning set the weight in a forward
+    # pre-hook: after load_state_dict, before a forward, from_torch read stale weights
+    # (0.56, 0.28, 0.41 off)
     import warnings
 
     from torch.nn.utils import prune
@@ -602,9 +603,10 @@ def test_from_torch_reads_weights_a_pre_hook_computes(torch):
         warnings.simplefilter("ignore", FutureWarning)  # weight_norm's deprecation
         wraps = (
             lambda m: torch.nn.utils.weight_norm(m, name="weight_hh_l0"),
+            lambda m: torch.nn.utils.spectral_norm(m, name="weight_hh_l0"),
             lambda m: prune.l1_unstructured(m, "weight_ih_l0", amount=0.5),
         )
-        for op, wrap in zip(("GRU", "LSTM"), wraps, strict=True):
+        for op, wrap in zip(("GRU", "GRU", "LSTM"), wraps, strict=True):
             trained = wrap(make_module(torch, op))
             with torch.no_grad():
                 for p in trained.parameters():
@@ -618,6 +620,41 @@ def test_from_torch_reads_weights_a_pre_hook_computes(torch):
             with torch.no_grad():
                 expected = restored(torch.from_numpy(x))[0].numpy()
             np.testing.assert_allclose(run_layers(layers, x)[0], expected, atol=1e-5)
+
+
+def test_from_torch_leaves_a_module_in_training_mode_as_it_was(torch):
+    # a parametrization's spectral_norm runs a power iteration on each read in training
+    # mode: from_torch changed the module's _u and _v buffers (by 0.007); it reads the
+    # weights as eval mode computes them, and the module keeps its mode
+    module = make_module(torch, "LSTM")
+    torch.nn.utils.parametrizations.spectral_norm(module, "weight_hh_l0")
+    module.train()
+    before = {k: v.clone() for k, v in module.state_dict().items()}
+    layers = from_torch(module)
+    for name, value in module.state_dict().items():
+        assert torch.equal(value, before[name]), name
+    assert all(m.training for m in module.modules())
+    module.eval()
+    x = np.random.default_rng(3).standard_normal((5, 2, I)).astype(np.float32)
+    with torch.no_grad():
+        expected = module(torch.from_numpy(x))[0].numpy()
+    np.testing.assert_allclose(run_layers(layers, x)[0], expected, atol=1e-5)
+
+
+def test_from_torch_refuses_a_subclass_with_its_own_forward(torch):
+    # its forward may compute anything from the weights (one scaling x by 2 converted
+    # silently, 0.45 off); a subclass that keeps torch's forward converts
+    class Scaled(torch.nn.GRU):
+        def forward(self, x, h=None):
+            return super().forward(x * 2, h)
+
+    class Named(torch.nn.GRU):
+        pass
+
+    torch.manual_seed(0)
+    with pytest.raises(TypeError, match=r"Scaled has its own forward.*torch.nn.GRU's forward"):
+        from_torch(Scaled(I, H))
+    assert len(from_torch(Named(I, H))) == 1
 
 
 def test_run_layers_of_an_empty_batch_or_sequence_and_of_one_layer(torch):

@@ -394,11 +394,12 @@ def _numba_function(directory: Path):
 
 
 def test_torch_weight_hooks():
-    """convert._torch_weight: torch's older weight_norm and its pruning keep their
-    forward pre-hooks in ``Module._forward_pre_hooks``; a pruning hook names its
-    weight ``_tensor_name``."""
+    """convert._torch_weight: torch's older weight_norm, spectral_norm and its pruning
+    keep their forward pre-hooks in ``Module._forward_pre_hooks``; a pruning hook names
+    its weight ``_tensor_name``."""
     torch = pytest.importorskip("torch")
     from torch.nn.utils import prune
+    from torch.nn.utils.spectral_norm import SpectralNorm
     from torch.nn.utils.weight_norm import WeightNorm
 
     change = "onnx_recurrent/convert.py's _torch_weight (from_torch of such modules)"
@@ -415,6 +416,13 @@ def test_torch_weight_hooks():
     )
     assert len(pruning) == 1 and getattr(pruning[0], "_tensor_name", None) == "weight_ih_l0", (
         _broken("torch", "a pruning hook has no _tensor_name", change)
+    )
+    spectral = torch.nn.GRU(3, 4)
+    torch.nn.utils.spectral_norm(spectral, name="weight_hh_l0")
+    hooks = list(getattr(spectral, "_forward_pre_hooks", {}).values())
+    norm = [h for h in hooks if isinstance(h, SpectralNorm)]
+    assert len(norm) == 1 and norm[0].name == "weight_hh_l0", _broken(
+        "torch", "spectral_norm's hook is not in Module._forward_pre_hooks", change
     )
 
 

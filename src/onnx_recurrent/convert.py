@@ -34,7 +34,8 @@ Examples
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -230,6 +231,19 @@ def _torch_kind(torch: Any, module: Any) -> tuple[str, str | None]:
     return _TORCH_MODES[mode]
 
 
+def _torch_forward(torch: Any, module: Any) -> None:
+    """``module`` computes what torch's own class computes: a subclass's forward may
+    compute anything from the weights."""
+    classes = (torch.nn.GRU, torch.nn.LSTM, torch.nn.RNN, torch.nn.RNNBase)
+    base = next(c for c in classes if isinstance(module, c))
+    if type(module).forward is not base.forward:
+        cls = type(module)
+        raise RecurrentTypeError(
+            f"{cls.__module__}.{cls.__qualname__} has its own forward: its weights alone "
+            f"do not tell what it computes (expected torch.nn.{base.__name__}'s forward)"
+        )
+
+
 def _check_layer(layer: Layer, where: str, op: str, D: int, H: int, I: int | None) -> None:
     """``layer`` is an ``op`` with ``D`` directions, hidden size H and input size I (as
     the layer computes them: its parsed attributes, not the dict it was given)."""
@@ -295,14 +309,32 @@ def _torch_weight(torch: Any, module: Any, name: str) -> Any:
     ``weight_norm`` and its pruning set the attribute only in a forward pre-hook, so
     after ``load_state_dict`` and before a forward it holds stale values."""
     from torch.nn.utils import prune
+    from torch.nn.utils.spectral_norm import SpectralNorm
     from torch.nn.utils.weight_norm import WeightNorm
 
     for hook in module._forward_pre_hooks.values():
         if isinstance(hook, WeightNorm) and hook.name == name:
             return hook.compute_weight(module)
+        if isinstance(hook, SpectralNorm) and hook.name == name:  # as in eval mode
+            return hook.compute_weight(module, do_power_iteration=False)
         if isinstance(hook, prune.BasePruningMethod) and hook._tensor_name == name:
             return hook.apply_mask(module)
     return getattr(module, name)
+
+
+@contextmanager
+def _evaluating(torch: Any, module: Any) -> Iterator[None]:
+    """``module`` in eval mode, without autograd, inside the block (a parametrization
+    such as ``spectral_norm`` updates its buffers when read in training mode); each
+    submodule's mode is back after it."""
+    modes = [(m, m.training) for m in module.modules()]
+    module.train(False)
+    try:
+        with torch.no_grad():
+            yield
+    finally:
+        for m, training in modes:
+            m.training = training
 
 
 def from_torch(module: Any) -> list[Layer]:
@@ -315,8 +347,10 @@ def from_torch(module: Any) -> list[Layer]:
     Parameters
     ----------
     module : torch.nn.GRU, torch.nn.LSTM or torch.nn.RNN
-        On any device; its parameters are copied, as its forward computes them
-        (through torch's parametrizations, older ``weight_norm`` or pruning).
+        On any device; its parameters are copied, as its forward computes them in
+        eval mode (through torch's parametrizations, older ``weight_norm``,
+        ``spectral_norm`` or pruning). The module is left as it was: its mode, and the
+        buffers a parametrization updates when read in training mode.
 
     Returns
     -------
@@ -334,12 +368,13 @@ def from_torch(module: Any) -> list[Layer]:
     ImportError
         torch is not installed.
     TypeError
-        ``module`` is not a GRU, LSTM or RNN.
+        ``module`` is not a GRU, LSTM or RNN, or is a subclass with its own forward.
     ValueError
         An LSTM with ``proj_size > 0``; parameters on the ``meta`` device (no values).
     """
     torch = import_optional("torch", "from_torch", _TORCH_EXTRA)
     op, activation = _torch_kind(torch, module)
+    _torch_forward(torch, module)
     kind = _KINDS[op]
     D = 2 if module.bidirectional else 1
     attributes = {
@@ -357,16 +392,17 @@ def from_torch(module: Any) -> list[Layer]:
 
         return np.stack([np.concatenate([onnx(name, d) for name in names]) for d in range(D)])
 
-    return [
-        Layer(
-            op,
-            stacked(k, "weight_ih"),
-            stacked(k, "weight_hh"),
-            stacked(k, "bias_ih", "bias_hh") if module.bias else None,
-            {**attributes, **({"activations": [activation] * D} if activation else {})},
-        )
-        for k in range(module.num_layers)
-    ]
+    with _evaluating(torch, module):
+        weights = [
+            (
+                stacked(k, "weight_ih"),
+                stacked(k, "weight_hh"),
+                stacked(k, "bias_ih", "bias_hh") if module.bias else None,
+            )
+            for k in range(module.num_layers)
+        ]
+    extra = {"activations": [activation] * D} if activation else {}
+    return [Layer(op, W, R, B, {**attributes, **extra}) for W, R, B in weights]
 
 
 def to_torch(layers: Iterable[Layer], module: Any) -> Any:
