@@ -239,6 +239,18 @@ def _ones(*shapes, dtype=np.float64):
             TypeError,
             r"one dtype, got kernel float64, recurrent_kernel float32",
         ),
+        (  # "False" is true: it was taken for reset_after=True
+            _ones((I, 15), (H, 15), (2, 15)),
+            {"kind": "gru", "reset_after": "False"},
+            TypeError,
+            r"reset_after must be a bool, got str 'False'",
+        ),
+        (
+            _ones((I, 15), (H, 15), (2, 15)),
+            {"kind": "gru", "reset_after": 0.5},
+            TypeError,
+            r"reset_after must be a bool, got float 0.5",
+        ),
     ],
 )
 def test_from_keras_errors(args, keywords, error, match):
@@ -283,6 +295,23 @@ def test_from_keras_errors(args, keywords, error, match):
             r"cannot be computed by Keras: input_forget=1",
         ),
         ({"W": 1}, {}, TypeError, r"layer must be a Layer, got dict"),
+        (
+            onnx_layer("GRU", linear_before_reset=1),
+            {"reset_after": "no"},
+            TypeError,
+            r"reset_after must be a bool, got str 'no'",
+        ),
+        (  # the folded bias was inf, with only NumPy's overflow warning
+            Layer(
+                "RNN",
+                np.ones((1, H, I), np.float16),
+                np.ones((1, H, H), np.float16),
+                np.full((1, 2 * H), 40000, np.float16),
+            ),
+            {},
+            ValueError,
+            r"Wb \+ Rb, overflows float16 \(up to 80000\)",
+        ),
     ],
 )
 def test_to_keras_errors(layer, keywords, error, match):

@@ -500,6 +500,13 @@ def _keras_op(kind: str) -> str:
 
 
 def _reset_after(op: str, reset_after: bool | None) -> bool:
+    if reset_after is not None and not (
+        isinstance(reset_after, (bool, np.bool_))
+        or (isinstance(reset_after, (int, np.integer)) and reset_after in (0, 1))
+    ):  # "False" is true
+        raise RecurrentTypeError(
+            f"reset_after must be a bool, got {type(reset_after).__name__} {reset_after!r}"
+        )
     if op == "GRU":
         return True if reset_after is None else bool(reset_after)
     if reset_after is not None:
@@ -549,7 +556,7 @@ def from_keras(
         An unknown ``kind``, ``reset_after`` for an LSTM or RNN, arrays whose shapes
         disagree (the message gives the expected shape).
     TypeError
-        A non-float array, or arrays of different dtypes.
+        A non-float array, or arrays of different dtypes; ``reset_after`` not a bool.
     """
     op = _keras_op(kind)
     reset_after = _reset_after(op, reset_after)
@@ -612,8 +619,8 @@ def to_keras(
     list of ndarray
         ``[kernel (I, G*H), recurrent_kernel (H, G*H), bias]`` in Keras' gate order and
         ``layer``'s dtype; bias is ``(2, 3*H)`` for a ``reset_after`` GRU, else
-        ``(G*H,)`` (``Wb + Rb``: exact, as these biases are only ever added). Without
-        bias when ``layer.B`` is None (``use_bias=False``).
+        ``(G*H,)`` (``Wb + Rb``, these biases being only ever added, rounded once to
+        the dtype). Without bias when ``layer.B`` is None (``use_bias=False``).
 
     Raises
     ------
@@ -621,9 +628,10 @@ def to_keras(
         ``kind`` not ``layer.op``; ``reset_after`` for an LSTM or RNN or not matching
         ``linear_before_reset``; two directions or ``direction="reverse"`` (Keras'
         ``go_backwards`` returns a reversed sequence); ``clip``, ``input_forget`` or
-        peepholes (a non-zero ``P``); shapes that disagree.
+        peepholes (a non-zero ``P``); shapes that disagree; ``Wb + Rb`` past the
+        dtype's range.
     TypeError
-        ``layer`` is not a Layer.
+        ``layer`` is not a Layer; ``reset_after`` is not a bool.
     """
     if not isinstance(layer, Layer):
         raise RecurrentTypeError(f"layer must be a Layer, got {type(layer).__name__}")
@@ -643,5 +651,16 @@ def to_keras(
     weights = [np.ascontiguousarray(_reorder(a[0], inverse).T) for a in (layer.W, layer.R)]
     if layer.B is not None:
         Wb, Rb = (_reorder(b, inverse) for b in np.split(layer.B[0], 2))
-        weights.append(np.stack([Wb, Rb]) if reset_after else Wb + Rb)
+        if reset_after:
+            weights.append(np.stack([Wb, Rb]))
+        else:
+            folded = Wb.astype(np.float64) + Rb.astype(np.float64)
+            with np.errstate(over="ignore"):  # said below
+                bias = folded.astype(Wb.dtype)
+            if not np.all(np.isfinite(bias) | ~np.isfinite(folded)):
+                raise RecurrentError(
+                    f"the bias Keras keeps, Wb + Rb, overflows {Wb.dtype} (up to "
+                    f"{np.abs(folded).max():.6g}): convert the layer to a wider dtype first"
+                )
+            weights.append(bias)
     return weights
