@@ -101,6 +101,13 @@ ATTRIBUTE_TYPE_CASES = [
     ({"activations": [1, 2, 3]}, TypeError, r"activations\[0\] must be a string, got 1"),
     ({"activation_alpha": ["x"]}, TypeError, r"activation_alpha\[0\] must be a float, got 'x'"),
     ({"activation_beta": 0.5}, TypeError, r"activation_beta must be a list of floats, got 0.5"),
+    # 0-d arrays: NumPy's "iteration over a 0-d array", naming nothing
+    (
+        {"activation_alpha": np.array(0.5)},
+        TypeError,
+        r"activation_alpha must be a list of floats, got array\(0.5\)",
+    ),
+    ({"activations": np.array("Tanh")}, TypeError, r"activations must be a list of strings"),
     ({"layout": 1.0}, ValueError, r"layout must be 0 or 1 \(an integer\), got 1.0"),
     ({"layout": True}, ValueError, r"layout must be 0 or 1 \(an integer\), got True"),
 ]
@@ -222,7 +229,9 @@ def test_attributes_parsed_once_still_checked_by_type_and_value():
         with pytest.raises(TypeError, match=r"activation_alpha\[0\] must be a float, got True"):
             orc.rnn(**rnn, activations=["LeakyRelu"], activation_alpha=type(given)([True]))
     # an array's refusal stands alone (was chained to "unhashable type: 'numpy.ndarray'")
-    with pytest.raises(TypeError, match="must be a float") as caught:
+    with pytest.raises(
+        TypeError, match=r"must be a list of floats, got array\(\[\[1.\]\]\)"
+    ) as caught:
         orc.rnn(**rnn, activations=["LeakyRelu"], activation_alpha=np.array([[1.0]]))
     assert caught.value.__context__ is None, repr(caught.value.__context__)
 

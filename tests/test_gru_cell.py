@@ -107,6 +107,8 @@ def test_dtypes_and_missing_bias():
         ({"hidden_size": 5}, r"must have shape"),
         ({"activations": ("sigmoid", "swish")}, r"unknown activation 'swish'"),
         ({"clip": -1.0}, r"clip must be a positive number"),
+        # named as the ONNX operators name it (activation_alpha)
+        ({"activations_alpha": [1.0]}, r"activations_alpha has 1 values but activations"),
     ],
 )
 def test_bad_input(change, match):
@@ -123,6 +125,9 @@ def test_bad_input(change, match):
         ({"hidden_size": 4.0}, r"hidden_size must be an integer, got 4.0"),
         ({"hidden_size": "4"}, r"hidden_size must be an integer, got '4'"),
         ({"activations": "tanh"}, r"activations must be a list of two names .* string 'tanh'"),
+        # were "iteration over a 0-d array"
+        ({"activations_alpha": np.array(0.5)}, r"activations_alpha must be a list of floats"),
+        ({"activations": np.array("Tanh")}, r"activations must be a list of strings"),
         (
             {"initial_hidden_state": np.zeros((3, 4), np.float64)},
             r"initial_hidden_state must have X's dtype float32, got float64",
@@ -134,6 +139,15 @@ def test_bad_types_name_the_argument(change, match):
     args = {"X": X, "initial_hidden_state": h, "W": W, "R": R, "B": B, "hidden_size": 4, **change}
     with pytest.raises(TypeError, match=match):
         orc.gru_cell(**args)
+
+
+def test_activations_none_are_the_defaults():
+    # gru, rnn and lstm take None for the defaults; gru_cell failed iterating it
+    X, h, W, R, B = _inputs()
+    np.testing.assert_array_equal(
+        orc.gru_cell(X, h, W, R, B, hidden_size=4, activations=None),
+        orc.gru_cell(X, h, W, R, B, hidden_size=4),
+    )
 
 
 def test_bias_dtype_and_flag_are_checked():

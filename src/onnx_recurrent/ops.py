@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 import numpy as np
@@ -242,7 +243,7 @@ def gru_cell(
     B: np.ndarray | None = None,
     *,
     hidden_size: int,
-    activations: Sequence[str] = ("sigmoid", "tanh"),
+    activations: Sequence[str] | None = ("sigmoid", "tanh"),
     activations_alpha: Sequence[float] | None = None,
     activations_beta: Sequence[float] | None = None,
     clip: float | None = None,
@@ -266,9 +267,9 @@ def gru_cell(
         ``Wbh`` and ``Rbh`` cannot be summed). Zeros if absent.
     hidden_size : int
         Must agree with R's last axis.
-    activations : sequence of str
+    activations : sequence of str, optional
         ``f`` and ``g``; any of the eleven ONNX activations (OpenVINO: relu,
-        sigmoid, tanh).
+        sigmoid, tanh). None: the defaults, sigmoid and tanh.
     activations_alpha, activations_beta : sequence of float, optional
         Consumed in order, as the ONNX operators' ``activation_alpha/beta``.
     clip : float, optional
@@ -336,19 +337,23 @@ def gru_cell(
             Rb = np.concatenate([np.zeros(2 * H, B.dtype), B[3 * H :]])
     if clip == 0:
         clip = None
-    _, Y_h = gru(
-        X[None],
-        given["W"][None],
-        R[None],
-        np.concatenate([Wb, Rb])[None],
-        None,
-        given["initial_hidden_state"][None],
-        hidden_size=H,
-        activations=list(activations),
-        activation_alpha=activations_alpha,
-        activation_beta=activations_beta,
-        clip=clip,
-        linear_before_reset=int(bool(linear_before_reset)),
-        output_sequence=False,
-    )
+    try:
+        _, Y_h = gru(
+            X[None],
+            given["W"][None],
+            R[None],
+            np.concatenate([Wb, Rb])[None],
+            None,
+            given["initial_hidden_state"][None],
+            hidden_size=H,
+            activations=activations,
+            activation_alpha=activations_alpha,
+            activation_beta=activations_beta,
+            clip=clip,
+            linear_before_reset=int(bool(linear_before_reset)),
+            output_sequence=False,
+        )
+    except (RecurrentError, RecurrentTypeError) as e:  # named as gru_cell names them
+        message = re.sub(r"\bactivation_(alpha|beta)\b", r"activations_\1", str(e))
+        raise type(e)(message) from None
     return Y_h[0]

@@ -84,16 +84,23 @@ def _real(name: str, value: Any) -> float:
     return float(value)
 
 
+def _listlike(values: Any) -> bool:
+    """A sequence or 1-D array (not a string, nor a 0-d array, which cannot be iterated)."""
+    if isinstance(values, np.ndarray):
+        return values.ndim == 1
+    return isinstance(values, Sequence) and not isinstance(values, str | bytes)
+
+
 def _reals(name: str, values: Any) -> tuple[float, ...]:
     """A floats attribute: a sequence (or 1-D array) of numbers."""
-    if isinstance(values, str | bytes) or not isinstance(values, Sequence | np.ndarray):
+    if not _listlike(values):
         raise RecurrentTypeError(f"{name} must be a list of floats, got {values!r}")
     return tuple(_real(f"{name}[{i}]", v) for i, v in enumerate(values))
 
 
 def _strings(name: str, values: Any) -> list[str]:
     """A strings attribute: a sequence of str (or bytes, as ONNX stores them)."""
-    if isinstance(values, str | bytes) or not isinstance(values, Sequence | np.ndarray):
+    if not _listlike(values):
         raise RecurrentTypeError(f"{name} must be a list of strings, got {values!r}")
     names = [v.decode() if isinstance(v, bytes) else v for v in values]
     for i, v in enumerate(names):
