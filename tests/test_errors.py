@@ -236,6 +236,20 @@ def test_attributes_parsed_once_still_checked_by_type_and_value():
     assert caught.value.__context__ is None, repr(caught.value.__context__)
 
 
+@pytest.mark.parametrize("op", FUNCTIONS)
+def test_output_sequence_must_be_a_bool(op):
+    # 'no' is true: it was taken as output_sequence=True, through Layer.run too
+    feeds = random_inputs(op)
+    for face in (
+        lambda value: FUNCTIONS[op](**feeds, output_sequence=value),
+        lambda value: orc.Layer(op, feeds["W"], feeds["R"]).run(feeds["X"], output_sequence=value),
+    ):
+        with pytest.raises(TypeError, match=r"output_sequence must be a bool, got str 'no'"):
+            face("no")
+        assert face(np.False_)[0] is None and face(0)[0] is None
+        assert face(np.True_)[0] is not None
+
+
 def test_one_line_words_any_error_on_one_line():
     from onnx_recurrent.errors import RecurrentError, one_line
 

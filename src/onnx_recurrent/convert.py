@@ -44,7 +44,7 @@ import numpy as np
 from .cells import CELLS
 from .errors import RecurrentError, RecurrentTypeError, import_optional
 from .layers import Layer
-from .spec import as_float_array
+from .spec import as_float_array, check_bool
 
 __all__ = ["Layer", "from_keras", "from_torch", "run_layers", "to_keras", "to_torch"]
 
@@ -500,13 +500,8 @@ def _keras_op(kind: str) -> str:
 
 
 def _reset_after(op: str, reset_after: bool | None) -> bool:
-    if reset_after is not None and not (
-        isinstance(reset_after, (bool, np.bool_))
-        or (isinstance(reset_after, (int, np.integer)) and reset_after in (0, 1))
-    ):  # "False" is true
-        raise RecurrentTypeError(
-            f"reset_after must be a bool, got {type(reset_after).__name__} {reset_after!r}"
-        )
+    if reset_after is not None:
+        reset_after = check_bool("reset_after", reset_after)  # "False" is true
     if op == "GRU":
         return True if reset_after is None else bool(reset_after)
     if reset_after is not None:

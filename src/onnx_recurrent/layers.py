@@ -25,6 +25,7 @@ from .spec import (
     Inputs,
     RecSpec,
     as_float_array,
+    check_bool,
     check_call,
     check_lengths,
     check_state,
@@ -339,8 +340,11 @@ class Layer:
             A shape that disagrees with the layer (X's input size, the states' shapes,
             ``sequence_lens`` outside ``[0, seq_length]``), ``initial_c`` for a GRU or RNN.
         TypeError
-            X or a state of another dtype than the layer's, non-integer lengths.
+            X or a state of another dtype than the layer's, non-integer lengths,
+            ``output_sequence`` not a bool.
         """
+        if output_sequence is not True and output_sequence is not False:
+            output_sequence = check_bool("output_sequence", output_sequence)
         if not self._prepared:
             self._prepare_once()
         small = self._small

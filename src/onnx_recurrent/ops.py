@@ -52,7 +52,8 @@ _RAISES_DOC = """
     TypeError
         (``onnx_recurrent.RecurrentTypeError``) a non-float X, an input whose dtype
         differs from X's, ``sequence_lens`` not of an integer dtype, a masked array
-        (its mask would be ignored), an object NumPy cannot read as an array.
+        (its mask would be ignored), an object NumPy cannot read as an array,
+        ``output_sequence`` not a bool.
 """
 
 

@@ -75,6 +75,16 @@ def check_flag(name: str, value: Any) -> bool:
     raise RecurrentError(f"{name} must be an integer, 0 or 1, got {value!r}")
 
 
+def check_bool(name: str, value: Any) -> bool:
+    """A flag argument: a bool, NumPy bool or 0/1 (a string such as 'no' is true)."""
+    try:
+        return check_flag(name, value)
+    except RecurrentError:
+        raise RecurrentTypeError(
+            f"{name} must be a bool, got {type(value).__name__} {value!r}"
+        ) from None
+
+
 def _real(name: str, value: Any) -> float:
     """A float attribute (an int is taken too, as a float; not a string or a bool)."""
     if isinstance(value, bool | np.bool_) or not isinstance(value, int | float | np.number):
