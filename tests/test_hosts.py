@@ -478,3 +478,46 @@ def test_sequence_lens_computed_as_int64_is_refused_by_the_reference_host():
     session = orc.InferenceSession(model, host="reference")
     with pytest.raises(TypeError, match=r"GRU node '': sequence_lens must be tensor\(int32\)"):
         session.run(None, run)
+
+
+@pytest.mark.parametrize(
+    ("imports", "version"),
+    [([("ai.onnx", 22), ("", 7)], 7), ([("", 22), ("", 7)], 7), ([("", 7), ("", 22)], 22)],
+)
+def test_a_model_importing_the_default_domain_twice_is_run_at_its_last_version(imports, version):
+    """onnx's checker and onnxruntime take the last of several imports of the default
+    domain: the onnxruntime host took the first (it ran a GRU with ``layout`` as
+    GRU-22 where the reference host refused it as GRU-7), the reference host the
+    ``''`` one."""
+    from onnx import helper
+
+    H, I = 5, 2
+    rng = np.random.default_rng(0)
+    W = rng.standard_normal((1, 3 * H, I)).astype(np.float32)
+    R = rng.standard_normal((1, 3 * H, H)).astype(np.float32)
+    X = rng.standard_normal((3, 4, I)).astype(np.float32)
+    node = helper.make_node("GRU", ["X", "W", "R"], ["Y", "Y_h"], hidden_size=H, layout=1)
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("X", onnx.TensorProto.FLOAT, [3, 4, I])],
+        [
+            helper.make_tensor_value_info("Y", onnx.TensorProto.FLOAT, [3, 4, 1, H]),
+            helper.make_tensor_value_info("Y_h", onnx.TensorProto.FLOAT, [3, 1, H]),
+        ],
+        [onnx.numpy_helper.from_array(W, "W"), onnx.numpy_helper.from_array(R, "R")],
+    )
+    opsets = [helper.make_opsetid(d, v) for d, v in imports]
+    model = helper.make_model(graph, opset_imports=opsets, ir_version=8)
+    if version == 22:
+        onnx.checker.check_model(model, full_check=True)
+        expected = orc.gru(X, W, R, layout=1)
+        for host in ("onnxruntime", "reference"):
+            got = orc.InferenceSession(model.SerializeToString(), host=host).run(None, {"X": X})
+            np.testing.assert_allclose(got[0], expected[0], atol=1e-6)
+    else:
+        with pytest.raises(onnx.checker.ValidationError, match="layout"):
+            onnx.checker.check_model(model, full_check=True)
+        for host in ("onnxruntime", "reference"):
+            with pytest.raises(ValueError, match=r"unknown attribute\(s\) \['layout'\]; GRU-7"):
+                orc.InferenceSession(model.SerializeToString(), host=host).run(None, {"X": X})

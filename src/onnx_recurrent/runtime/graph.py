@@ -55,11 +55,10 @@ def is_default_domain(domain: str) -> bool:
 
 def opset_version(model: onnx.ModelProto) -> int | None:
     """The model's opset of the default domain (``''`` or ``'ai.onnx'``); None if it
-    imports none."""
-    for entry in model.opset_import:
-        if is_default_domain(entry.domain):
-            return entry.version
-    return None
+    imports none. Of several imports of it, the last, as onnx's checker and
+    onnxruntime take it."""
+    versions = [o.version for o in model.opset_import if is_default_domain(o.domain)]
+    return versions[-1] if versions else None
 
 
 def node_label(node: onnx.NodeProto) -> str:

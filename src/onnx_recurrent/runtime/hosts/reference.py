@@ -36,7 +36,7 @@ from onnx.reference import ReferenceEvaluator
 
 from ...errors import RecurrentError, RecurrentTypeError, one_line
 from ..bound import BoundNode, node_key
-from ..graph import all_graphs, subgraphs, tensor_array, walk
+from ..graph import all_graphs, is_default_domain, opset_version, subgraphs, tensor_array, walk
 from ..loop import reference_fixes
 from ..reference import reference_ops
 
@@ -131,11 +131,14 @@ def _owned(value: Any) -> Any:
 
 
 def _default_domain(model: onnx.ModelProto) -> onnx.ModelProto:
-    """``model``, or a copy whose ``ai.onnx`` domain is written ``''``: onnx.reference
+    """``model``, or a copy whose ``ai.onnx`` domain is written ``''``, imported once
+    (its last version, :func:`~onnx_recurrent.runtime.graph.opset_version`): onnx.reference
     knows the default domain by the empty name only (onnxruntime, by either)."""
     nodes = [node for _, node in walk(model.graph)]
-    if not any(n.domain == "ai.onnx" for n in nodes) and not any(
-        o.domain == "ai.onnx" for o in model.opset_import
+    defaults = [o for o in model.opset_import if is_default_domain(o.domain)]
+    if not any(n.domain == "ai.onnx" for n in nodes) and [o.domain for o in defaults] in (
+        [],
+        [""],
     ):
         return model
     copied = onnx.ModelProto()
@@ -143,12 +146,11 @@ def _default_domain(model: onnx.ModelProto) -> onnx.ModelProto:
     for _, node in walk(copied.graph):
         if node.domain == "ai.onnx":
             node.domain = ""
-    imports = {o.domain: o.version for o in copied.opset_import}
-    version = imports.pop("ai.onnx", None)
+    version = opset_version(model)
     if version is not None:
-        imports.setdefault("", version)
+        others = [o for o in model.opset_import if not is_default_domain(o.domain)]
         del copied.opset_import[:]
-        copied.opset_import.extend(onnx.helper.make_opsetid(d, v) for d, v in imports.items())
+        copied.opset_import.extend([onnx.helper.make_opsetid("", version), *others])
     return copied
 
 
