@@ -95,8 +95,57 @@ def test_the_reference_operators_name_the_node():
 
     model, _ = _gru()
     gru = next(c for c in reference_ops() if c.__name__ == "GRU")
-    with pytest.raises(NotImplementedError, match=r"^GRU node 'gru1': GRU has no version"):
+    with pytest.raises(RecurrentError, match=r"^GRU node 'gru1': GRU has no version"):
         gru(model.graph.node[0], {"opsets": {"": 0}})
+
+
+@pytest.mark.parametrize(
+    ("op", "opset", "attributes", "lengths", "error", "match"),
+    [
+        ("LSTM", 7, {"direction": "foward"}, None, ValueError, r"direction must be one of"),
+        ("GRU", 7, {"direction": "foward"}, None, ValueError, r"direction must be one of"),
+        ("GRU", 22, {"clip": 1}, None, ValueError, r"'clip' must be of type FLOAT"),
+        ("GRU", 3, {"output_sequence": 1.0}, None, ValueError, r"must be of type INT"),
+        ("GRU", 22, {}, np.int64, TypeError, r"sequence_lens must be tensor\(int32\)"),
+        ("GRU", 1000, {}, None, ValueError, r"imports opset 1000, newer than any"),
+    ],
+)
+def test_the_reference_operators_refuse_what_the_sessions_refuse(
+    op, opset, attributes, lengths, error, match
+):
+    # onnx.reference with reference_ops() computed each of these (its own reading of
+    # the attributes), where both sessions refuse them
+    from onnx.reference import ReferenceEvaluator
+
+    G = {"GRU": 3, "LSTM": 4}[op]
+    rng = np.random.default_rng(0)
+    T, N, I, H = 3, 2, 3, 4
+    feeds = {
+        "X": rng.standard_normal((T, N, I)).astype(np.float32),
+        "W": rng.standard_normal((1, G * H, I)).astype(np.float32),
+        "R": rng.standard_normal((1, G * H, H)).astype(np.float32),
+    }
+    names = ["X", "W", "R"]
+    if lengths is not None:
+        feeds["sl"] = np.array([3, 2], lengths)
+        names += ["", "sl"]
+    node = helper.make_node(op, names, ["Y", "Y_h"], hidden_size=H)
+    node.attribute.extend(helper.make_attribute(k, v) for k, v in attributes.items())
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [
+            helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
+            for k, v in feeds.items()
+        ],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("Y", "Y_h")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    with pytest.raises(error, match=match):
+        ReferenceEvaluator(model, new_ops=orc.reference_ops()).run(None, feeds)
+    with pytest.raises(error, match=match):
+        orc.InferenceSession(model.SerializeToString(), host="reference").run(None, feeds)
 
 
 # -- (b) a model without the default domain's opset import ----------------------------

@@ -20,6 +20,7 @@ from onnx.reference.op_run import OpRun
 from .. import ops
 from ..cells import check_arity
 from ..errors import RecurrentError, RecurrentTypeError
+from .graph import node_attributes, node_version
 
 
 class RecurrentOp(OpRun):
@@ -33,13 +34,10 @@ class RecurrentOp(OpRun):
     def __new__(cls, onnx_node: onnx.NodeProto, run_params: dict[str, Any], schema: Any = None):
         if "since_version" not in cls.__dict__:  # the operator's class: pick the version
             opset = run_params.get("opsets", {}).get("", max(cls.versions))
-            known = [v for v in cls.versions if v <= opset]
-            if not known:
-                raise NotImplementedError(
-                    f"{onnx_node.op_type} node {onnx_node.name!r}: {cls.__name__} has no "
-                    f"version <= opset {opset}"
-                )
-            cls = cls.versions[max(known)]
+            try:  # the sessions' choice, and their refusals (an opset newer than onnx's)
+                cls = cls.versions[node_version(cls.__name__, opset)]
+            except RecurrentError as e:
+                raise RecurrentError(f"{onnx_node.op_type} node {onnx_node.name!r}: {e}") from None
         return super().__new__(cls)
 
     def run(self, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
@@ -60,24 +58,17 @@ class RecurrentOp(OpRun):
         return res
 
     def _run(self, X, W, R, *optional, **attributes):
-        given = {a.name for a in self.onnx_node.attribute}
         name = self.onnx_node.op_type
         check_arity(name, len(self.onnx_node.input), len(self.onnx_node.output))
-        known = set(self.op_schema.attributes)
-        if given - known:
-            raise RecurrentError(
-                f"unknown attribute(s) {sorted(given - known)}; "
-                f"{name}-{self.since_version} has {sorted(known)}"
-            )
-        # Only what the node sets: the schemas' defaults are not all the spec's (RNN's
-        # activations default lists two names even for one direction).
-        kwargs = {
-            k: v
-            for k, v in attributes.items()
-            if k in given and k != "output_sequence" and v is not None
-        }
-        if kwargs.get("direction") in ("foward", b"foward"):  # GRU-1's spelling
-            kwargs["direction"] = "forward"
+        # the sessions' reading: only what the node sets, of its schema's types
+        kwargs = node_attributes(name, self.since_version, self.onnx_node)
+        if len(optional) > 1 and optional[1] is not None:
+            lengths = np.asarray(optional[1]).dtype
+            if lengths != np.int32:
+                raise RecurrentTypeError(
+                    f"sequence_lens must be tensor(int32), as the operator's schema says, "
+                    f"got {lengths}"
+                )
         if np.asarray(X).dtype == ml_dtypes.bfloat16 and self.since_version < 22:
             raise RecurrentTypeError(
                 f"X: bfloat16 needs {name} version 22, this node is version {self.since_version}"
@@ -114,7 +105,16 @@ def reference_ops() -> list[type[OpRun]]:
     onnx.reference then runs the other operators and onnx-recurrent the recurrent
     ones. The classes are named ``GRU``, ``RNN`` and ``LSTM`` (the evaluator matches
     by name); each dispatches on the model's opset to its versioned class, GRU 1, 3,
-    7, 14, 22, RNN and LSTM 1, 7, 14, 22 (``GRU.versions[7]`` is ``GRU_7``).
+    7, 14, 22, RNN and LSTM 1, 7, 14, 22 (``GRU.versions[7]`` is ``GRU_7``). A node's
+    attributes, its ``sequence_lens`` and the opset are checked as
+    :class:`~onnx_recurrent.InferenceSession` checks them (a node it refuses raises
+    the same error here).
+
+    onnx.reference evaluates a model-local function's body without ``new_ops``: a
+    recurrent node inside one runs as onnx.reference's own operator, which ignores
+    ``clip``, GRU activations and ``sequence_lens``. Inline such functions first
+    (``onnx.inliner.inline_local_functions(model)``), or use ``InferenceSession``,
+    which does.
 
     Returns
     -------
