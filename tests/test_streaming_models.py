@@ -533,3 +533,36 @@ def test_a_node_inside_a_local_function_is_streamed(host):
     assert len(stream.state_info) == 2
     got = np.concatenate([stream.step({"x": x[a:b]})[0] for a, b in ((0, 3), (3, 8))])
     np.testing.assert_allclose(got, whole, atol=1e-6)
+
+
+def test_a_step_while_another_threads_step_runs_is_refused(host):
+    """Steps of one stream from two threads mixed their states silently (the final
+    state matched no order of the chunks); the second is refused, the first runs on."""
+    import threading
+
+    session = StreamingSession(_model("gru"), host=host)
+    x = np.ones((3, 2, 4), np.float32)
+    inside, release = threading.Event(), threading.Event()
+    run = session._session.run
+
+    def held(*args, **kwargs):
+        inside.set()
+        release.wait(30)
+        return run(*args, **kwargs)
+
+    session._session.run = held
+    first: list = []
+    other = threading.Thread(target=lambda: first.append(session.step({"x": x})))
+    other.start()
+    try:
+        assert inside.wait(30)
+        with pytest.raises(RuntimeError, match=r"another thread's step of this stream runs"):
+            session.step({"x": x})
+    finally:
+        release.set()
+        other.join(30)
+    session._session.run = run
+    alone = StreamingSession(_model("gru"), host=host)
+    for got, want in zip(first[0], alone.step({"x": x}), strict=True):
+        np.testing.assert_array_equal(got, want)
+    session.step({"x": x})  # free again

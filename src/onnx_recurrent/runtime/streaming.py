@@ -21,6 +21,7 @@ reported (:class:`StreamingSession` warns) and the session carries the state its
 from __future__ import annotations
 
 import os
+import threading
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -451,7 +452,8 @@ class StreamingSession:
     a learned ``initial_h``); every later step must keep that batch size (call
     :meth:`reset` to change it). A row that takes no step in a chunk (an empty chunk, or a
     ``sequence_lens`` of 0) keeps the state it came with, where one call of the
-    operator would give zeros. Not thread-safe: one stream per session.
+    operator would give zeros. One stream per session: a step while another thread's
+    step of the same session runs is refused (RuntimeError).
 
     Each recurrent node carries its own state, those of ``If`` branches included: a
     stream that switches branches mid-way (Silero VAD's 16 kHz and 8 kHz branches,
@@ -528,6 +530,8 @@ class StreamingSession:
         self._states: dict[str, np.ndarray] = {}
         #: the states set with :attr:`states` since the last step (for the wording)
         self._set: set[str] = set()
+        #: held by the step under way: a second one at once (another thread) is refused
+        self._stepping = threading.Lock()
 
     def __reduce__(self):
         raise TypeError(_not_picklable(type(self)))
@@ -646,7 +650,22 @@ class StreamingSession:
             :meth:`reset` to start a stream of another batch).
         TypeError
             A feed of the wrong element type.
+        RuntimeError
+            Another thread's step of this stream is under way (a stream is one
+            sequence of chunks: make a session per stream).
         """
+        if not self._stepping.acquire(blocking=False):
+            raise RuntimeError(
+                "StreamingSession.step called while another thread's step of this stream "
+                "runs: a stream is one sequence of chunks, and steps from two threads "
+                "would mix their states; make one StreamingSession per stream"
+            )
+        try:
+            return self._step(feeds)
+        finally:
+            self._stepping.release()
+
+    def _step(self, feeds: Mapping[str, Any]) -> list[np.ndarray]:
         if not isinstance(feeds, Mapping):
             raise TypeError(
                 f"feeds must be a dict of input name to array, got {type(feeds).__name__}"
