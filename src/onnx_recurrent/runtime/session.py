@@ -1026,6 +1026,8 @@ class InferenceSession:
             input name, ``input_feed`` not a dict, ``output_names`` a string;
             ``callback`` not callable. An unknown output name, as a feed's wrong type,
             rank or dims, goes to the callback.
+        RuntimeError
+            No thread can be started (the process's limit of threads).
         """
         if not callable(callback):
             raise RecurrentTypeError(
@@ -1060,7 +1062,13 @@ class InferenceSession:
                 return
             callback(outputs, user_data, "")
 
-        threading.Thread(target=work, name="onnx-recurrent run_async").start()
+        try:
+            threading.Thread(target=work, name="onnx-recurrent run_async").start()
+        except RuntimeError as e:  # the process's thread limit (ulimit -u, pids.max)
+            raise RuntimeError(
+                f"run_async: no thread could be started for the run ({e}); the process "
+                "may be at its limit of threads: call run, or end other threads"
+            ) from None
 
     def _check_names(self, feeds: Mapping[str, Any], what: str, kind: str) -> None:
         """Every required input in ``feeds`` and no unknown one."""
