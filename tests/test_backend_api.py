@@ -151,6 +151,26 @@ def test_run_node_runs_one_recurrent_node(op, function, attributes):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("opset", [3, 4])
+def test_run_node_at_opsets_3_and_4_runs_gru_3(opset):
+    # onnx's table of IR versions lacks opsets 2-4: "Unsupported opset-version."
+    feeds = random_inputs("GRU", T=4, N=2, I=3, H=5, D=1, full=False)
+    node = helper.make_node("GRU", list(feeds), ["Y", "Y_h"], hidden_size=5)
+    got = backend.run_node(node, feeds, opset_version=opset)
+    want = orc.gru(**feeds, hidden_size=5)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("opset", ["7", 7.0, True, 0])
+def test_run_node_names_a_bad_opset_version(opset):
+    # a string or float was nanobind's TypeError from inside onnx's checker
+    feeds = random_inputs("GRU", T=4, N=2, I=3, H=5, D=1, full=False)
+    node = helper.make_node("GRU", list(feeds), ["Y", "Y_h"], hidden_size=5)
+    with pytest.raises(TypeError, match=r"opset_version must be a positive integer, got"):
+        backend.run_node(node, feeds, opset_version=opset)
+
+
 def test_run_node_inputs_left_empty_and_outputs_info():
     feeds = random_inputs("GRU", T=4, N=2, I=3, H=5, D=1)
     X, W, R = feeds["X"], feeds["W"], feeds["R"]

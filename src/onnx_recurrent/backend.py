@@ -351,7 +351,8 @@ class RecurrentBackend(Backend):
         TypeError
             ``node`` not a ``NodeProto``, ``inputs`` neither a list nor a dict, an
             ``outputs_info`` entry not ``(dtype, shape)`` or of another type than X's,
-            inputs of mixed float types; and as :func:`prepare`.
+            inputs of mixed float types, ``opset_version`` not a positive integer; and
+            as :func:`prepare`.
         RuntimeError
             A device other than the CPU.
         """
@@ -370,7 +371,13 @@ class RecurrentBackend(Backend):
         if not cls.supports_device(DEVICE if device is None else device):
             raise RuntimeError(f"onnx-recurrent runs on the {DEVICE} only, got device {device!r}")
         opset = kwargs.pop("opset_version", None)
-        checked = {} if opset is None else {"opset_version": opset}
+        if opset is not None and (
+            isinstance(opset, bool) or not isinstance(opset, int | np.integer) or opset < 1
+        ):
+            raise RecurrentTypeError(
+                f"opset_version must be a positive integer, got {type(opset).__name__} {opset!r}"
+            )
+        checked = {} if opset is None else {"opset_version": int(opset)}
         super().run_node(node, inputs, device, outputs_info, **checked)  # onnx's checker
         feeds = _node_feeds(node, inputs)
         for i, (name, role) in enumerate(zip(node.input, INPUTS[node.op_type], strict=False)):
@@ -409,7 +416,7 @@ class RecurrentBackend(Backend):
                         f"X's type {x}"
                     )
                 types.append((helper.np_dtype_to_tensor_dtype(dtype), shape))
-        version = onnx.defs.onnx_opset_version() if opset is None else opset
+        version = onnx.defs.onnx_opset_version() if opset is None else int(opset)
         model = node_model(node, feeds, output_types=types, opset=version, ir_version=None)
         return cls.prepare(model, device, **kwargs).run(feeds)
 

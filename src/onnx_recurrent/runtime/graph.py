@@ -667,7 +667,12 @@ def node_model(
     )
     imports = [onnx.helper.make_opsetid("", opset)]
     if ir_version is None:
-        ir_version = onnx.helper.find_min_ir_version_for(imports)
+        try:
+            ir_version = onnx.helper.find_min_ir_version_for(imports)
+        except ValueError:  # onnx's table lacks opsets 2-4 (onnx 1.1-1.2: IR version 3)
+            if not 1 <= opset <= 6:
+                raise
+            ir_version = 3
     return onnx.helper.make_model(graph, opset_imports=imports, ir_version=ir_version)
 
 
