@@ -28,6 +28,7 @@ from onnx.helper import get_attribute_value
 
 from ..cells import CELLS
 from ..errors import RecurrentError
+from ..spec import check_flag
 
 #: the recurrent operators and their versions (the cells')
 VERSIONS = {name: cell.versions for name, cell in CELLS.items()}
@@ -452,8 +453,10 @@ def node_attributes(op: str, version: int, node: onnx.NodeProto) -> dict:
                 f"(the {op}-{version} schema), got {_TYPE_NAMES.get(a.type, a.type)}"
             )
     given = attributes(node)
-    given.pop("output_sequence", None)
-    if (op, version) == ("GRU", 1) and given.get("direction") == "foward":  # its schema's
+    if "output_sequence" in given:  # versions 1 and 3: Y is made whenever named
+        check_flag("output_sequence", given.pop("output_sequence"))
+    direction = given.get("direction")
+    if (op, version) == ("GRU", 1) and str(direction).lower() == "foward":  # its schema's
         given["direction"] = "forward"
     return given
 
