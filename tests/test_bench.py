@@ -1144,3 +1144,28 @@ def test_a_models_dir_that_is_not_there_is_an_error(monkeypatch, tmp_path):
         models.model_dirs()
     monkeypatch.setenv(models.MODELS_DIR_VARIABLE, str(tmp_path))
     assert models.model_dirs()[0] == tmp_path
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs named pipes")
+def test_plot_to_a_device_or_pipe_is_written_as_named(tmp_path):
+    """--plot /dev/null wrote a new file /dev/null.png: a device or a pipe (no suffix)
+    is written as named, in PNG, as run -o writes one."""
+    pytest.importorskip("matplotlib")
+    import threading
+
+    from onnx_recurrent.tools.bench.plot import plot_path
+
+    if os.path.exists("/dev/null"):
+        assert plot_path("/dev/null") == "/dev/null"
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    assert plot_path(str(pipe)) == str(pipe)
+    case = bench.make_cases(["gru"], ["tiny"])[0]
+    results = [bench.CaseResult(case, samples={"ours": [1.0], "onnxruntime": [2.0]})]
+    read = []
+    reader = threading.Thread(target=lambda: read.append(pipe.read_bytes()), daemon=True)
+    reader.start()
+    bench.plot_ratios(results, pipe)
+    reader.join(60)
+    assert read and read[0][:8] == b"\x89PNG\r\n\x1a\n"
+    assert os.listdir(tmp_path) == ["pipe"]

@@ -638,3 +638,61 @@ def test_check_rejects_negative_tolerances():
     feeds = random_inputs("RNN", full=False)
     with pytest.raises(ValueError, match="atol and rtol must be >= 0, got -1"):
         check(node_model("RNN", feeds, {}), feeds, peers=[], atol=-1)
+
+
+def test_an_inf_against_a_finite_value_differs():
+    """|inf - 0.5| > atol + rtol * |inf| is inf > inf, False: an inf against a finite
+    value was "ok". Non-finite values must be the same; the same inf differs by 0 (it
+    showed inf - inf = nan as inf)."""
+    from onnx_recurrent.tools.check.trace import _excess, compare
+
+    inf, nan = np.inf, np.nan
+    for ours, theirs in [(inf, 0.5), (0.5, inf), (inf, -inf), (-inf, 1e300), (nan, 1.0)]:
+        found = compare("Y", "p", np.array([1.0, ours]), np.array([1.0, theirs]), 1e-4, 1e-3)
+        assert found.exceeds and found.max_abs == inf and found.max_rel == inf, (ours, theirs)
+        assert _excess(np.array([ours]), np.array([theirs]), 1e-4, 1e-3).all()
+    same = np.array([inf, -inf, nan, 2.0], np.float32)
+    found = compare("Y", "p", same, same.copy(), 0, 0)
+    assert not found.exceeds and (found.max_abs, found.max_rel) == (0.0, 0.0)
+    assert not _excess(same, same.copy(), 0, 0).any()
+
+
+def test_check_of_an_inf_output_against_a_finite_peer_is_status_1(tmp_path, capsys):
+    """A GRU whose ScaledTanh has alpha inf: ours is inf where onnx.reference, which
+    ignores the activations, is finite; check said "ok" and status 0."""
+    I = H = 2
+    feeds = {"X": np.ones((1, 1, I), np.float32), "W": np.full((1, 3 * H, I), 0.5, np.float32)}
+    feeds["R"] = np.zeros((1, 3 * H, H), np.float32)
+    attrs = {"hidden_size": H, "activations": ["Sigmoid", "ScaledTanh"]}
+    attrs |= {"activation_alpha": [np.inf], "activation_beta": [1.0]}
+    model = node_model("GRU", feeds, attrs, constants=("W", "R"), opset=14)
+    argv = _save(tmp_path, model, {"X": feeds["X"]})
+    assert _main(*argv, "--peer", "onnx.reference") == 1
+    out = capsys.readouterr().out
+    assert _row(out, "Y_h", "onnx.reference").split()[2:] == ["inf", "inf", "DIFFERS"]
+    assert "result: onnx.reference beyond the tolerance" in out
+
+
+def test_a_peer_given_twice_is_refused(tmp_path, capsys):
+    """--peer X --peer X ran X twice and reported each row twice (as bench --ops
+    gru,gru is refused)."""
+    feeds = random_inputs("RNN", full=False)
+    argv = _save(tmp_path, node_model("RNN", feeds, {}, constants=("W", "R")))
+    assert _main(*argv, "--peer", "onnx.reference", "--peer", "onnx.reference") == 2
+    err = capsys.readouterr().err
+    assert "onnx-recurrent check: error: --peer 'onnx.reference' given twice" in err, err
+    with pytest.raises(ValueError, match=r"peer 'onnx\.reference' given twice"):
+        check(tmp_path / "m.onnx", feeds, peers=["onnx.reference", "onnx.reference"])
+
+
+def test_check_feeds_an_overridable_initializer(tmp_path, capsys):
+    """-i of an initializer that the graph also lists as an input (the peers take its
+    feed too): "the model has no input 'W'" before."""
+    feeds = random_inputs("GRU", full=False)
+    model = node_model("GRU", feeds, {"hidden_size": 3}, constants=("R",))
+    model.graph.initializer.append(onnx.numpy_helper.from_array(feeds["W"], "W"))
+    argv = _save(tmp_path, model, {"X": feeds["X"], "W": np.zeros_like(feeds["W"])})
+    assert _main(*argv, "--peer", "onnx.reference") == 0
+    out = capsys.readouterr().out
+    assert "input W: [1, 9, 4] float32, given" in out
+    assert _row(out, "Y", "onnx.reference").split()[2:] == ["0", "0", "ok"]

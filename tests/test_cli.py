@@ -669,3 +669,147 @@ def test_ctrl_c_while_onnxruntime_is_imported_is_one_line(monkeypatch, capsys):
     monkeypatch.setattr(cli, "_quiet_onnxruntime", interrupted)
     assert cli.main(["run", "--seed", "1"]) == 130
     assert capsys.readouterr().err == "onnx-recurrent run: interrupted\n"
+
+
+def _main(*argv: str) -> int:
+    """``onnx-recurrent ARGV...`` in this process; its exit status (argparse's too)."""
+    from onnx_recurrent.tools import cli
+
+    try:
+        return cli.main(list(argv))
+    except SystemExit as e:  # a usage error that argparse reports itself
+        return int(e.code)
+
+
+def test_run_output_naming_the_models_external_data_is_refused(tmp_path, capsys):
+    """-o naming the file that the model keeps its weights in (external data) was
+    written over: the model could not be loaded again."""
+    feeds = random_inputs("GRU", full=False)
+    model = tmp_path / "m.onnx"
+    onnx.save(
+        node_model("GRU", feeds, {"hidden_size": 3}, constants=("W", "R")),
+        model,
+        save_as_external_data=True,
+        location="m.data",
+        size_threshold=0,
+    )
+    data = tmp_path / "m.data"
+    before = data.read_bytes()
+    (tmp_path / "alias.data").symlink_to(data)
+    for output in (data, tmp_path / "alias.data"):
+        assert _main("run", str(model), "-o", str(output)) == 2
+        err = capsys.readouterr().err
+        assert f"-o {output} is the input file {data} (the model's external data)" in err, err
+        assert data.read_bytes() == before
+    assert _main("run", str(model), "-o", str(tmp_path / "out.npz")) == 0
+
+
+def test_an_onnxruntime_that_fails_to_import_stops_only_what_needs_it(tmp_path):
+    """An onnxruntime installed but broken (its shared library missing) stopped every
+    command, --host reference too, with its bare ImportError; the library said
+    "libonnxruntime.so: ... is not installed"."""
+    fake = tmp_path / "broken" / "onnxruntime"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text(
+        'raise ImportError("libonnxruntime.so: cannot open shared object file")\n'
+    )
+    feeds = random_inputs("GRU", full=False)
+    model = tmp_path / "gru.onnx"
+    onnx.save(node_model("GRU", feeds, {"hidden_size": 3}, constants=("W", "R")), model)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(tmp_path / "broken"), os.path.dirname(__file__), env.get("PYTHONPATH", "")]
+    )
+
+    def cli(*args):
+        return subprocess.run([*CLI, *args], capture_output=True, text=True, env=env, timeout=300)
+
+    done = cli("run", str(model), "--host", "reference")
+    assert done.returncode == 0 and "host: reference" in done.stdout, done.stderr
+    why = "onnxruntime failed to import (ImportError: libonnxruntime.so: cannot open shared"
+    done = cli("run", str(model), "--host", "onnxruntime")
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert f"error: RuntimeError: host='onnxruntime' cannot run this model: {why}" in done.stderr
+    done = cli("run", str(model))  # auto: the reference host, with the reason
+    assert done.returncode == 0 and "host: reference" in done.stdout, done.stderr
+    assert f"warning: the reference host runs this model ({why}" in done.stderr, done.stderr
+    assert "is not installed" not in done.stderr
+
+
+def test_run_feeds_an_overridable_initializer(tmp_path, capsys):
+    """An initializer that the graph also lists as an input: onnxruntime and
+    InferenceSession take a feed of it, -i said "the model has no input 'W'"."""
+    from onnx import numpy_helper
+
+    feeds = random_inputs("GRU", full=False)
+    proto = node_model("GRU", feeds, {"hidden_size": 3}, constants=("R",))
+    proto.graph.initializer.append(numpy_helper.from_array(feeds["W"], "W"))
+    onnx.save(proto, tmp_path / "over.onnx")
+    np.save(tmp_path / "w.npy", np.zeros_like(feeds["W"]))
+    out = tmp_path / "out.npz"
+    for host in ("onnxruntime", "reference"):
+        argv = ["run", str(tmp_path / "over.onnx"), "-i", f"W={tmp_path / 'w.npy'}"]
+        assert _main(*argv, "--host", host, "-o", str(out)) == 0, capsys.readouterr().err
+        assert "input W: shape [1, 9, 4] float32, given" in capsys.readouterr().out
+        with np.load(out) as saved:  # W = 0 and no bias: every gate's input is 0
+            assert not saved["Y"].any()
+    assert _main("run", str(tmp_path / "over.onnx"), "-i", f"Z={tmp_path / 'w.npy'}") == 2
+    err = capsys.readouterr().err
+    assert "the model has no input 'Z' (['X']; overridable initializers ['W'])" in err
+
+
+def _npy_with_header(path: Path, header: bytes, data: bytes = b"") -> None:
+    """A version 1.0 ``.npy`` file of this header text (padded as numpy pads it)."""
+    header += b" " * (-(10 + len(header) + 1) % 64) + b"\n"
+    path.write_bytes(b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header + data)
+
+
+def test_a_npy_with_a_bad_header_names_the_file(tmp_path, capsys):
+    """A damaged .npy header gave tokenize's "TokenError: ('EOF in multi-line
+    statement', ...)", one claiming petabytes a MemoryError: neither named -i or the
+    file."""
+    feeds = random_inputs("GRU", full=False)
+    onnx.save(node_model("GRU", feeds, {"hidden_size": 3}), tmp_path / "gru.onnx")
+    shape = b"'descr': '<f4', 'fortran_order': False, 'shape': "
+    cases = {
+        "bad": (b"{'descr': 'garbage", "its header is bad (EOF in multi-line statement)"),
+        "huge": (
+            b"{" + shape + b"(100000000000, 100000, 4), }",
+            "its header claims shape [100000000000, 100000, 4] float32, 1.49e+08 GiB of "
+            "data, but the file holds 0 bytes after it",
+        ),
+        "negative": (b"{" + shape + b"(-1, 2, 4), }", "its header is bad (shape [-1, 2, 4])"),
+    }
+    for name, (header, message) in cases.items():
+        path = tmp_path / f"{name}.npy"
+        _npy_with_header(path, header)
+        assert _main("run", str(tmp_path / "gru.onnx"), "-i", f"X={path}") == 2
+        err = capsys.readouterr().err.strip().splitlines()[-1]
+        assert (
+            err == f"onnx-recurrent run: error: -i X={path}: not a readable .npy file: " + message
+        )
+
+
+@pytest.mark.parametrize(
+    "args",
+    [  # Python's int and float take other scripts' digits (Arabic-Indic 3, fullwidth 3,
+        # Arabic-Indic 0 and 1 here) and underscores
+        ["run", "{model}", "--dim", "T=\u0663"],
+        ["run", "{model}", "--dim", "T=1_000"],
+        ["run", "{model}", "--seed", "\uff13"],
+        ["run", "{model}", "--seed", "1_0"],
+        ["check", "{model}", "--atol", "\u0660"],
+        ["check", "{model}", "--rtol", "0.0_1"],
+        ["bench", "--list", "--budget", "\u0661"],
+    ],
+)
+def test_numbers_are_ascii_decimal_only(tmp_path, capsys, args):
+    feeds = random_inputs("GRU", full=False)
+    proto = node_model("GRU", feeds, {"hidden_size": 3}, constants=("W", "R"))
+    proto.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "T"
+    onnx.save(proto, tmp_path / "gru.onnx")
+    args = [a.format(model=tmp_path / "gru.onnx") for a in args]
+    assert _main(*args) == 2
+    err = capsys.readouterr().err
+    given = args[-1]
+    assert f"got {given!r}" in err or f"{given}: the value must be a positive" in err, err

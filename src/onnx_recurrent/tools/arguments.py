@@ -13,13 +13,17 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 import stat
 import sys
+import tokenize
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, BinaryIO
 
 import numpy as np
+import onnx
+from onnx.external_data_helper import uses_external_data
 from onnx.helper import tensor_dtype_to_np_dtype
 
 from ..backends.cache_dirs import replacing
@@ -99,6 +103,11 @@ def free_dims(inputs: Sequence[NodeArg]) -> dict[str, list[tuple[str, int]]]:
 #: the largest ``--dim`` value: an ONNX dim is an int64
 MAX_DIM = 2**63 - 1
 
+#: numbers as the command line takes them: ASCII only (Python's int and float also
+#: take other scripts' digits, '٣', and underscores, '1_000')
+_ASCII_INT = re.compile(r"[+-]?[0-9]+")
+_ASCII_FLOAT = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
+
 
 def parse_dims(pairs: Sequence[str], inputs: Sequence[NodeArg]) -> dict[str, int]:
     """``--dim`` values: positive integers for the free dims of ``inputs``, named by
@@ -115,29 +124,37 @@ def parse_dims(pairs: Sequence[str], inputs: Sequence[NodeArg]) -> dict[str, int
                 known = ", ".join(named) if named else "none named"
                 known += f"; unnamed, as INPUT:AXIS: {', '.join(unnamed)}" if unnamed else ""
             raise RecurrentError(f"--dim {name}={value}: the model has no dim {name!r} ({known})")
-        try:
-            dims[name] = int(value)
-        except ValueError:
+        try:  # ASCII digits only: int() also takes '٣' and '1_000'
+            dims[name] = int(value) if _ASCII_INT.fullmatch(value) else 0
+        except ValueError:  # more digits than int() converts
             dims[name] = 0
         if not 1 <= dims[name] <= MAX_DIM:
             raise RecurrentError(
                 f"--dim {name}={value}: the value must be a positive integer up to {MAX_DIM} "
-                "(an ONNX dim is an int64)"
+                "in ASCII digits (an ONNX dim is an int64)"
             )
     return dims
 
 
-def load_feeds(files: Mapping[str, str], inputs: Sequence[NodeArg]) -> dict[str, np.ndarray]:
-    """One ``.npy`` file per input name (names the model's inputs; ``NAME=FILE`` split
-    after the input name, which may hold ``=``)."""
-    names = [i.name for i in inputs]
+def load_feeds(
+    files: Mapping[str, str],
+    inputs: Sequence[NodeArg],
+    overridable: Sequence[NodeArg] = (),
+) -> dict[str, np.ndarray]:
+    """One ``.npy`` file per input name (names the model's inputs, or its
+    ``overridable`` initializers: those the graph also lists as inputs, which a feed
+    replaces; ``NAME=FILE`` split after the input name, which may hold ``=``)."""
+    names = [i.name for i in inputs] + [i.name for i in overridable]
     feeds = {}
     for name, path in files.items():
         if name not in names:  # a name with '=' in it: the longest input name it starts with
             given = f"{name}={path}"
             longest = max((n for n in names if given.startswith(f"{n}=")), key=len, default=None)
             if longest is None or longest in files or longest in feeds:
-                raise RecurrentError(f"-i {given}: the model has no input {name!r} ({names})")
+                known = f"{[i.name for i in inputs]}"
+                if overridable:
+                    known += f"; overridable initializers {[i.name for i in overridable]}"
+                raise RecurrentError(f"-i {given}: the model has no input {name!r} ({known})")
             name, path = longest, given[len(longest) + 1 :]
         feeds[name] = _load_npy(path, f"-i {name}={path}")
     return feeds
@@ -148,7 +165,12 @@ def _load_npy(path: str, label: str) -> np.ndarray:
         with open(path, "rb") as f:
             is_npy = f.read(6) == b"\x93NUMPY"
             f.seek(0)
+            if is_npy:
+                _check_npy_header(f, label)
+                f.seek(0)
             array = np.load(f, allow_pickle=False) if is_npy else None
+    except RecurrentError:
+        raise
     except OSError as e:
         raise RecurrentError(
             f"{label}: cannot read it ({one_line(e, typed=False, named=False)})"
@@ -157,9 +179,52 @@ def _load_npy(path: str, label: str) -> np.ndarray:
         raise RecurrentError(
             f"{label}: not a readable .npy file ({one_line(e, typed=False)})"
         ) from None
+    except MemoryError:  # as much data as the header claims, but more than the memory
+        raise RecurrentError(f"{label}: the array is larger than the memory") from None
     if array is None:
         raise RecurrentError(f"{label}: not a .npy file (numpy.save writes one)")
     return array
+
+
+def _check_npy_header(f: BinaryIO, label: str) -> None:
+    """Read the header of the ``.npy`` file ``f`` (at its start) and refuse a bad one,
+    or one that claims more data than the file holds, before ``numpy.load`` allocates
+    what it claims (a damaged header gave tokenize's TokenError, or a MemoryError for
+    petabytes)."""
+    try:
+        version = np.lib.format.read_magic(f)
+        if version == (1, 0):
+            shape, _, dtype = np.lib.format.read_array_header_1_0(f)
+        elif version == (2, 0):
+            shape, _, dtype = np.lib.format.read_array_header_2_0(f)
+        else:  # version 3 (UTF-8 field names): numpy.load reads it alone
+            return
+    except (ValueError, SyntaxError, tokenize.TokenError) as e:
+        token = isinstance(e, tokenize.TokenError) and e.args  # (message, position)
+        why = str(e.args[0]) if token else one_line(e, typed=False)
+        raise RecurrentError(
+            f"{label}: not a readable .npy file: its header is bad ({why})"
+        ) from None
+    if any(d < 0 for d in shape):
+        raise RecurrentError(
+            f"{label}: not a readable .npy file: its header is bad (shape {list(shape)})"
+        )
+    if dtype.hasobject or not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+        return  # Python objects: refused by numpy.load; a pipe: its size is not known
+    claimed = math.prod(shape) * dtype.itemsize
+    held = os.fstat(f.fileno()).st_size - f.tell()
+    if claimed > held:
+        raise RecurrentError(
+            f"{label}: not a readable .npy file: its header claims shape {list(shape)} "
+            f"{dtype}, {_size(claimed)} of data, but the file holds {_size(held)} after it"
+        )
+
+
+def _size(count: int) -> str:
+    """A number of bytes to read: ``40 bytes``, ``1.5 GiB``."""
+    if count < 2**30:
+        return f"{count} bytes"
+    return f"{count / 2**30:.3g} GiB"
 
 
 def random_feeds(
@@ -225,13 +290,15 @@ def with_given_dims(
 
 
 def model_feeds(
-    args: argparse.Namespace, inputs: Sequence[NodeArg]
+    args: argparse.Namespace, inputs: Sequence[NodeArg], overridable: Sequence[NodeArg] = ()
 ) -> tuple[dict[str, np.ndarray], set[str]]:
-    """The feeds of ``-i``, ``--dim`` and ``--seed`` for a model of these ``inputs``,
-    and the names of those drawn at random (a dim they share with a given input takes
-    its size)."""
-    feeds = load_feeds(parse_pairs(args.input, "-i"), inputs)
-    dims = with_given_dims(parse_dims(args.dim, inputs), inputs, feeds)
+    """The feeds of ``-i``, ``--dim`` and ``--seed`` for a model of these ``inputs``
+    (``-i`` may also replace an ``overridable`` initializer: :func:`load_feeds`), and
+    the names of those drawn at random (a dim they share with a given input takes its
+    size)."""
+    feeds = load_feeds(parse_pairs(args.input, "-i"), inputs, overridable)
+    given = [*inputs, *overridable]
+    dims = with_given_dims(parse_dims(args.dim, inputs), given, feeds)
     missing = [i for i in inputs if i.name not in feeds]
     drawn = random_feeds(missing, dims, seed=args.seed)
     return {**feeds, **drawn}, set(drawn)
@@ -240,16 +307,19 @@ def model_feeds(
 def number(
     kind: type, minimum: float, what: str, strict: bool = False, maximum: float = math.inf
 ) -> Any:
-    """An argparse type: a finite ``kind`` number >= ``minimum`` (> with ``strict``), at
-    most ``maximum``; argparse exits with status 2 and one line on anything else."""
+    """An argparse type: a finite ``kind`` number (``int`` or ``float``) in ASCII
+    digits, >= ``minimum`` (> with ``strict``), at most ``maximum``; argparse exits with
+    status 2 and one line on anything else (another script's digits, ``1_000``)."""
     bound = f"more than {minimum:g}" if strict else f"{minimum:g} or more"
     if maximum < math.inf:
         bound += f", at most {maximum:g}"
 
+    ascii_number = _ASCII_INT if kind is int else _ASCII_FLOAT
+
     def parse(text: str) -> Any:
         try:
-            value = kind(text)
-        except ValueError:
+            value = kind(text) if ascii_number.fullmatch(text) else None
+        except ValueError:  # more digits than int() converts
             value = None
         if (
             value is None
@@ -290,7 +360,7 @@ def writable(path: str, option: str) -> None:
     folder = os.path.dirname(os.path.realpath(path))
     if os.path.isdir(path):
         raise RecurrentError(f"{option} {path}: is a directory")
-    if _in_place(path):
+    if in_place(path):
         if not os.access(path, os.W_OK):
             raise RecurrentError(f"{option} {path}: not writable")
         return
@@ -320,8 +390,45 @@ def same_file(output: str | os.PathLike, files: Sequence[str | os.PathLike]) -> 
     return None
 
 
-def _in_place(path: str) -> bool:
-    """Whether ``path`` names a device or a pipe (``/dev/null``): written in place."""
+def external_data_files(model: str) -> list[str]:
+    """The files that the model file ``model`` keeps tensors in (external data, named
+    relative to the model's folder), each once; none where the model cannot be read
+    (its own error comes when it is loaded) or is not a regular file (a pipe is read
+    once)."""
+    try:
+        if not os.path.isfile(model):
+            return []
+        proto = onnx.load(model, load_external_data=False)
+    except Exception:  # the model's own error, later
+        return []
+    folder = os.path.dirname(model)
+    files: dict[str, None] = {}
+
+    def visit(initializers: Sequence[Any], sparse: Sequence[Any], nodes: Sequence[Any]) -> None:
+        tensors = [*initializers]
+        for node in nodes:
+            for attr in node.attribute:
+                tensors += [attr.t, *attr.tensors]
+                sparse = [*sparse, attr.sparse_tensor, *attr.sparse_tensors]
+                for graph in [attr.g, *attr.graphs] if attr.HasField("g") else attr.graphs:
+                    visit(graph.initializer, graph.sparse_initializer, graph.node)
+        tensors += [t for sp in sparse for t in (sp.values, sp.indices)]
+        for tensor in tensors:
+            if uses_external_data(tensor):
+                where = {e.key: e.value for e in tensor.external_data}.get("location")
+                if where:
+                    files[os.path.join(folder, where)] = None
+
+    graph = proto.graph
+    visit(graph.initializer, graph.sparse_initializer, graph.node)
+    for function in proto.functions:  # a function's constants
+        visit([], [], function.node)
+    return list(files)
+
+
+def in_place(path: str) -> bool:
+    """Whether ``path`` names an existing device or pipe (``/dev/null``), not a regular
+    file or a directory: written in place, as named."""
     return os.path.exists(path) and not os.path.isfile(path) and not os.path.isdir(path)
 
 
@@ -339,7 +446,7 @@ def saving(path: str) -> Iterator[BinaryIO]:
         The file cannot be written (the error names ``path``).
     """
     try:
-        if _in_place(path):
+        if in_place(path):
             with open(path, "wb") as f:
                 yield f
             return

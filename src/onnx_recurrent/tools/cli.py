@@ -33,6 +33,7 @@ from ..runtime.session import InferenceSession, load_model
 from .arguments import (
     add_host,
     add_model_inputs,
+    external_data_files,
     file_name,
     model_feeds,
     note_first_use,
@@ -114,11 +115,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         writable(output, "-o")
         inputs = [] if args.model is None else [args.model]
         inputs += parse_pairs(args.input or [], "-i").values()
-        clash = same_file(output, inputs)
+        # the files the model keeps its weights in (external data) are inputs too
+        data = [] if args.model is None else external_data_files(args.model)
+        clash = same_file(output, inputs + data)
         if clash is not None:
+            what = " (the model's external data)" if clash in data else ""
             raise RecurrentError(
-                f"-o {output} is the input file {clash}: writing the outputs there would "
-                "overwrite it; give -o another file"
+                f"-o {output} is the input file {clash}{what}: writing the outputs there "
+                "would overwrite it; give -o another file"
             )
     if args.model is None:
         if args.input or args.dim:
@@ -157,7 +161,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                 "tensors and sequences of tensors"
             )
     if given is None:
-        feeds, drawn = model_feeds(args, session.get_inputs())
+        overridable = session.get_overridable_initializers()  # -i may replace them
+        feeds, drawn = model_feeds(args, session.get_inputs(), overridable)
     else:
         feeds, drawn = given, set()
     for name, value in feeds.items():
@@ -288,10 +293,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _quiet_onnxruntime() -> None:
     """Turn onnxruntime's log off for the command: it logs a failing node on stderr (in
     colour, under the host's internal operator and node names) before the exception
-    that the command prints in one line, and its warnings unformatted."""
+    that the command prints in one line, and its warnings unformatted. Nothing where
+    onnxruntime is not installed or fails to import (its shared library missing): a
+    command that needs it says so, and the others run."""
     if find_spec("onnxruntime") is None:
         return
-    import onnxruntime
+    try:
+        import onnxruntime
+    except Exception:  # ImportError, OSError...: the host's own message, if it is needed
+        return
 
     onnxruntime.set_default_logger_severity(4)  # fatal only: errors reach us as exceptions
 

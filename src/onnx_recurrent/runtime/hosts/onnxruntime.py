@@ -89,10 +89,14 @@ def _setup() -> str:
             return _library
         try:
             import onnxruntime  # noqa: F401
-
+        except Exception as e:  # installed but broken too: its shared library missing...
+            if isinstance(e, ModuleNotFoundError) and e.name == "onnxruntime":
+                raise HostUnavailable("onnxruntime is not installed") from None
+            raise HostUnavailable(f"onnxruntime failed to import ({one_line(e)})") from None
+        try:
             _library = native.register()
-        except ImportError as e:
-            raise HostUnavailable(f"{e.name or e} is not installed") from None
+        except ImportError as e:  # onnxruntime-extensions: its message says what is missing
+            raise HostUnavailable(one_line(e, typed=False)) from None
         if hasattr(os, "register_at_fork"):
             os.register_at_fork(after_in_child=_after_fork_in_child)
         return _library

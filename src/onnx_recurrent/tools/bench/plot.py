@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ...errors import import_optional
-from ..arguments import saving
+from ..arguments import in_place, saving
 from .timing import CaseResult
 
 
@@ -19,8 +19,9 @@ def check_plot_support() -> None:
 
 def plot_path(path: str) -> str:
     """Where ``--plot`` writes: ``path``, ``.png`` appended where it has no suffix (as
-    matplotlib's ``savefig`` does). Raises ValueError for a suffix no matplotlib writer
-    takes, before the bench runs; ImportError without matplotlib."""
+    matplotlib's ``savefig`` does), except to an existing device or pipe
+    (``/dev/null``), written as named (a PNG). Raises ValueError for a suffix no
+    matplotlib writer takes, before the bench runs; ImportError without matplotlib."""
     check_plot_support()
     import matplotlib
 
@@ -29,7 +30,7 @@ def plot_path(path: str) -> str:
 
     suffix = os.path.splitext(path)[1][1:]
     if not suffix:
-        return path + ".png"
+        return path if in_place(path) else path + ".png"
     formats = Figure().canvas.get_supported_filetypes()
     if suffix.lower() not in formats:
         known = ", ".join(formats)
@@ -96,5 +97,5 @@ def plot_ratios(results: Sequence[CaseResult], path: str | os.PathLike, title: s
     fig.tight_layout()
     path = plot_path(os.fspath(path))
     with saving(path) as f:
-        fig.savefig(f, dpi=120, format=os.path.splitext(path)[1][1:].lower())
+        fig.savefig(f, dpi=120, format=os.path.splitext(path)[1][1:].lower() or "png")
     plt.close(fig)

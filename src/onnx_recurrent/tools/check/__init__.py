@@ -129,13 +129,15 @@ def check(
     Raises
     ------
     ValueError
-        Bad feeds, an unknown peer, or a model onnx-recurrent rejects.
+        Bad feeds, an unknown peer or one given twice, or a model onnx-recurrent
+        rejects.
     """
     proto = load_model(model)
     peers = installed_peers() if peers is None else list(peers)
     unknown = [p for p in peers if p not in PEERS]
     if unknown:
         raise RecurrentError(f"unknown peer(s) {unknown}; known: {list(PEERS)}")
+    _once(peers, "peer")
     if atol < 0 or rtol < 0:
         raise RecurrentError(f"atol and rtol must be >= 0, got {atol}, {rtol}")
     session = InferenceSession(proto, host=host)
@@ -162,11 +164,13 @@ def cmd_check(args: argparse.Namespace) -> int:
     """``onnx-recurrent check``: print the lint, the table and the trace; 1 if a peer
     differs, :data:`NOTHING_COMPARED` if none ran (a bad file or argument raises: the
     command line prints it, status 2)."""
+    _once(args.peer or [], "--peer")  # before the work
     model = load_model(args.model)
     note_first_use()  # a session compiles its kernels when it is made
     session = InferenceSession(model, host=args.host)
     inputs = session.get_inputs()
-    feeds = load_feeds(parse_pairs(args.input, "-i"), inputs)
+    overridable = session.get_overridable_initializers()  # -i may replace them
+    feeds = load_feeds(parse_pairs(args.input, "-i"), inputs, overridable)
     dims = solve_dims(model, inputs, parse_dims(args.dim, inputs), feeds)
     missing = [i for i in inputs if i.name not in feeds]
     drawn = random_feeds(missing, dims.values, seed=args.seed)
@@ -225,6 +229,13 @@ def cmd_check(args: argparse.Namespace) -> int:
         return NOTHING_COMPARED
     print(f"\nresult: every peer that ran agrees within the tolerance{note}")
     return 0
+
+
+def _once(peers: Sequence[str], what: str) -> None:
+    """Refuse a peer named twice: it would be run, and reported, twice."""
+    twice = next((p for i, p in enumerate(peers) if p in peers[:i]), None)
+    if twice is not None:
+        raise RecurrentError(f"{what} {twice!r} given twice")
 
 
 _tolerance = number(float, 0, "a tolerance")

@@ -308,7 +308,8 @@ def _difference(ours: Sequence[np.ndarray], theirs: Sequence[Any]) -> tuple[floa
     for a, b in zip(ours, theirs, strict=True):
         a64, b64 = np.asarray(a, np.float64), np.asarray(b, np.float64)
         with np.errstate(invalid="ignore"):
-            d = np.where(np.isnan(a64) & np.isnan(b64), 0.0, np.abs(a64 - b64))
+            same = (a64 == b64) | (np.isnan(a64) & np.isnan(b64))  # the same inf too
+            d = np.where(same, 0.0, np.abs(a64 - b64))
         d = np.where(np.isnan(d), np.inf, d)
         worst = max(worst, float(d.max()) if d.size else 0.0)
     return worst, None

@@ -39,12 +39,20 @@ class Comparison:
 
 
 def _excess(ours: np.ndarray, theirs: np.ndarray, atol: float, rtol: float) -> np.ndarray:
-    """Where ``theirs`` leaves ``atol + rtol * |ours|`` (a NaN in one only counts too)."""
+    """Where ``theirs`` leaves ``atol + rtol * |ours|``; where either is not finite,
+    where they are not the same (an inf of the same sign, or NaN in both): an inf
+    against a finite value was within ``rtol * inf``."""
     a = np.asarray(ours, np.float64)
     b = np.asarray(theirs, np.float64)
-    with np.errstate(invalid="ignore"):
+    with np.errstate(invalid="ignore", over="ignore"):
         bad = np.abs(a - b) > atol + rtol * np.abs(a)
-    return bad | (np.isnan(a) != np.isnan(b))
+    finite = np.isfinite(a) & np.isfinite(b)
+    return np.where(finite, bad, ~_same(a, b))
+
+
+def _same(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Where ``a`` and ``b`` are equal, NaN and NaN included."""
+    return (a == b) | (np.isnan(a) & np.isnan(b))
 
 
 def compare(name: str, peer: str, ours: Any, theirs: Any, atol: float, rtol: float) -> Comparison:
@@ -63,10 +71,11 @@ def compare(name: str, peer: str, ours: Any, theirs: Any, atol: float, rtol: flo
     if ours_numbers.size == 0:
         return Comparison(name, peer, 0.0, 0.0)
     a, b = ours_numbers, their_numbers
-    with np.errstate(invalid="ignore", divide="ignore"):
-        d = np.where(np.isnan(a) & np.isnan(b), 0.0, np.abs(a - b))
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        d = np.where(_same(a, b), 0.0, np.abs(a - b))  # the same inf: 0, not inf - inf
         d = np.where(np.isnan(d), np.inf, d)
         rel = np.where(d == 0, 0.0, d / np.abs(a))
+        rel = np.where(np.isnan(rel), np.inf, rel)  # inf / inf: ours inf, theirs not
     exceeds = bool(_excess(a, b, atol, rtol).any())
     return Comparison(name, peer, float(d.max()), float(rel.max()), exceeds)
 
