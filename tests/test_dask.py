@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -169,6 +170,168 @@ def test_run_rejects_bad_feeds():
     unknown = dask_feeds["X"][:, dask_feeds["X"][0, :, 0] > -100]  # chunks of nan size
     with pytest.raises(ValueError, match=r"'X' has chunks of unknown size .*compute_chunk_sizes"):
         ordask.run(model, {**dask_feeds, "X": unknown}, {"X": 1})
+
+
+def _slice_to_longest_model():
+    """Y = X[:, :max(L)]: an output whose axis 1 depends on the data (the longest
+    length in the batch), so on which batch elements a block holds."""
+    from onnx import TensorProto, helper
+
+    def const(name, value):
+        tensor = helper.make_tensor(name, TensorProto.INT64, [1], [value])
+        return helper.make_node("Constant", [], [name], value=tensor)
+
+    nodes = [
+        const("zero", 0),
+        const("one", 1),
+        helper.make_node("ReduceMax", ["L"], ["m"], keepdims=1),
+        helper.make_node("Slice", ["X", "zero", "m", "one"], ["Y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [
+            helper.make_tensor_value_info("X", TensorProto.FLOAT, ["N", "T", 3]),
+            helper.make_tensor_value_info("L", TensorProto.INT64, ["N"]),
+        ],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["N", "M", 3])],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _gram_model():
+    """o = X @ X^T, shape [N, N]: both axes follow the batch."""
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [
+            helper.make_node("Transpose", ["X"], ["Xt"]),
+            helper.make_node("MatMul", ["X", "Xt"], ["o"]),
+        ],
+        "g",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["N", 3])],
+        [helper.make_tensor_value_info("o", TensorProto.FLOAT, ["N", "N"])],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_run_refuses_outputs_whose_dims_depend_on_the_data_or_the_batch():
+    """The shapes were learnt from the first batch element alone: an output trimmed to
+    the longest length in its block was declared (4, 2, 3), and ``y.sum()`` gave 6.95
+    for 9.75, silently; an output [N, N] declared (6, 1) computed to (6, 2)."""
+    import dask
+
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((4, 10, 3)).astype(np.float32)
+    L = np.array([2, 3, 9, 10])
+    feeds = {"X": da.from_array(X, chunks=(2, 10, 3)), "L": da.from_array(L, chunks=2)}
+    with dask.config.set(scheduler="synchronous"):
+        (y,) = ordask.run(_slice_to_longest_model(), feeds, {"X": 0, "L": 0})
+        shapes = r"shape \[2, 10, 3\] for a block of 2, where the first .* gave \[1, 2, 3\]"
+        with pytest.raises(RecurrentError, match=r"output 'Y' has a dim that depends on the da"):
+            y.sum().compute()
+        with pytest.raises(RecurrentError, match=shapes):
+            y.compute()
+        # a second axis that follows the batch: found by the probe, at the call
+        x = da.from_array(rng.standard_normal((6, 3)).astype(np.float32), chunks=(2, 3))
+        for given in ({"o": 0}, None):
+            with pytest.raises(
+                RecurrentError,
+                match=r"output 'o' has a dim that depends on the batch: axis 1 besides its "
+                r"batch axis 0 \(shape \[1, 1\] at batch 1, \[2, 2\] at batch 2\)",
+            ):
+                ordask.run(_gram_model(), {"X": x}, {"X": 0}, output_batch_axes=given)
+
+
+def _blocking_preload(tmp_path: Path) -> str:
+    """A worker preload that makes onnx_recurrent unimportable there (a worker whose
+    environment lacks the package)."""
+    path = tmp_path / "block_onnx_recurrent.py"
+    path.write_text(
+        "import sys\n"
+        "class _Block:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] == 'onnx_recurrent':\n"
+        "            raise ModuleNotFoundError(f'No module named {name!r}')\n"
+        "sys.meta_path.insert(0, _Block())\n"
+        "for name in [m for m in sys.modules if m.split('.')[0] == 'onnx_recurrent']:\n"
+        "    del sys.modules[name]\n"
+    )
+    return str(path)
+
+
+def _within(seconds: float, call):
+    """``call()``'s error, or None; fails where it is still running after ``seconds``
+    (a daemon thread: a hang cannot hold the test run up)."""
+    import threading
+
+    caught = []
+
+    def target():
+        try:
+            call()
+        except BaseException as e:
+            caught.append(e)
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), f"still waiting after {seconds} s"
+    return caught[0] if caught else None
+
+
+def test_workers_without_the_package_are_an_error_not_a_hang(tmp_path):
+    """Workers that cannot import onnx_recurrent never ran a task of ours: ``run`` (its
+    probe) and ``vad.cluster.detect`` (its groups) waited forever."""
+    import dask
+
+    feeds = random_inputs("GRU", N=4, full=False)
+    model = free_batch(node_model("GRU", feeds, {"hidden_size": 3}), {"X": 1})
+    dask_feeds = chunked(feeds, {"X": 1}, 2)
+    local = distributed.LocalCluster(
+        n_workers=1,
+        threads_per_worker=1,
+        processes=True,  # the preload must not reach this process
+        dashboard_address=":0",  # any free port: the module's cluster holds 8787
+        preload=[_blocking_preload(tmp_path)],
+        silence_logs=50,
+    )
+    with local, distributed.Client(local, set_as_default=False) as client:
+        client.wait_for_workers(1)
+        worker = next(iter(client.scheduler_info()["workers"]))
+        lacks = rf"1 of the client's 1 workers lack onnx_recurrent.*{worker}: not importable"
+        with dask.config.set(scheduler=client):
+            error = _within(60, lambda: ordask.run(model, dask_feeds, {"X": 1}))
+        assert isinstance(error, RecurrentError) and re.search(lacks, str(error)), error
+        files = [str(DATA / "speech_16k.wav")]
+        error = _within(60, lambda: list(cluster.detect(client, files)))
+        assert isinstance(error, RecurrentError) and re.search(lacks, str(error)), error
+
+
+def test_a_closed_client_is_named():
+    """``vad.detect(..., client=closed)`` failed with ``AttributeError: 'NoneType'
+    object has no attribute 'ncores'`` from inside distributed."""
+    import dask
+
+    from onnx_recurrent import vad
+
+    with distributed.LocalCluster(
+        n_workers=1, threads_per_worker=1, processes=False, dashboard_address=":0"
+    ) as local:
+        client = distributed.Client(local, set_as_default=False)
+        client.close()
+        for call in (
+            lambda: cluster.detect(client, ["a.wav"]),
+            lambda: vad.detect(["a.wav"], client=client),
+        ):
+            with pytest.raises(RecurrentError, match="the client is closed"):
+                call()
+        # run: a closed client set as the scheduler is refused alike
+        feeds = random_inputs("GRU", N=2, full=False)
+        model = free_batch(node_model("GRU", feeds, {"hidden_size": 3}), {"X": 1})
+        with dask.config.set(scheduler=client):
+            with pytest.raises(RecurrentError, match="the client is closed"):
+                ordask.run(model, chunked(feeds, {"X": 1}, 1), {"X": 1})
 
 
 # --- detect -------------------------------------------------------------------------------

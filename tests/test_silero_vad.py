@@ -239,6 +239,29 @@ def test_speech_segments_rejects(args, kwargs, match):
         vad.speech_segments(*args, **kwargs)
 
 
+def test_speech_segments_checks_its_options_as_detect_does():
+    """The public ``speech_segments`` took any option: ``speech_pad_ms=-2000`` gave
+    segments ending before they start, ``time_resolution=-1`` (0.0, 0.0) segments,
+    ``threshold=nan`` and NaN probabilities no speech, silently."""
+    probs = np.array([0] * 10 + [0.9] * 40 + [0] * 10 + [0.9] * 40 + [0] * 10, np.float32)
+    assert vad.speech_segments(probs, 16000) == [(0.29, 1.63), (1.89, 3.23)]
+    for options, match in (
+        ({"speech_pad_ms": -2000}, "speech_pad_ms must be >= 0, got -2000"),
+        ({"threshold": float("nan")}, "threshold must be >= 0, got nan"),
+        ({"neg_threshold": 1.5}, r"neg_threshold is a probability, in \[0, 1\]"),
+        ({"time_resolution": -1}, "time_resolution must be an integer >= 0"),
+        ({"min_silence_duration_ms": "100"}, "min_silence_duration_ms must be a number"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            vad.speech_segments(probs, 16000, **options)
+    nan = probs.copy()
+    nan[55] = np.nan
+    with pytest.raises(ValueError, match=r"probs must not be NaN, got NaN at chunk 55 of 110"):
+        vad.speech_segments(nan, 16000)
+    with pytest.raises(ValueError, match=r"at chunk 0 of 110 \(110 NaN in all\)"):
+        vad.speech_segments(np.full(110, np.nan), 16000)
+
+
 # --- speech_probabilities' streaming, on a stand-in session ---------------------------
 
 

@@ -16,6 +16,7 @@ import inspect
 import io
 import json
 import os
+import re
 import struct
 import subprocess
 import sys
@@ -372,26 +373,86 @@ def test_integer_pcm_or_text_samples_are_refused():
     assert silence.shape == (2,)
 
 
-def test_a_recording_from_a_pipe_is_read(tmp_path):
+def test_float_samples_on_the_pcm_scale_are_refused(tmp_path, capsys):
+    """Floats on the int16 scale (``x * 32768``, peaks of 25738) were taken as [-1, 1]
+    audio: other segments, silently; a float WAV holding them, the same. Refused past
+    ``MAX_SAMPLE_PEAK``; in the command that file fails alone."""
+    speech = vad.read_audio(SPEECH).samples
+    scaled = speech * np.float32(32768)
+    peak = r"samples peak at 2\d{4}, past 2 \(full scale is 1\).*/ 32768"
+    with pytest.raises(ValueError, match=peak):
+        vad.speech_probabilities(_Stub(), scaled)
+    rows = dict(vad.stream_probabilities(_Stub(), [("a", scaled)], return_errors=True))
+    assert re.search(r"recording 'a': samples peak at", str(rows["a"])), rows["a"]
+    # a float past full scale, within the bound, is audio (a resampler's overshoot)
+    assert vad.speech_probabilities(_Stub(), speech * np.float32(1.9)).size
+    path = tmp_path / "pcm_scaled.wav"
+    soundfile.write(path, scaled, 16000, subtype="FLOAT")
+    bad, good = list(vad.analyse_files([path, SPEECH], session=_Stub()))
+    assert isinstance(bad.error, vad.AudioError) and bad.segments is None
+    assert str(bad.error).startswith(f"{path}: its samples peak at 2"), bad.error
+    assert "divide them by 32768" in str(bad.error)
+    assert good.error is None and good.segments
+    status, out, err = _main(capsys, path, SPEECH)
+    rows = _rows(out)
+    assert status == 1 and "1 of 2 file(s) could not be read" in err
+    assert [r["file"] for r in rows] == [str(path)] + [str(SPEECH)] * len(SPEECH_SEGMENTS)
+    assert "its samples peak at" in rows[0]["error"] and all(not r["error"] for r in rows[1:])
+
+
+@pytest.mark.skipif(not os.path.isdir("/dev/fd"), reason="needs /dev/fd")
+def test_a_recording_from_a_pipe_is_read():
     """``cat a.wav | onnx-recurrent vad /dev/stdin`` failed ("No 'data' chunk marker",
-    and cffi's "Illegal seek" tracebacks): libsndfile seeks in the file."""
+    and cffi's "Illegal seek" tracebacks): libsndfile seeks in the file. A pipe this
+    process holds open (``/dev/stdin``, ``/dev/fd/N``, a shell's ``<(...)``) is read."""
     import threading
 
-    fifo = tmp_path / "pipe"
-    os.mkfifo(fifo)
+    read_end, write_end = os.pipe()
     data = SPEECH.read_bytes()
 
     def write() -> None:
-        with open(fifo, "wb") as f:
+        with open(write_end, "wb") as f:
             f.write(data)
 
     writer = threading.Thread(target=write, daemon=True)  # never a hang at exit
     writer.start()
-    (piped,) = list(vad.analyse_files([fifo], session=_Stub()))
-    writer.join(timeout=30)
+    try:
+        (piped,) = list(vad.analyse_files([f"/dev/fd/{read_end}"], session=_Stub()))
+    finally:
+        writer.join(timeout=30)
+        os.close(read_end)
     (read,) = list(vad.analyse_files([SPEECH], session=_Stub()))
     assert piped.error is None, piped.error
     assert piped.segments == read.segments and piped.duration == read.duration
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs named pipes")
+def test_a_named_pipe_among_the_files_fails_alone(tmp_path):
+    """A FIFO given by name (no writer) blocked the run in open() forever, the other
+    files never processed (a directory walk skips FIFOs). It is refused unopened."""
+    import threading
+
+    fifo = tmp_path / "pipe.wav"
+    os.mkfifo(fifo)
+    found = []
+    run = threading.Thread(  # a daemon: a hang fails the test, not the whole run
+        target=lambda: found.extend(vad.analyse_files([SPEECH, fifo, SPEECH], session=_Stub())),
+        daemon=True,
+    )
+    run.start()
+    run.join(60)
+    if run.is_alive():  # a writer comes and goes: the reader's open() returns
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        run.join(30)
+        pytest.fail("still waiting on the named pipe after 60 s")
+    assert [r.path for r in found] == [str(SPEECH), str(fifo), str(SPEECH)]
+    assert isinstance(found[1].error, vad.AudioError), found[1].error
+    assert str(found[1].error).startswith(f"{fifo}: a named pipe (FIFO), not a regular file")
+    assert found[0].segments and found[2].segments == found[0].segments
+    # a device read without end: refused the same way, unless this process holds it
+    if os.path.exists("/dev/zero"):
+        (zero,) = list(vad.analyse_files(["/dev/zero"], session=_Stub()))
+        assert "a character device, not a regular file" in str(zero.error), zero.error
 
 
 # --- 3. -o naming an input ------------------------------------------------------------

@@ -83,19 +83,48 @@ def _run_block(
     key: tuple[str, str, tuple | None],
     static: Mapping[str, np.ndarray],
     names: Sequence[str],
-    out: Sequence[tuple[str, int]],
+    out: Sequence[tuple[str, int, tuple[int, ...]]],
     size: int,
     *blocks: np.ndarray,
 ) -> tuple[np.ndarray, ...]:
-    """One block of the batch through this process's session."""
+    """One block of the batch through this process's session.
+
+    ``out`` is each output's name, batch axis and shape at batch 1 (the probe's): a
+    block's output must have that shape but ``size`` along its batch axis, as the Dask
+    array declares it (else its other dims depend on the data or on the batch).
+    """
     results = _session(model, key).run(None, _feeds(static, names, blocks))
-    for (name, axis), y in zip(out, results, strict=True):
-        if y.shape[axis] != size:
+    for (name, axis, probed), y in zip(out, results, strict=True):
+        want = tuple(size if k == axis else n for k, n in enumerate(probed))
+        if y.shape == want:
+            continue
+        if len(y.shape) != len(want) or any(
+            a != b for k, (a, b) in enumerate(zip(y.shape, want, strict=True)) if k != axis
+        ):
             raise RecurrentError(
-                f"output {name!r}: {y.shape[axis]} along its batch axis {axis} for a block "
-                f"of {size} (shape {list(y.shape)}); give its batch axis in output_batch_axes"
+                f"output {name!r} has a dim that depends on the data or on the batch: "
+                f"shape {list(y.shape)} for a block of {size}, where the first batch "
+                f"element gave {list(probed)} (batch axis {axis}); such an output cannot "
+                "be split over batches"
             )
+        raise RecurrentError(
+            f"output {name!r}: {y.shape[axis]} along its batch axis {axis} for a block "
+            f"of {size} (shape {list(y.shape)}); give its batch axis in output_batch_axes"
+        )
     return tuple(results)
+
+
+# --- the client ---------------------------------------------------------------------------
+
+
+def _current_client() -> Any:
+    """The ``distributed.Client`` dask computes with now (a default client, or one
+    set as the scheduler), else None."""
+    from dask.base import get_scheduler
+
+    get = get_scheduler()
+    client = getattr(get, "__self__", None)
+    return client if type(client).__name__ == "Client" else None
 
 
 # --- run: a model over Dask arrays --------------------------------------------------------
@@ -139,8 +168,8 @@ def run(
     output_batch_axes : dict of str to int, optional
         The batch axis of an output. By default it is found by running the model on the
         first batch element and on two copies of it (where this runs, see Notes): the
-        one axis whose size follows the batch. Give it where that is ambiguous (an
-        output with two axes of the batch's size).
+        axis whose size follows the batch. Given, it is checked there. Every other axis
+        of an output must keep the size it has for the first element, in every block.
     host : {"auto", "onnxruntime", "reference"}, default "auto"
         Who runs the graph (see :class:`~onnx_recurrent.InferenceSession`).
     sess_options : onnxruntime.SessionOptions, optional
@@ -163,18 +192,30 @@ def run(
         array without a batch axis, chunks along the batch that differ between inputs
         (the message lists each input's), a model that fixes a batch axis to another
         size than a block's, an empty batch, an output whose batch axis cannot be found,
-        a Dask array of chunks of unknown size (``compute_chunk_sizes()`` first).
+        a Dask array of chunks of unknown size (``compute_chunk_sizes()`` first); an
+        output with another dim that follows the batch (``[N, N]``).
+    onnx_recurrent.errors.RecurrentError
+        When a block is computed (a ``ValueError``): an output whose shape is not the
+        declared one (a dim that depends on the data, say the longest length in the
+        block), naming the output and both shapes; the Dask array's shape would be
+        wrong.
     TypeError
         An axis that is not an int; ``batch_axes`` or ``output_batch_axes`` not a dict;
         ``sess_options`` not an ``onnxruntime.SessionOptions``.
     ModuleNotFoundError
         ``dask`` is not installed.
+    onnx_recurrent.errors.RecurrentError
+        Under a ``distributed`` client
+        (:func:`onnx_recurrent.tools.vad.cluster.check_client`): it is closed, or
+        workers lack onnx_recurrent or have another version (named).
 
     Notes
     -----
     Output shapes are learnt by one small task computed at once (the first batch
-    element through the model, then two copies of it): under a ``distributed`` client
-    it runs on a worker, whose session is then ready for the blocks.
+    element through the model, then two copies of it) with dask's current scheduler:
+    under a ``distributed`` client it runs on a worker, whose session is then ready
+    for the blocks. A client once closed is no longer dask's default: then the task
+    runs here, as ``dask.compute`` would.
     """
     dask = import_optional("dask", "onnx_recurrent.dask", INSTALL_HINT)
     da = import_optional("dask.array", "onnx_recurrent.dask", INSTALL_HINT)
@@ -257,6 +298,11 @@ def run(
     static = {n: np.asarray(v) for n, v in feeds.items() if n not in batch_axes}
 
     options = options_record(sess_options)
+    client = _current_client()
+    if client is not None:  # its workers must run our probe: else it waits forever
+        from .vad.cluster import check_client
+
+        check_client(client)
     token = dask.base.tokenize(
         digest, host, options, static, names, axes, [x.name for x in arrays]
     )
@@ -273,7 +319,7 @@ def run(
     ((shapes_one, shapes_two, dtypes),) = dask.compute(probe)
     out_axes = _output_axes(output_names, shapes_one, shapes_two, output_batch_axes)
 
-    outs = list(zip(output_names, out_axes, strict=True))
+    outs = list(zip(output_names, out_axes, shapes_one, strict=True))
     pieces: list[list[Any]] = [[] for _ in output_names]
     blocks = [x.to_delayed().reshape(-1) for x in arrays]
     for i, size in enumerate(sizes):
@@ -306,26 +352,33 @@ def _output_axes(
         )
     axes = []
     for name, one, two in zip(names, shapes_one, shapes_two, strict=True):
+        shapes = f"shape {list(one)} at batch 1, {list(two)} at batch 2"
+        if len(one) != len(two):
+            raise RecurrentError(
+                f"output {name!r} has a rank that depends on the batch ({shapes}); such an "
+                "output cannot be split over batches"
+            )
         following = [k for k, (a, b) in enumerate(zip(one, two, strict=True)) if (a, b) == (1, 2)]
         if name in given:
             axis = _axis(name, given[name], len(one), "output_batch_axes")
             if axis not in following:
                 raise RecurrentError(
-                    f"output {name!r}: axis {axis} does not follow the batch (shape "
-                    f"{list(one)} at batch 1, {list(two)} at batch 2)"
+                    f"output {name!r}: axis {axis} does not follow the batch ({shapes})"
                 )
-        elif len(following) == 1:
-            axis = following[0]
+        elif following:
+            axis = following[0]  # more than one: refused below
         else:
             raise RecurrentError(
-                f"output {name!r}: "
-                + ("no axis" if not following else f"axes {following}")
-                + f" follow the batch (shape {list(one)} at batch 1, {list(two)} at batch 2); "
-                + (
-                    "an output without a batch axis cannot be split by blocks"
-                    if not following
-                    else "give its batch axis in output_batch_axes"
-                )
+                f"output {name!r}: no axis follows the batch ({shapes}); an output without "
+                "a batch axis cannot be split by blocks"
+            )
+        # the blocks are joined along the batch axis: every other dim must stay put
+        moving = [k for k, (a, b) in enumerate(zip(one, two, strict=True)) if k != axis and a != b]
+        if moving:
+            raise RecurrentError(
+                f"output {name!r} has a dim that depends on the batch: axis "
+                f"{', '.join(map(str, moving))} besides its batch axis {axis} ({shapes}); "
+                "such an output cannot be split over batches"
             )
         axes.append(axis)
     return axes

@@ -56,7 +56,14 @@ from .audio import (
 )
 from .detect import detect
 from .files import FileResult, analyse_files, detect_files
-from .model import CHUNK_SAMPLES, CONTEXT_SAMPLES, MODEL_RATE, STATE_SHAPE, silero_model_path
+from .model import (
+    CHUNK_SAMPLES,
+    CONTEXT_SAMPLES,
+    MAX_SAMPLE_PEAK,
+    MODEL_RATE,
+    STATE_SHAPE,
+    silero_model_path,
+)
 from .segments import SEGMENT_OPTIONS, speech_segments
 from .streams import speech_probabilities, stream_probabilities
 
@@ -64,6 +71,7 @@ __all__ = [
     "AUDIO_SUFFIXES",
     "CHUNK_SAMPLES",
     "CONTEXT_SAMPLES",
+    "MAX_SAMPLE_PEAK",
     "MIN_SAMPLE_RATE",
     "MODEL_RATE",
     "SEGMENT_OPTIONS",

@@ -13,6 +13,7 @@ import io
 import math
 import os
 import re
+import stat
 import wave
 from collections.abc import Iterable
 from pathlib import Path
@@ -22,7 +23,7 @@ from typing import Any, BinaryIO, NamedTuple
 import numpy as np
 
 from ...errors import RecurrentTypeError, import_optional, one_line
-from .model import INSTALL_EXTRA, MODEL_RATE
+from .model import INSTALL_EXTRA, MAX_SAMPLE_PEAK, MODEL_RATE, peak_past_bound
 
 #: File suffixes (lower case) taken as audio when a directory is walked.
 AUDIO_SUFFIXES = (".wav", ".flac", ".ogg")
@@ -155,8 +156,10 @@ class AudioReader:
         Raises
         ------
         AudioError
-            (a ``ValueError``) If libsndfile fails to decode the file there; the
-            message names the file, how far it got and the reason.
+            (a ``ValueError``) If libsndfile fails to decode the file there, or its
+            samples (a float file's) peak past
+            :data:`~onnx_recurrent.tools.vad.MAX_SAMPLE_PEAK` (int16 values stored as
+            floats); the message names the file, how far it got and the reason.
         """
         if self._done:
             return None
@@ -173,6 +176,15 @@ class AudioReader:
                 f"its header gives ({why})",
             ) from None
         count = data.shape[0]
+        peak = peak_past_bound(data)  # a float file holding int16 values, say
+        if peak is not None:
+            self._done = True
+            raise AudioError(
+                self.path,
+                f"its samples peak at {peak:g} (frames {self.frames} to "
+                f"{self.frames + count}), past {MAX_SAMPLE_PEAK:g} (full scale is 1): "
+                "floats on the int16 scale, it seems; divide them by 32768",
+            )
         self.frames += count
         last = count < self._block_frames
         block = data[:, 0] if self.channels == 1 else data.mean(axis=1, dtype=np.float32)
@@ -228,6 +240,60 @@ _TRUNCATED = re.compile(r"^(?:data|SSND) *: *(\d+) *\(should be (\d+)\)", re.MUL
 _UNKNOWN_LENGTH = 0x7FFFFFFF
 
 
+#: what a file that is neither regular nor a directory is, by ``stat``'s mode
+_KINDS = (
+    (stat.S_ISFIFO, "a named pipe (FIFO)"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+)
+
+
+def _open_here(info: os.stat_result) -> bool:
+    """Whether ``info`` is the file of one of this process's open descriptors (the
+    pipe or terminal behind ``/dev/stdin``, ``/dev/fd/N``, a shell's ``<(...)``)."""
+    folder = "/proc/self/fd" if os.path.isdir("/proc/self/fd") else "/dev/fd"
+    try:
+        descriptors = [int(n) for n in os.listdir(folder) if n.isdigit()]
+    except OSError:
+        return False
+    for fd in descriptors:
+        try:
+            mine = os.fstat(fd)
+        except OSError:  # closed since
+            continue
+        if (mine.st_dev, mine.st_ino) == (info.st_dev, info.st_ino):
+            return True
+    return False
+
+
+def _check_kind(name: str) -> None:
+    """Refuse, without opening it, a file that is not a regular file (nor a directory:
+    ``open`` says so) unless this process has it open already (``/dev/stdin``): a
+    named pipe would wait for a writer forever, a device read without end.
+
+    Raises
+    ------
+    AudioError
+        Naming the file and what it is.
+    """
+    try:
+        info = os.stat(name)
+    except (OSError, ValueError):  # open() says why, naming the file
+        return
+    if stat.S_ISREG(info.st_mode) or stat.S_ISDIR(info.st_mode):
+        return
+    kind = next((k for test, k in _KINDS if test(info.st_mode)), "not a regular file")
+    if _open_here(info):
+        return
+    raise AudioError(
+        name,
+        f"{kind}, not a regular file: not opened (it could wait or read forever); "
+        "pipe a recording through /dev/stdin instead (cat a.wav | onnx-recurrent vad "
+        "/dev/stdin)",
+    )
+
+
 def open_audio(path: str | os.PathLike[str]) -> AudioReader:
     """Open an audio file for reading in blocks as mono float32 at 16 kHz.
 
@@ -236,7 +302,8 @@ def open_audio(path: str | os.PathLike[str]) -> AudioReader:
     path : str or os.PathLike
         A WAV, FLAC or OGG (Vorbis, Opus) file, or any other format libsndfile reads,
         at any sample rate from :data:`MIN_SAMPLE_RATE` Hz, with any number of
-        channels; a pipe (``/dev/stdin``) is read whole into memory first.
+        channels; a pipe this process holds open (``/dev/stdin``, ``/dev/fd/N``) is
+        read whole into memory first.
 
     Returns
     -------
@@ -250,7 +317,10 @@ def open_audio(path: str | os.PathLike[str]) -> AudioReader:
         (a ``ValueError``) If the file is not audio that libsndfile can decode, is
         shorter than its header says (a WAV or AIFF cut off: libsndfile would read
         what is there as the whole recording), or its sample rate is below
-        :data:`MIN_SAMPLE_RATE`; the message names the file and the reason.
+        :data:`MIN_SAMPLE_RATE`; or, without opening it, if it is a named pipe
+        (FIFO), socket or device that this process does not hold open (opening a
+        FIFO waits for a writer, forever); the message names the file and the
+        reason.
     OSError
         If the file cannot be opened (``FileNotFoundError``, ``PermissionError``,
         ``IsADirectoryError``); ``filename`` names it.
@@ -260,6 +330,7 @@ def open_audio(path: str | os.PathLike[str]) -> AudioReader:
     """
     soundfile = load_soundfile()
     name = os.fspath(path)
+    _check_kind(name)
     errors = (soundfile.SoundFileError, EOFError, RuntimeError, ValueError)
     # opened here, so that OSError names the file and any name's bytes work
     file: BinaryIO = open(name, "rb")  # the reader owns it
@@ -310,7 +381,8 @@ def read_audio(path: str | os.PathLike[str]) -> Audio:
     path : str or os.PathLike
         A WAV, FLAC or OGG (Vorbis, Opus) file, or any other format libsndfile reads,
         at any sample rate from :data:`MIN_SAMPLE_RATE` Hz, with any number of
-        channels; a pipe (``/dev/stdin``) is read whole into memory first.
+        channels; a pipe this process holds open (``/dev/stdin``, ``/dev/fd/N``) is
+        read whole into memory first.
 
     Returns
     -------
@@ -325,8 +397,12 @@ def read_audio(path: str | os.PathLike[str]) -> Audio:
     AudioError
         (a ``ValueError``) If the file is not audio that libsndfile can decode, is
         shorter than its header says (a WAV or AIFF cut off: libsndfile would read
-        what is there as the whole recording), or its sample rate is below
-        :data:`MIN_SAMPLE_RATE`; the message names the file and the reason.
+        what is there as the whole recording), its sample rate is below
+        :data:`MIN_SAMPLE_RATE`, or its samples (a float file's) peak past
+        :data:`~onnx_recurrent.tools.vad.MAX_SAMPLE_PEAK` (int16 values stored as
+        floats: divide them by 32768); or, without opening it, if it is a named
+        pipe (FIFO), socket or device that this process does not hold open; the
+        message names the file and the reason.
     OSError
         If the file cannot be opened (``FileNotFoundError``, ``PermissionError``,
         ``IsADirectoryError``); ``filename`` names it.

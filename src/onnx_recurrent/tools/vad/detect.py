@@ -58,7 +58,8 @@ def detect(
     Raises
     ------
     TypeError, ValueError
-        At the call, for an unknown or bad option.
+        At the call, for an unknown or bad option; with a client, a closed one or
+        workers that lack onnx_recurrent (or have another version), named.
 
     Examples
     --------

@@ -7,6 +7,7 @@ the sample rate, and a session over the model.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,21 @@ CHUNK_SAMPLES = {16000: 512, 8000: 256}
 CONTEXT_SAMPLES = {16000: 64, 8000: 32}
 #: Shape of the Silero model's recurrent ``state`` input for one stream.
 STATE_SHAPE = (2, 1, 128)
+#: The largest magnitude a float sample may have. Full scale is 1; a float recording
+#: may overshoot it a little (a resampler, a mix), while one on the int16 scale
+#: (``x * 32768``: peaks in the thousands) would be read as [-1, 1] audio, silently.
+MAX_SAMPLE_PEAK = 2.0
+
+
+def peak_past_bound(samples: np.ndarray) -> float | None:
+    """The peak magnitude of float ``samples`` where it is past :data:`MAX_SAMPLE_PEAK`,
+    else None (NaN and infinities too: the finite check names where they are)."""
+    if not samples.size:
+        return None
+    with np.errstate(invalid="ignore"):
+        peak = max(float(samples.max()), -float(samples.min()))
+    return peak if math.isfinite(peak) and peak > MAX_SAMPLE_PEAK else None
+
 
 #: what to run for the model: the silero-vad package without torch
 INSTALL_MODEL = "pip install --no-deps silero-vad"

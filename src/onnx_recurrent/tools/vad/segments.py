@@ -282,16 +282,37 @@ def speech_segments(
     Raises
     ------
     ValueError
-        If ``probs`` is not one-dimensional, ``sample_rate`` is not supported, or
-        ``num_samples`` is negative or not the length of audio of ``num_chunks``
-        chunks.
+        If ``probs`` is not one-dimensional or holds a NaN, ``sample_rate`` is not
+        supported, ``num_samples`` is negative or not the length of audio of
+        ``num_chunks`` chunks, or an option has a bad value
+        (:func:`check_segment_options`: a probability outside ``[0, 1]``, a negative
+        or NaN duration, a ``time_resolution`` that is not an integer >= 0).
     """
+    check_segment_options(
+        {
+            "threshold": threshold,
+            "neg_threshold": neg_threshold,
+            "min_speech_duration_ms": min_speech_duration_ms,
+            "max_speech_duration_s": max_speech_duration_s,
+            "min_silence_duration_ms": min_silence_duration_ms,
+            "speech_pad_ms": speech_pad_ms,
+            "min_silence_at_max_speech": min_silence_at_max_speech,
+            "use_max_poss_sil_at_max_speech": use_max_poss_sil_at_max_speech,
+            "time_resolution": time_resolution,
+        }
+    )
     model_rate, step = native_rate(sample_rate)
     speech_probs = np.asarray(probs)
     if speech_probs.dtype not in (np.float32, np.float64):
         speech_probs = speech_probs.astype(np.float64)
     if speech_probs.ndim != 1:
         raise ValueError(f"probs must be one-dimensional, got shape {speech_probs.shape}")
+    nan = np.isnan(speech_probs)
+    if nan.any():  # every comparison false: no speech, silently
+        raise ValueError(
+            f"probs must not be NaN, got NaN at chunk {int(np.argmax(nan))} of "
+            f"{speech_probs.size} ({int(nan.sum())} NaN in all)"
+        )
     if num_samples is None:
         audio_length_samples = speech_probs.size * CHUNK_SAMPLES[model_rate]
     else:

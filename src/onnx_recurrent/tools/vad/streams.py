@@ -22,9 +22,11 @@ from .model import (
     CHUNK_SAMPLES,
     CONTEXT_SAMPLES,
     INSTALL_EXTRA,
+    MAX_SAMPLE_PEAK,
     STATE_SHAPE,
     input_names,
     native_rate,
+    peak_past_bound,
 )
 
 K = TypeVar("K")
@@ -62,7 +64,8 @@ def speech_probabilities(
         ``get_inputs()``, ``"sr"`` is fed only when the model declares it.
     samples : array_like of float
         The mono recording, shape ``(num_samples,)`` (size-1 axes are squeezed away),
-        values in ``[-1, 1]``; converted to float32.
+        values in ``[-1, 1]`` (a peak past :data:`MAX_SAMPLE_PEAK` is refused);
+        converted to float32.
     sample_rate : int, default 16000
         Sample rate of ``samples`` in Hz: 8000, 16000, or a multiple of 16000 (then
         decimated to 16000 Hz by keeping every n-th sample, as silero does).
@@ -82,9 +85,9 @@ def speech_probabilities(
     ValueError
         If ``samples`` is not one-dimensional, holds a NaN or infinity (the model's
         state would be NaN from there on: "no speech" to the end) or integers past
-        [-1, 1] (PCM: divide int16 by 32768), ``sample_rate`` is not supported, the
-        session's model lacks the ``input``/``state`` inputs, or a call returns fewer
-        than two outputs.
+        [-1, 1] or floats past :data:`MAX_SAMPLE_PEAK` (PCM: divide int16 by 32768),
+        ``sample_rate`` is not supported, the session's model lacks the
+        ``input``/``state`` inputs, or a call returns fewer than two outputs.
     TypeError
         If ``samples`` are not numbers.
     ImportError
@@ -121,8 +124,9 @@ def speech_probabilities(
 
 
 def as_samples(value: Any, what: str) -> np.ndarray:
-    """``value`` as float32 samples, or an error naming ``what``: not numbers, or integer
-    PCM (amplitudes past 1, where the model reads floats in [-1, 1])."""
+    """``value`` as float32 samples, or an error naming ``what``: not numbers, integer
+    PCM (amplitudes past 1, where the model reads floats in [-1, 1]), or floats on the
+    PCM scale (:func:`check_peak`)."""
     array = np.asarray(value)
     if array.dtype.kind not in "fiub":
         raise TypeError(f"{what} must be numbers, got dtype {array.dtype}")
@@ -132,7 +136,26 @@ def as_samples(value: Any, what: str) -> np.ndarray:
             "it): "
             "give floats in [-1, 1], e.g. samples / 32768 for int16"
         )
+    if array.dtype.kind == "f":
+        check_peak(array, what)
     return array.astype(np.float32, copy=False)
+
+
+def check_peak(samples: np.ndarray, what: str) -> None:
+    """Refuse float ``samples`` whose peak magnitude is past :data:`MAX_SAMPLE_PEAK`
+    (PCM values as floats, ``x * 32768``: the model would take them as [-1, 1] audio).
+
+    Raises
+    ------
+    ValueError
+        Naming ``what``, the peak, the bound and the fix (divide by 32768).
+    """
+    peak = peak_past_bound(samples)
+    if peak is not None:
+        raise ValueError(
+            f"{what} peak at {peak:g}, past {MAX_SAMPLE_PEAK:g} (full scale is 1): floats "
+            "on the int16 scale, it seems; give floats in [-1, 1], e.g. samples / 32768"
+        )
 
 
 def _check_feeds(session: Any) -> bool:
@@ -345,8 +368,9 @@ def stream_probabilities(
     ------
     ValueError
         If ``batch < 1``, ``sample_rate`` is not supported, a recording is not
-        one-dimensional or holds a NaN or infinity (unless ``return_errors``), or the
-        model is not the streaming Silero model.
+        one-dimensional, holds a NaN or infinity, integers past [-1, 1] or floats
+        past :data:`MAX_SAMPLE_PEAK` (unless ``return_errors``), or the model is not
+        the streaming Silero model.
     """
     if isinstance(batch, bool) or not isinstance(batch, (int, np.integer)) or batch < 1:
         raise ValueError(f"batch must be an integer >= 1, got {batch!r}")
