@@ -486,6 +486,38 @@ def test_output_naming_an_input_is_refused(tmp_path, capsys, monkeypatch):
         assert recording.read_bytes() == original, args
 
 
+def test_output_naming_the_model_or_its_external_data_is_refused(tmp_path, capsys):
+    """``-o`` naming ``--model`` or the file it keeps its weights in replaced it with
+    the rows (as ``run -o`` did with external data)."""
+    import onnx
+
+    recording = tmp_path / "a.wav"
+    recording.write_bytes(SPEECH.read_bytes())
+    # any model with external data: -o is checked before the model is loaded
+    model = onnx.load(str(Path(vad.__file__).parents[2] / "data" / "example_gru.onnx"))
+    onnx.save(
+        model,
+        str(tmp_path / "m.onnx"),
+        save_as_external_data=True,
+        all_tensors_to_one_file=True,
+        location="m.data",
+        size_threshold=0,
+    )
+    kept = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    for output in ("m.onnx", "m.data"):
+        status, _, err = _main(
+            capsys,
+            str(recording),
+            "--model",
+            str(tmp_path / "m.onnx"),
+            "-o",
+            str(tmp_path / output),
+        )
+        assert status == 2, err
+        assert f"is the input file {tmp_path / output}" in err and "overwrite the model" in err
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == kept
+
+
 def test_a_plot_never_overwrites_a_recording(tmp_path, capsys):
     """--plot DIR names a recording's plot after it (``x.wav.png``); where that is an
     input (a recording so named, in DIR), the plot takes the next free name. Before,

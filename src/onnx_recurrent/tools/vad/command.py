@@ -31,6 +31,7 @@ from typing import IO, Any
 from ...errors import RecurrentError, import_optional, one_line
 from ..arguments import (
     add_host,
+    external_data_files,
     file_name,
     file_name_or_stdout,
     number,
@@ -420,11 +421,14 @@ def cmd_vad(args: argparse.Namespace) -> int:
 
     output = args.output
     json_lines = output is not None and Path(output).suffix.lower() in (".jsonl", ".json")
-    clash = None if output is None else same_file(output, files)
+    # --model and the files it keeps its weights in are inputs too
+    model = [] if args.model is None else [args.model, *external_data_files(args.model)]
+    clash = None if output is None else same_file(output, [*files, *model])
     if clash is not None:
+        what = "the model" if clash in model else "the recording"
         return _fail(
             f"-o {output} is the input file {clash}: writing the rows there would "
-            "overwrite the recording; give -o another file"
+            f"overwrite {what}; give -o another file"
         )
     try:  # before the work, as the other commands do
         if output is not None:
@@ -439,7 +443,10 @@ def cmd_vad(args: argparse.Namespace) -> int:
             directory = Path(args.plot)
             directory.mkdir(parents=True, exist_ok=True)
             plotter = _Plotter(
-                directory, args, options["threshold"], [*files, *([output] if output else [])]
+                directory,
+                args,
+                options["threshold"],
+                [*files, *model, *([output] if output else [])],
             )
         bar = _Progress()
         stack.callback(bar.close)
