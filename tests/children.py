@@ -22,8 +22,9 @@ def interrupted(
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "PYTHONPATH": os.path.dirname(__file__)},
-        # a shell's background job inherits SIGINT ignored: the child gets the default
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        # a shell's background job inherits SIGINT ignored, nohup SIGHUP: the child
+        # gets the default action of the signal it is sent
+        preexec_fn=lambda: signal.signal(signum, signal.SIG_DFL),
     )
     line = child.stdout.readline().strip()
     if line != "ready":
