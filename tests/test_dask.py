@@ -363,6 +363,17 @@ def test_detect_equals_detect_files_in_input_order(client, expected):
 
 
 @needs_vad
+def test_vad_detect_passes_group_size_and_retries_to_the_cluster(client, expected):
+    # they were taken for segment options ("unknown speech segment option")
+    from onnx_recurrent import vad
+
+    files = recordings()
+    got = list(vad.detect(files, client=client, group_size=1, retries=0, host="onnxruntime"))
+    assert got == [(f, expected[f]) for f in files]
+    with pytest.raises(ValueError, match=r"group_size and retries cut the files .*give a client"):
+        vad.detect(files, group_size=1, retries=0)
+
+
 def test_detect_unreadable_file_among_good_ones(client, expected, tmp_path):
     broken = tmp_path / "broken.wav"
     broken.write_bytes(b"RIFF not really")

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import RecurrentError, RecurrentTypeError, import_optional
-from .workers import INSTALL_HINT, kept_session, options_record, session_options
+from .workers import INSTALL_HINT, check_client, kept_session, options_record, session_options
 
 __all__ = ["run"]
 
@@ -206,7 +206,7 @@ def run(
         ``dask`` is not installed.
     onnx_recurrent.errors.RecurrentError
         Under a ``distributed`` client
-        (:func:`onnx_recurrent.tools.vad.cluster.check_client`): it is closed, or
+        (:func:`onnx_recurrent.tools.workers.check_client`): it is closed, or
         workers lack onnx_recurrent or have another version (named).
 
     Notes
@@ -300,8 +300,6 @@ def run(
     options = options_record(sess_options)
     client = _current_client()
     if client is not None:  # its workers must run our probe: else it waits forever
-        from .vad.cluster import check_client
-
         check_client(client)
     token = dask.base.tokenize(
         digest, host, options, static, names, axes, [x.name for x in arrays]

@@ -1,5 +1,6 @@
 """What the Dask tools keep in each worker process: sessions made once, and Dask itself.
 
+:func:`check_client` refuses a client whose workers could not run our tasks;
 :func:`kept_session` holds a few sessions per process, keyed by what made them
 (:func:`onnx_recurrent.tools.dask.run`: the model's hash, host and options; the VAD on
 a cluster, :mod:`onnx_recurrent.tools.vad.cluster`: its model); :func:`options_record`
@@ -9,15 +10,19 @@ to the workers; :data:`INSTALL_HINT` is what the tools say to install Dask.
 
 from __future__ import annotations
 
+import importlib.metadata
+import importlib.util
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import RecurrentTypeError
+from ..errors import RecurrentError, RecurrentTypeError, one_line
 
 #: what the Dask tools say to run where Dask is missing
 INSTALL_HINT = "pip install dask distributed"
+#: the distribution whose version the workers must have
+_DISTRIBUTION = "onnx-recurrent"
 
 #: onnxruntime ``SessionOptions`` attributes carried to the workers (the object itself
 #: does not pickle)
@@ -105,3 +110,55 @@ def kept_session(key: tuple, make: Callable[[], Any]) -> Any:
         else:
             SESSIONS.move_to_end(key)
     return session
+
+
+def check_client(client: Any) -> None:
+    """Refuse a closed ``distributed.Client``, and one whose workers cannot import
+    onnx_recurrent or have another version of it (a task of ours would not run there:
+    the client would wait for it forever).
+
+    Only the standard library runs on the workers (``importlib``), so this works where
+    they lack the package. :func:`onnx_recurrent.tools.vad.cluster.detect` and
+    :func:`onnx_recurrent.tools.dask.run`
+    (under a client) call it. A worker without the distribution's metadata (the package
+    on its ``PYTHONPATH``) is taken as it is.
+
+    Raises
+    ------
+    onnx_recurrent.errors.RecurrentError
+        (a ``ValueError``) The client is closed, or workers lack the package or have
+        another version (named, with what each has).
+    """
+    status = getattr(client, "status", None)
+    if status in ("closing", "closed"):
+        raise RecurrentError(
+            f"the client is {status}: give an open distributed.Client, not one "
+            "closed (client.close() ends it for good)"
+        )
+    found = client.run(importlib.util.find_spec, "onnx_recurrent", on_error="return")
+    lacking = {
+        w: "not installed" if spec is None else f"not importable ({one_line(spec)})"
+        for w, spec in found.items()
+        if spec is None or isinstance(spec, BaseException)
+    }
+    try:
+        here = importlib.metadata.version(_DISTRIBUTION)
+    except importlib.metadata.PackageNotFoundError:  # run from a source tree
+        here = None
+    if here is not None and len(lacking) < len(found):
+        versions = client.run(
+            importlib.metadata.version,
+            _DISTRIBUTION,
+            workers=[w for w in found if w not in lacking],
+            on_error="return",
+        )
+        lacking.update(
+            (w, f"version {v}") for w, v in versions.items() if isinstance(v, str) and v != here
+        )
+    if lacking:
+        listed = "; ".join(f"{w}: {why}" for w, why in sorted(lacking.items()))
+        raise RecurrentError(
+            f"{len(lacking)} of the client's {len(found)} workers lack onnx_recurrent "
+            f"{here or ''}".rstrip()
+            + f" ({listed}): install it there (the same version) or restart them with it"
+        )

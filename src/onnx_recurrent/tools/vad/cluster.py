@@ -20,7 +20,6 @@ Examples
 
 from __future__ import annotations
 
-import importlib.metadata
 import importlib.util
 import math
 import os
@@ -29,18 +28,15 @@ import uuid
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from ...errors import RecurrentError, import_optional, one_line
+from ...errors import RecurrentError, import_optional
 from ...runtime.hosts import HOSTS
-from ..workers import INSTALL_HINT, kept_session, session_options
+from ..workers import INSTALL_HINT, check_client, kept_session, session_options
 from . import files
 from .audio import path_list
 from .model import silero_model_path
 from .segments import check_segment_options
 
 __all__ = ["detect"]
-
-#: the distribution whose version the workers must have
-_DISTRIBUTION = "onnx-recurrent"
 
 
 def _vad_session(model_path: str | None, host: str) -> Any:
@@ -62,57 +58,6 @@ def _vad_session(model_path: str | None, host: str) -> Any:
         return InferenceSession(path, options, host=host)
 
     return kept_session(("vad", model_path, host), make)
-
-
-def check_client(client: Any) -> None:
-    """Refuse a closed ``distributed.Client``, and one whose workers cannot import
-    onnx_recurrent or have another version of it (a task of ours would not run there:
-    the client would wait for it forever).
-
-    Only the standard library runs on the workers (``importlib``), so this works where
-    they lack the package. :func:`detect` and :func:`onnx_recurrent.tools.dask.run`
-    (under a client) call it. A worker without the distribution's metadata (the package
-    on its ``PYTHONPATH``) is taken as it is.
-
-    Raises
-    ------
-    onnx_recurrent.errors.RecurrentError
-        (a ``ValueError``) The client is closed, or workers lack the package or have
-        another version (named, with what each has).
-    """
-    status = getattr(client, "status", None)
-    if status in ("closing", "closed"):
-        raise RecurrentError(
-            f"the client is {status}: give an open distributed.Client, not one "
-            "closed (client.close() ends it for good)"
-        )
-    found = client.run(importlib.util.find_spec, "onnx_recurrent", on_error="return")
-    lacking = {
-        w: "not installed" if spec is None else f"not importable ({one_line(spec)})"
-        for w, spec in found.items()
-        if spec is None or isinstance(spec, BaseException)
-    }
-    try:
-        here = importlib.metadata.version(_DISTRIBUTION)
-    except importlib.metadata.PackageNotFoundError:  # run from a source tree
-        here = None
-    if here is not None and len(lacking) < len(found):
-        versions = client.run(
-            importlib.metadata.version,
-            _DISTRIBUTION,
-            workers=[w for w in found if w not in lacking],
-            on_error="return",
-        )
-        lacking.update(
-            (w, f"version {v}") for w, v in versions.items() if isinstance(v, str) and v != here
-        )
-    if lacking:
-        listed = "; ".join(f"{w}: {why}" for w, why in sorted(lacking.items()))
-        raise RecurrentError(
-            f"{len(lacking)} of the client's {len(found)} workers lack onnx_recurrent "
-            f"{here or ''}".rstrip()
-            + f" ({listed}): install it there (the same version) or restart them with it"
-        )
 
 
 def _picklable(value: Any) -> Any:
@@ -204,7 +149,8 @@ def detect(
         At the call: an unknown or bad segment option, a ``batch``, ``group_size`` or
         ``retries`` that is not a positive (non-negative for ``retries``) int; a
         closed client, or workers that lack onnx_recurrent or have another version
-        of it (named; :func:`check_client`), whose groups would wait forever.
+        of it (named; :func:`~onnx_recurrent.tools.workers.check_client`), whose
+        groups would wait forever.
     ModuleNotFoundError
         ``distributed`` is not installed.
 

@@ -11,6 +11,7 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
+from ...errors import RecurrentError
 from .audio import find_audio_files
 from .files import Paths, Segments, detect_files
 from .segments import check_segment_options
@@ -23,6 +24,8 @@ def detect(
     batch: int = 64,
     host: str = "auto",
     model_path: str | os.PathLike[str] | None = None,
+    group_size: int | None = None,
+    retries: int | None = None,
     **segment_options: Any,
 ) -> Iterator[tuple[str, Segments | Exception]]:
     """Find the speech in audio files and directories, here or on a Dask cluster.
@@ -43,6 +46,9 @@ def detect(
     model_path : path, optional
         The Silero model; default: the installed ``silero-vad``'s (on each worker,
         with a client).
+    group_size, retries : int, optional
+        With a client only: files per task and a failed task's retries
+        (:func:`onnx_recurrent.tools.vad.cluster.detect`'s defaults).
     **segment_options
         Options of :func:`~onnx_recurrent.tools.vad.speech_segments`, silero's
         ``get_speech_timestamps`` names and defaults: ``threshold=0.5``,
@@ -58,8 +64,9 @@ def detect(
     Raises
     ------
     TypeError, ValueError
-        At the call, for an unknown or bad option; with a client, a closed one or
-        workers that lack onnx_recurrent (or have another version), named.
+        At the call, for an unknown or bad option (``group_size`` or ``retries``
+        without a client); with a client, a closed one or workers that lack
+        onnx_recurrent (or have another version), named.
 
     Examples
     --------
@@ -71,8 +78,15 @@ def detect(
     """
     files = find_audio_files(paths)
     options = check_segment_options(segment_options)
+    tasks = {k: v for k, v in (("group_size", group_size), ("retries", retries)) if v is not None}
     if client is None:
+        if tasks:
+            raise RecurrentError(
+                f"{' and '.join(tasks)} cut the files into a client's tasks: give a client"
+            )
         return detect_files(files, batch=batch, host=host, model_path=model_path, **options)
     from . import cluster
 
-    return cluster.detect(client, files, batch=batch, host=host, model_path=model_path, **options)
+    return cluster.detect(
+        client, files, batch=batch, host=host, model_path=model_path, **tasks, **options
+    )
