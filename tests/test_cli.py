@@ -420,6 +420,21 @@ def test_a_file_being_written_when_the_process_is_ended_leaves_no_temporary_file
     assert target.read_bytes() == b"old"
 
 
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_a_standard_output_that_cannot_be_written_is_named():
+    """``> /dev/full`` (a full disk): the error was the bare "No space left on
+    device", naming nothing."""
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(
+            [*CLI, "run"], stdout=full, stderr=subprocess.PIPE, text=True, timeout=600
+        )
+    assert done.returncode == 2, done.stderr
+    lines = [line for line in done.stderr.splitlines() if "compiling" not in line]
+    assert lines == ["onnx-recurrent run: error: standard output: No space left on device"], (
+        done.stderr
+    )
+
+
 def test_an_empty_or_corrupt_model_is_a_value_error_naming_it(tmp_path):
     """InferenceSession, not only the command line: a clear ValueError naming the model."""
     import onnx_recurrent as orc

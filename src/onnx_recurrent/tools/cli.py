@@ -19,7 +19,7 @@ import sys
 import time
 import warnings
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from importlib import resources
 from importlib.util import find_spec
 from pathlib import Path
@@ -258,8 +258,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``onnx-recurrent``; returns the exit status.
 
     A bad file or argument, or a model that cannot run, is one line on stderr (no
-    traceback) and status 2; so is each warning, on a line of its own. A closed stdout
-    (``| head``) ends the command quietly with status 141, as SIGPIPE ends Unix tools;
+    traceback) and status 2; so is each warning, on a line of its own, and a stdout
+    that cannot be written (``> /dev/full``), named. A closed stdout (``| head``) ends
+    the command quietly with status 141, as SIGPIPE ends Unix tools;
     Ctrl-C, with "interrupted" and status 130 (no traceback; files being written are
     left as they were).
     """
@@ -277,8 +278,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         try:
             _quiet_onnxruntime()  # (imports onnxruntime: Ctrl-C there is one line too)
-            status = args.handler(args)
-            sys.stdout.flush()  # a reader gone away shows here, not at exit
+            with _named_stdout():
+                status = args.handler(args)
+                sys.stdout.flush()  # a reader gone away shows here, not at exit
             return status
         except BrokenPipeError:  # `onnx-recurrent ... | head`: stop quietly
             return _stdout_closed()
@@ -310,11 +312,53 @@ def _stdout_closed() -> int:
     """Stop as a Unix tool killed by SIGPIPE does: no message, the status a shell
     reports for it (128 + 13 = 141); stdout pointed at devnull, as Python's docs advise,
     so that flushing it at exit fails no more."""
+    _to_devnull()
+    return 128 + getattr(signal, "SIGPIPE", 13)
+
+
+class _NamedStdout:
+    """Standard output whose write errors name it (``> /dev/full``: "standard output:
+    No space left on device", not the bare reason); anything else as the stream's."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+    def _named(self, call: Callable[..., Any], *args: Any) -> Any:
+        try:
+            return call(*args)
+        except BrokenPipeError:  # a reader gone away (`| head`): stopped quietly
+            raise
+        except OSError as e:
+            _to_devnull()  # no second error when Python flushes it at exit
+            raise OSError(e.errno, f"standard output: {e.strerror}") from None
+
+    def write(self, text: str) -> int:
+        return self._named(self._stream.write, text)
+
+    def flush(self) -> None:
+        self._named(self._stream.flush)
+
+
+@contextlib.contextmanager
+def _named_stdout() -> Iterator[None]:
+    """:class:`_NamedStdout` as ``sys.stdout`` inside the block."""
+    stream = sys.stdout
+    sys.stdout = _NamedStdout(stream)
+    try:
+        yield
+    finally:
+        sys.stdout = stream
+
+
+def _to_devnull() -> None:
+    """Point standard output's file descriptor at devnull."""
     with contextlib.suppress(OSError, ValueError):  # no file descriptor (a test's capture)
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         os.close(devnull)
-    return 128 + getattr(signal, "SIGPIPE", 13)
 
 
 if __name__ == "__main__":
