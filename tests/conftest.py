@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import threading
+from collections.abc import Callable
 
 import pytest
 from hypothesis import settings
@@ -17,6 +19,24 @@ def host(request) -> str:
             if importlib.util.find_spec(package) is None:
                 pytest.skip(f"the onnxruntime host needs {package}")
     return request.param
+
+
+@pytest.fixture
+def no_thread_named(monkeypatch) -> Callable[[str], None]:
+    """``no_thread_named(name)``: from then on, starting a thread of that name fails as
+    at the process's limit of threads; other threads start."""
+
+    def refuse(name: str) -> None:
+        start = threading.Thread.start
+
+        def start_unless_named(self):
+            if self.name == name:
+                raise RuntimeError("can't start new thread")
+            return start(self)
+
+        monkeypatch.setattr(threading.Thread, "start", start_unless_named)
+
+    return refuse
 
 
 # Hypothesis: derandomized (the same examples on every run, as CI needs) unless

@@ -358,13 +358,14 @@ def test_ctrl_c_in_the_main_thread_leaves_another_threads_run_alone():
 
 
 @pytest.mark.parametrize("missing", ["thread", "fd"])
-def test_a_call_without_a_watcher_runs_unwatched_and_leaves_ctrl_c_working(monkeypatch, missing):
+def test_a_call_without_a_watcher_runs_unwatched_and_leaves_ctrl_c_working(
+    monkeypatch, missing, no_thread_named
+):
     """No thread (a thread limit) or no file descriptor (``ulimit -n``) for the SIGINT
     watcher: a long call failed with that bare error from deep inside, and the host's
     SIGINT handler stayed, swallowing every later Ctrl-C. Such a call now runs
     unwatched (Ctrl-C waits for its end), with the right result, for a session under
     onnxruntime and for a layer; Python's handler is back after it."""
-    import threading
 
     import numpy as np
     import onnx
@@ -396,14 +397,7 @@ def test_a_call_without_a_watcher_runs_unwatched_and_leaves_ctrl_c_working(monke
     layer = orc.Layer("GRU", W, R, attributes={"direction": "bidirectional"})
     monkeypatch.setattr(interrupts, "_pipe", None)  # this process's watcher not made yet
     if missing == "thread":
-        start = threading.Thread.start
-
-        def no_watcher_thread(self):
-            if self.name == "onnx-recurrent-sigint":
-                raise RuntimeError("can't start new thread")
-            return start(self)
-
-        monkeypatch.setattr(threading.Thread, "start", no_watcher_thread)
+        no_thread_named("onnx-recurrent-sigint")
     else:
 
         def no_fd():

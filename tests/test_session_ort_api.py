@@ -110,17 +110,10 @@ def test_a_binding_of_another_session_or_no_binding_is_refused(session_and_feeds
         session.run_with_iobinding({})
 
 
-def test_run_async_without_a_thread_says_so(session_and_feeds, monkeypatch):
+def test_run_async_without_a_thread_says_so(session_and_feeds, no_thread_named):
     # the process at its limit of threads: threading's bare "can't start new thread"
     session, feeds = session_and_feeds
-    start = threading.Thread.start
-
-    def no_thread(self):
-        if self.name == "onnx-recurrent run_async":
-            raise RuntimeError("can't start new thread")
-        return start(self)
-
-    monkeypatch.setattr(threading.Thread, "start", no_thread)
+    no_thread_named("onnx-recurrent run_async")
     with pytest.raises(RuntimeError, match=r"run_async: no thread could be started .*call run"):
         session.run_async(None, feeds, lambda *args: None, None)
 

@@ -194,20 +194,18 @@ def run(
         size than a block's, an empty batch, an output whose batch axis cannot be found,
         a Dask array of chunks of unknown size (``compute_chunk_sizes()`` first); an
         output with another dim that follows the batch (``[N, N]``).
-    onnx_recurrent.errors.RecurrentError
-        When a block is computed (a ``ValueError``): an output whose shape is not the
-        declared one (a dim that depends on the data, say the longest length in the
-        block), naming the output and both shapes; the Dask array's shape would be
-        wrong.
     TypeError
         An axis that is not an int; ``batch_axes`` or ``output_batch_axes`` not a dict;
         ``sess_options`` not an ``onnxruntime.SessionOptions``.
     ModuleNotFoundError
         ``dask`` is not installed.
     onnx_recurrent.errors.RecurrentError
-        Under a ``distributed`` client
+        At the call, under a ``distributed`` client
         (:func:`onnx_recurrent.tools.workers.check_client`): it is closed, or
-        workers lack onnx_recurrent or have another version (named).
+        workers lack onnx_recurrent or have another version (named). When a block is
+        computed (a ``ValueError`` too): an output whose shape is not the declared
+        one (a dim that depends on the data, say the longest length in the block),
+        naming the output and both shapes; the Dask array's shape would be wrong.
 
     Notes
     -----

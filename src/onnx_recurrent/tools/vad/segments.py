@@ -288,19 +288,8 @@ def speech_segments(
         (:func:`check_segment_options`: a probability outside ``[0, 1]``, a negative
         or NaN duration, a ``time_resolution`` that is not an integer >= 0).
     """
-    check_segment_options(
-        {
-            "threshold": threshold,
-            "neg_threshold": neg_threshold,
-            "min_speech_duration_ms": min_speech_duration_ms,
-            "max_speech_duration_s": max_speech_duration_s,
-            "min_silence_duration_ms": min_silence_duration_ms,
-            "speech_pad_ms": speech_pad_ms,
-            "min_silence_at_max_speech": min_silence_at_max_speech,
-            "use_max_poss_sil_at_max_speech": use_max_poss_sil_at_max_speech,
-            "time_resolution": time_resolution,
-        }
-    )
+    given = locals()
+    check_segment_options({name: given[name] for name in SEGMENT_OPTIONS})
     model_rate, step = native_rate(sample_rate)
     speech_probs = np.asarray(probs)
     if speech_probs.dtype not in (np.float32, np.float64):
