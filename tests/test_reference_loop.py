@@ -290,3 +290,50 @@ def test_reference_ops_say_what_is_wrong_with_a_nodes_inputs_and_outputs():
         evaluator = ReferenceEvaluator(model, new_ops=orc.reference_ops())
         with pytest.raises(ValueError, match=rf"GRU node '': {match}"):
             evaluator.run(None, {"X": feeds["X"]})
+
+
+@pytest.mark.parametrize("host", ["reference", "onnxruntime"])
+def test_zero_iterations_give_the_scan_output_its_inferred_shape(host):
+    """A body whose recurrent output leaves as a scan output declared without a shape:
+    zero iterations gave ``(0, 0, 0, 0, 0)`` (onnxruntime host: the custom node's
+    outputs have no inferred shape) or ``(0,)`` (reference host) where onnxruntime,
+    which infers the body for itself, gives ``(0, T, 1, N, H)``."""
+    rng = np.random.default_rng(0)
+    W = rng.normal(0, 0.5, (1, 3 * H, I)).astype(np.float32)
+    R = rng.normal(0, 0.5, (1, 3 * H, H)).astype(np.float32)
+    body = helper.make_graph(
+        [
+            helper.make_node("GRU", ["X", "W", "R"], ["Y", ""], hidden_size=H),
+            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+        ],
+        "body",
+        [
+            helper.make_tensor_value_info("i", TensorProto.INT64, []),
+            helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+        ],
+        [
+            helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("Y", TensorProto.FLOAT, None),
+        ],
+    )
+    graph = helper.make_graph(
+        [helper.make_node("Loop", ["M", ""], ["Ys"], body=body)],
+        "g",
+        [
+            helper.make_tensor_value_info("X", TensorProto.FLOAT, [T, N, I]),
+            helper.make_tensor_value_info("M", TensorProto.INT64, []),
+        ],
+        [helper.make_tensor_value_info("Ys", TensorProto.FLOAT, None)],
+        [onnx.numpy_helper.from_array(W, "W"), onnx.numpy_helper.from_array(R, "R")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 22)])
+    before = model.SerializeToString()
+    session = orc.InferenceSession(model, host=host)
+    X = rng.normal(size=(T, N, I)).astype(np.float32)
+    for M in (0, 2):
+        feeds = {"X": X, "M": np.array(M, np.int64)}
+        (got,) = session.run(None, feeds)
+        (want,) = onnxruntime_run(model, feeds)
+        assert got.shape == want.shape == (M, T, 1, N, H)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert model.SerializeToString() == before

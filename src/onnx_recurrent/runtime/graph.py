@@ -9,8 +9,8 @@
   (Silero's weights go through ``Slice``, ``Concat`` and ``Unsqueeze``), folded once.
 - :func:`node_model`: a model of one recurrent node (the backend's ``run_node``, the
   check's probes, the tests).
-- :func:`hosted`: the model with recurrent nodes in local functions inlined and each
-  value named once across sibling scopes.
+- :func:`hosted`: the model with recurrent nodes in local functions inlined, each
+  value named once across sibling scopes, and subgraph outputs given inferred shapes.
 - :func:`subgraphs`, :func:`walk`, :func:`walk_paths`, :func:`element_types`,
   :func:`attributes`, :class:`Namer`: walking, typing and naming helpers.
 """
@@ -265,7 +265,10 @@ def hosted(model: onnx.ModelProto) -> onnx.ModelProto:
     - every value has one name across the model: ONNX lets sibling scopes (an ``If``'s
       two branches, two ``Loop`` bodies) define the same names, with other values
       (initializers) and nodes; a subgraph's name defined earlier elsewhere is renamed
-      there, so that a node's key and a constant's name stand for one thing.
+      there, so that a node's key and a constant's name stand for one thing;
+    - a subgraph output declared without a shape has the shape ONNX inference gives
+      it, as onnxruntime infers it for itself: a ``Loop`` of zero iterations gives its
+      scan output that shape (a recurrent node's output has none under either host).
     """
     model = with_functions_inlined(model)
     seen: set[str] = set()
@@ -274,11 +277,39 @@ def hosted(model: onnx.ModelProto) -> onnx.ModelProto:
         for name in _defined(graph):
             repeated |= name in seen
             seen.add(name)
-    if not repeated:
+    if repeated:
+        copy = onnx.ModelProto()
+        copy.CopyFrom(model)
+        _distinct(copy.graph, {}, set(), Namer(copy))
+        model = copy
+    return _with_subgraph_output_shapes(model)
+
+
+def _with_subgraph_output_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model``, or a copy whose subgraph outputs declared without a shape have the
+    inferred one (where inference gives one)."""
+
+    def shapeless(graph: onnx.GraphProto) -> list[int]:
+        return [
+            i
+            for i, v in enumerate(graph.output)
+            if v.type.HasField("tensor_type") and not v.type.tensor_type.HasField("shape")
+        ]
+
+    if not any(shapeless(g) for g in all_graphs(model.graph)[1:]):
+        return model
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model)
+    except Exception:  # inference is a help, not a requirement
         return model
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
-    _distinct(copy.graph, {}, set(), Namer(copy))
+    pairs = zip(all_graphs(copy.graph)[1:], all_graphs(inferred.graph)[1:], strict=True)
+    for graph, known in pairs:
+        for i in shapeless(graph):
+            got = known.output[i].type
+            if got.HasField("tensor_type") and got.tensor_type.HasField("shape"):
+                graph.output[i].type.tensor_type.shape.CopyFrom(got.tensor_type.shape)
     return copy
 
 
