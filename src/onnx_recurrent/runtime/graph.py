@@ -27,7 +27,7 @@ from onnx import TensorProto, numpy_helper
 from onnx.helper import get_attribute_value
 
 from ..cells import CELLS
-from ..errors import RecurrentError
+from ..errors import RecurrentError, one_line
 from ..spec import check_flag
 
 #: the recurrent operators and their versions (the cells')
@@ -262,6 +262,7 @@ def hosted(model: onnx.ModelProto) -> onnx.ModelProto:
 
     - model-local functions are inlined where one holds a recurrent node (which then
       runs as onnx-recurrent's, as any other);
+    - of a graph's initializers of one name, the first is kept (onnxruntime's);
     - every value has one name across the model: ONNX lets sibling scopes (an ``If``'s
       two branches, two ``Loop`` bodies) define the same names, with other values
       (initializers) and nodes; a subgraph's name defined earlier elsewhere is renamed
@@ -270,7 +271,7 @@ def hosted(model: onnx.ModelProto) -> onnx.ModelProto:
       it, as onnxruntime infers it for itself: a ``Loop`` of zero iterations gives its
       scan output that shape (a recurrent node's output has none under either host).
     """
-    model = with_functions_inlined(model)
+    model = _first_initializers(with_functions_inlined(model))
     seen: set[str] = set()
     repeated = False
     for graph in all_graphs(model.graph):
@@ -283,6 +284,25 @@ def hosted(model: onnx.ModelProto) -> onnx.ModelProto:
         _distinct(copy.graph, {}, set(), Namer(copy))
         model = copy
     return _with_subgraph_output_shapes(model)
+
+
+def _first_initializers(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model``, or a copy in which a graph's initializers of one name are the first
+    only: onnxruntime takes the first (the checker refuses such a model)."""
+
+    def repeats(graph: onnx.GraphProto) -> bool:
+        return len({t.name for t in graph.initializer}) < len(graph.initializer)
+
+    if not any(repeats(g) for g in all_graphs(model.graph)):
+        return model
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    for graph in all_graphs(copy.graph):
+        if repeats(graph):
+            first = list(_initializers(graph, set()).values())
+            del graph.initializer[:]
+            graph.initializer.extend(first)
+    return copy
 
 
 def _with_subgraph_output_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -459,8 +479,9 @@ def node_attributes(op: str, version: int, node: onnx.NodeProto) -> dict:
     ValueError
         An attribute the operator's version does not have, or of another type than
         its schema's (as the onnx checker has it: ``clip`` a float, ``hidden_size`` an
-        int, ``direction`` a string, ...), or set more than once (which the checker
-        and onnxruntime refuse).
+        int, ``direction`` a string, ...), set more than once, or holding its value
+        in the field of another type (which the checker and onnxruntime refuse); an
+        attribute that refers to a function's (``ref_attr_name``) outside a function.
     """
     schema = onnx.defs.get_schema(op, version)
     names = [a.name for a in node.attribute]
@@ -483,6 +504,18 @@ def node_attributes(op: str, version: int, node: onnx.NodeProto) -> dict:
                 f"attribute {a.name!r} must be of type {_TYPE_NAMES.get(expected, expected)} "
                 f"(the {op}-{version} schema), got {_TYPE_NAMES.get(a.type, a.type)}"
             )
+        if a.ref_attr_name:  # a function's node (inlined before this)
+            raise RecurrentError(
+                f"attribute {a.name!r} refers to a function's attribute "
+                f"({a.ref_attr_name!r}) outside any function"
+            )
+        try:  # its value in the field of its type, and in no other
+            onnx.checker.check_attribute(a, onnx.checker.DEFAULT_CONTEXT)
+        except onnx.checker.ValidationError as e:
+            raise RecurrentError(
+                f"{one_line(e, typed=False).rstrip('.')} (onnx's checker and onnxruntime "
+                "refuse it)"
+            ) from None
     given = attributes(node)
     if "output_sequence" in given:  # versions 1 and 3: Y is made whenever named
         check_flag("output_sequence", given.pop("output_sequence"))
@@ -505,8 +538,25 @@ def overridable_initializers(model: onnx.ModelProto) -> list[str]:
 
 
 def _initializers(graph: onnx.GraphProto, fed: set[str]) -> dict[str, onnx.TensorProto]:
-    # an overridable initializer is a default the caller may replace: not a constant
-    return {t.name: t for t in graph.initializer if t.name not in fed}
+    # an overridable initializer is a default the caller may replace: not a constant;
+    # of two of one name, the first (onnxruntime's)
+    found: dict[str, onnx.TensorProto] = {}
+    for t in graph.initializer:
+        if t.name not in fed:
+            found.setdefault(t.name, t)
+    return found
+
+
+def is_random(node: onnx.NodeProto) -> bool:
+    """Whether ``node`` draws random numbers: a random operator, or a ``Dropout`` given
+    a ``training_mode`` input."""
+    if node.op_type == "Dropout":
+        return len(node.input) > 2 and bool(node.input[2])
+    return node.op_type in _RANDOM
+
+
+#: element types whose ``int32_data`` holds 16-bit patterns
+_16_BIT = frozenset({TensorProto.FLOAT16, TensorProto.BFLOAT16})
 
 
 def tensor_array(tensor: onnx.TensorProto, what: str = "") -> np.ndarray:
@@ -517,8 +567,9 @@ def tensor_array(tensor: onnx.TensorProto, what: str = "") -> np.ndarray:
     ------
     ValueError
         The tensor's data cannot be read: an unknown element type, a negative dim, data
-        that disagree with its dims or type, or data in an external file that was not
-        read (the message names the tensor).
+        that disagree with its dims or type (a float16 or bfloat16 value outside 16
+        bits), or data in an external file that was not read (the message names the
+        tensor).
     """
     what = what or f"tensor {tensor.name!r}"
     if tensor.data_type not in onnx.TensorProto.DataType.values():
@@ -533,6 +584,13 @@ def tensor_array(tensor: onnx.TensorProto, what: str = "") -> np.ndarray:
             f"{what} keeps its data in an external file ({location!r}) that was not read: "
             "give the model's path, or the model as onnx.load read it from its path"
         )
+    held = np.asarray(tensor.int32_data if tensor.data_type in _16_BIT else [], np.int64)
+    if ((held < 0) | (held > 0xFFFF)).any():
+        bad = held[(held < 0) | (held > 0xFFFF)][0]
+        raise RecurrentError(
+            f"{what} ({onnx.TensorProto.DataType.Name(tensor.data_type)}) holds {bad} in "
+            "int32_data, where each value is 16 bits, 0 to 65535 (onnxruntime: data overflow)"
+        )
     try:
         return numpy_helper.to_array(tensor)
     except Exception as e:  # numpy's and onnx's errors for data that do not fit
@@ -546,9 +604,12 @@ def constant_values(model: onnx.ModelProto, names: Iterable[str]) -> dict[str, n
     """The values of those ``names`` that are computed from initializers only.
 
     A tensor is constant if it is an initializer (not an overridable one, which a
-    caller may replace: :func:`overridable_initializers`), or the output of a deterministic
-    default-domain node without subgraphs whose inputs are all constant. The ones asked
-    for are computed together by onnx.reference; those that are not constant, or whose
+    caller may replace: :func:`overridable_initializers`; of two of one name, the
+    first, as onnxruntime), or the output of a deterministic default-domain node
+    without subgraphs whose inputs are all constant (a ``Dropout`` given
+    ``training_mode`` is random). The ones asked for are computed together by
+    onnx.reference, a recurrent node among them by onnx-recurrent
+    (:func:`~.reference.reference_ops`); those that are not constant, or whose
     computation fails, are left out.
 
     Raises
@@ -574,7 +635,7 @@ def constant_values(model: onnx.ModelProto, names: Iterable[str]) -> dict[str, n
         node = producers.get(name)
         if name in tensors:
             result = True
-        elif node is None or not is_default_domain(node.domain) or node.op_type in _RANDOM:
+        elif node is None or not is_default_domain(node.domain) or is_random(node):
             result = False
         else:
             result = not any(True for _ in subgraphs(node)) and all(
@@ -622,8 +683,10 @@ def constant_values(model: onnx.ModelProto, names: Iterable[str]) -> dict[str, n
     )
     from onnx.reference import ReferenceEvaluator
 
+    from .reference import reference_ops  # a recurrent node among them: ours
+
     try:
-        values = ReferenceEvaluator(folded).run(None, {})
+        values = ReferenceEvaluator(folded, new_ops=reference_ops()).run(None, {})
     except Exception:  # not foldable: the weights cross per call
         return direct
     return direct | {n: np.asarray(v) for n, v in zip(computed, values, strict=True)}
@@ -760,7 +823,7 @@ def prune(graph: onnx.GraphProto) -> set[str]:
             subs = list(subgraphs(node))
             if (
                 subs
-                or node.op_type in _RANDOM
+                or is_random(node)
                 or not is_default_domain(node.domain)
                 or any(o in used for o in node.output)
             ):

@@ -2,7 +2,9 @@
 
 Slow on the non-recurrent nodes, but needs neither onnxruntime nor
 onnxruntime-extensions. ``Loop`` is onnx-recurrent's (:mod:`..loop`): onnx.reference
-runs a ``Loop`` whose ``cond`` input is omitted for zero iterations.
+runs a ``Loop`` whose ``cond`` input is omitted for zero iterations. Sparse tensors
+(``sparse_initializer``, ``Constant``'s ``sparse_value``), which onnx.reference does
+not run, are made dense first.
 
 Broken models: a tensor whose data cannot be read is named before onnx.reference
 loads the model; then ``onnx.checker.check_model`` checks it, and a model it refuses (or
@@ -32,6 +34,7 @@ from typing import Any
 
 import numpy as np
 import onnx
+from onnx import numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 from ...errors import RecurrentError, RecurrentTypeError, one_line
@@ -92,7 +95,7 @@ class ReferenceHost:
 
     def __init__(self, model: onnx.ModelProto, bound: Mapping[tuple[str, ...], BoundNode]):
         _read_tensors(model)
-        model = _sorted(_default_domain(model))
+        model = _sorted(_default_domain(_dense(model)))
         check(model)
         for node in bound.values():  # every node runs its layer: compiled now
             if node.layer is not None:
@@ -349,6 +352,60 @@ def _sorted(model: onnx.ModelProto) -> onnx.ModelProto:
     del copied.graph.node[:]
     copied.graph.node.extend(nodes)
     return copied
+
+
+def _sparse_constants(graph: onnx.GraphProto) -> list[onnx.AttributeProto]:
+    return [
+        a
+        for node in graph.node
+        if node.op_type == "Constant" and is_default_domain(node.domain)
+        for a in node.attribute
+        if a.name == "sparse_value"
+    ]
+
+
+def _dense(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model``, or a copy whose sparse tensors (``sparse_initializer``, ``Constant``'s
+    ``sparse_value``) are dense ones: onnx.reference runs neither (onnxruntime does).
+
+    Raises
+    ------
+    ValueError
+        A sparse tensor that cannot be read (the message names it).
+    """
+    if not any(g.sparse_initializer or _sparse_constants(g) for g in all_graphs(model.graph)):
+        return model
+    copied = onnx.ModelProto()
+    copied.CopyFrom(model)
+    for graph in all_graphs(copied.graph):
+        for sparse in graph.sparse_initializer:
+            name = sparse.values.name
+            value = _sparse_array(sparse, f"sparse initializer {name!r}")
+            graph.initializer.append(numpy_helper.from_array(value, name))
+        del graph.sparse_initializer[:]
+        for a in _sparse_constants(graph):
+            value = _sparse_array(a.sparse_tensor, "a Constant's sparse_value")
+            a.Clear()
+            a.CopyFrom(onnx.helper.make_attribute("value", numpy_helper.from_array(value)))
+    return copied
+
+
+def _sparse_array(sparse: onnx.SparseTensorProto, what: str) -> np.ndarray:
+    """A sparse tensor's dense value: indices ``[NNZ]`` into the flat array, or
+    ``[NNZ, rank]``, as ONNX has them."""
+    values = tensor_array(sparse.values, what)
+    indices = tensor_array(sparse.indices, f"the indices of {what}").astype(np.int64)
+    dense = np.zeros(tuple(sparse.dims), values.dtype)
+    try:
+        if indices.ndim == 1:
+            dense.reshape(-1)[indices] = values.reshape(-1)
+        else:
+            dense[tuple(indices.T)] = values.reshape(-1)
+    except (IndexError, ValueError) as e:
+        raise RecurrentError(
+            f"{what} (dims {list(sparse.dims)}) cannot be read: {one_line(e, typed=False)}"
+        ) from None
+    return dense
 
 
 def _read_tensors(model: onnx.ModelProto) -> None:

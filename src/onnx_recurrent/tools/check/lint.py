@@ -19,7 +19,7 @@ import onnx
 from onnx import numpy_helper
 
 from ...activations import TABLE
-from ...runtime.graph import RECURRENT_OPS, attributes, element_types, walk_paths
+from ...runtime.graph import RECURRENT_OPS, attributes, element_types, is_random, walk_paths
 from . import probes
 from .peers import PEERS, installed_peers
 from .probes import CELLS
@@ -93,10 +93,6 @@ def _loop_ignores_cond(node: onnx.NodeProto) -> bool:
     return cond_out != cond_in
 
 
-#: deterministic default-domain operators whose outputs are not constant
-_RANDOM = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial"}
-
-
 def _constants(model: onnx.ModelProto) -> set[str]:
     """Tensors computed from initializers only (as a runtime folds them): initializers
     that are not main-graph inputs, and outputs of default-domain nodes without
@@ -114,7 +110,7 @@ def _constants(model: onnx.ModelProto) -> set[str]:
             if (
                 not subs
                 and node.domain in ("", "ai.onnx")
-                and node.op_type not in _RANDOM
+                and not is_random(node)
                 and all(i in constant for i in node.input if i)
             ):
                 constant.update(o for o in node.output if o)
