@@ -566,3 +566,41 @@ def test_a_step_while_another_threads_step_runs_is_refused(host):
     for got, want in zip(first[0], alone.step({"x": x}), strict=True):
         np.testing.assert_array_equal(got, want)
     session.step({"x": x})  # free again
+
+
+def test_a_node_over_constants_only_is_not_carried(host):
+    """A GRU over a constant X (a context encoder) added to the streamed GRU's output:
+    its state was carried too, so it ran on from its own last state (0.25 off from the
+    second chunk). It gives the same on every chunk: left as it is."""
+    rng = np.random.default_rng(5)
+    N, I, H = 2, 4, 3
+    constants = {
+        "X1": (rng.standard_normal((4, N, 2)) * 3).astype(np.float32),
+        "W1": (rng.standard_normal((1, 3 * H, 2)) * 1.5).astype(np.float32),
+        "R1": (rng.standard_normal((1, 3 * H, H)) * 0.5).astype(np.float32),
+        "W": rng.uniform(-0.5, 0.5, (1, 3 * H, I)).astype(np.float32),
+        "R": rng.uniform(-0.5, 0.5, (1, 3 * H, H)).astype(np.float32),
+    }
+    nodes = [
+        helper.make_node("GRU", ["X1", "W1", "R1"], ["", "context"], name="g0", hidden_size=H),
+        helper.make_node("GRU", ["X", "W", "R"], ["Y", ""], name="g1", hidden_size=H),
+        helper.make_node("Add", ["Y", "context"], ["out"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["T", N, I])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(a, n) for n, a in constants.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+    X = rng.standard_normal((12, N, I)).astype(np.float32)
+    whole = orc.InferenceSession(model, host=host).run(None, {"X": X})[0]
+    session = StreamingSession(model, host=host)
+    assert [s.node for s in session.state_info] == ["g1"]
+    steps = [session.step({"X": X[t : t + 4]})[0] for t in range(0, 12, 4)]
+    np.testing.assert_allclose(np.concatenate(steps), whole, rtol=1e-5, atol=1e-6)
+    del model.graph.node[1:]
+    model.graph.output[0].name = "context"
+    with pytest.raises(orc.RecurrentError, match=r"GRU node 'g0': X computed from initializers"):
+        expose_states(model)

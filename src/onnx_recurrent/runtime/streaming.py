@@ -9,7 +9,9 @@ states from one call to the next.
 
 Recurrent nodes of the main graph and of ``If`` branches (at any depth) are exposed: a
 branch that does not hold the node passes the state through unchanged. A node inside a
-``Loop`` or ``Scan`` body is left as it is (its state belongs to one iteration).
+``Loop`` or ``Scan`` body is left as it is (its state belongs to one iteration), and
+so is a node whose ``X`` no graph input reaches (computed from initializers only: a
+context encoder that never sees the stream gives the same on every chunk).
 
 A model that already takes a node's state as a graph input of its own (``h0`` fed
 straight to ``initial_h``, used by nothing else) keeps that input as the state input.
@@ -126,6 +128,8 @@ class _Rewriter:
         self.name = Namer(model)
         self.types = element_types(model)
         self.skipped: list[str] = []
+        #: recurrent nodes whose X no graph input reaches (the same on every chunk)
+        self.unstreamed: list[str] = []
         #: the main graph's inputs fed straight to one state slot and used nowhere else
         self.own = _own_state_inputs(model)
         #: the tensors that fed the replaced states, before the rewrite
@@ -143,7 +147,10 @@ class _Rewriter:
         found: list[_Pending] = []
         for index, node in enumerate(list(graph.node)):
             if node.op_type in RECURRENT_OPS and node.domain in ("", "ai.onnx"):
-                found += self.node(node, graph, index, top)
+                if _inputs_reaching(self.model, node.input[:1]):
+                    found += self.node(node, graph, index, top)
+                else:
+                    self.unstreamed.append(f"{node.op_type} node {node.name!r}")
             elif node.op_type == "If":
                 found += self.if_node(node)
             else:
@@ -343,6 +350,8 @@ def expose(
     pending = rewriter.graph(graph)
     if not pending:
         where = f" (only inside {', '.join(rewriter.skipped)})" if rewriter.skipped else ""
+        if rewriter.unstreamed:
+            where += f" ({', '.join(rewriter.unstreamed)}: X computed from initializers only)"
         raise RecurrentError(
             f"model has no GRU, RNN or LSTM node whose state can be exposed{where}"
         )
@@ -375,8 +384,8 @@ def expose(
 def expose_states(model: onnx.ModelProto) -> onnx.ModelProto:
     """Make every recurrent node's state a graph input and a graph output.
 
-    Each GRU, RNN and LSTM node (of the main graph, of ``If`` branches, and of
-    model-local functions, which are inlined) gets its
+    Each GRU, RNN and LSTM node whose ``X`` a graph input reaches (of the main graph,
+    of ``If`` branches, and of model-local functions, which are inlined) gets its
     ``initial_h`` from a new graph input ``<node name>.initial_h`` and its final state
     ``Y_h`` is returned as graph output ``<node name>.Y_h`` (LSTM: also
     ``.initial_c`` / ``.Y_c``), declared ``[num_directions, batch, hidden_size]``
@@ -400,8 +409,8 @@ def expose_states(model: onnx.ModelProto) -> onnx.ModelProto:
     Raises
     ------
     ValueError
-        The model has no recurrent node whose state can be exposed (none at all, or
-        only inside ``Loop`` / ``Scan`` bodies).
+        The model has no recurrent node whose state can be exposed (none at all,
+        only inside ``Loop`` / ``Scan`` bodies, or only over constant ``X``).
     TypeError
         ``model`` is not an ``onnx.ModelProto``.
     """
