@@ -226,3 +226,28 @@ def test_a_required_input_is_still_required_beside_an_optional_one(host):
     assert has.item() is False
     with pytest.raises(RecurrentError, match=r"missing input\(s\) \['y'\]"):
         session.run(None, {"x": np.zeros(3, np.float32)})
+
+
+def test_a_string_tensor_is_fed_as_str_or_object_array(host):
+    # the reference host refused NumPy's str arrays (<U) that onnxruntime takes, and the
+    # onnxruntime host too: host="auto" falling back failed the same call
+    rng = np.random.default_rng(0)
+    W = numpy_helper.from_array(rng.uniform(-0.5, 0.5, (1, 3 * H, I)).astype(np.float32), "W")
+    R = numpy_helper.from_array(rng.uniform(-0.5, 0.5, (1, 3 * H, H)).astype(np.float32), "R")
+    nodes = [
+        helper.make_node("Identity", ["S"], ["S_out"]),
+        helper.make_node("GRU", ["X", "W", "R"], ["", "Y_h"], hidden_size=H),
+    ]
+    inputs = [
+        helper.make_tensor_value_info("S", TensorProto.STRING, [2]),
+        helper.make_tensor_value_info("X", TensorProto.FLOAT, [2, N, I]),
+    ]
+    outputs = [
+        helper.make_tensor_value_info("S_out", TensorProto.STRING, [2]),
+        helper.make_tensor_value_info("Y_h", TensorProto.FLOAT, None),
+    ]
+    session = orc.InferenceSession(_model(inputs, outputs, nodes, [W, R]), host=host)
+    X = rng.standard_normal((2, N, I)).astype(np.float32)
+    for S in (np.array(["a", "bc"]), np.array(["a", "bc"], dtype=object), ["a", "bc"]):
+        S_out, _ = session.run(None, {"S": S, "X": X})
+        assert S_out.tolist() == ["a", "bc"]

@@ -334,6 +334,8 @@ def _checked(spec: _Feed, value: Any, name: str, path: str = "") -> Any:
             raise RecurrentTypeError(f"input {name!r}{path}: a tensor is required, got None")
         array = value if type(value) is np.ndarray else _from_list(value, spec.dtype, name, path)
         array = native_order(array)
+        if array.dtype.kind == "U" and spec.dtype == object:  # str, as onnxruntime takes it
+            array = array.astype(object)
         if array.dtype != spec.dtype:
             raise RecurrentTypeError(
                 f"input {name!r}{path}: expected element type {spec.type} ({spec.dtype}), "
