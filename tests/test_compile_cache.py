@@ -234,3 +234,34 @@ def test_a_cache_file_cut_short_compiles_without_it(tmp_path, damage):
     again = run()
     assert again.returncode == 0 and again.stdout.split() == ["6.0"], again.stderr
     assert "compilation cache failed for triple" in again.stderr
+
+
+NO_TEMPORARY = """
+import sys, tempfile
+
+def none_usable():  # as tempfile says when no candidate can be written (a full /tmp)
+    raise FileNotFoundError(2, "No usable temporary directory found in ['/tmp']")
+
+tempfile.gettempdir = none_usable
+import numpy as np
+import onnx_recurrent as orc
+from onnx_recurrent.backends import cache_dirs
+X = np.ones((2, 1, 3), np.float32)
+W = np.full((1, 12, 3), 0.1, np.float32)
+print(orc.gru(X, W, np.full((1, 12, 4), 0.1, np.float32))[1].shape)
+print([root for root, _ in cache_dirs.our_roots()])
+"""
+
+
+def test_no_usable_temporary_directory_still_imports_and_computes(tmp_path):
+    # the temporary directory was looked up on import: a full /tmp (or ulimit -f 0)
+    # failed `import onnx_recurrent` and every command with tempfile's error
+    env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path))
+    done = subprocess.run(
+        [sys.executable, "-c", NO_TEMPORARY],
+        capture_output=True, text=True, timeout=TIMEOUT, env=env,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    shape, roots = done.stdout.splitlines()[-2:]
+    assert shape == "(1, 1, 4)"
+    assert roots == repr([str(tmp_path / "onnx-recurrent" / "numba")])

@@ -4,6 +4,7 @@ llvmlite without numba, rebuilt when a file does not check out, never failing a 
 from __future__ import annotations
 
 import ctypes
+import os
 import warnings
 
 import numpy as np
@@ -80,6 +81,28 @@ def test_a_damaged_file_is_rebuilt_and_replaced(cache, monkeypatch, damage, requ
     assert _function(cache, name, builds)(4) == 8
     assert builds == [name, name]
     assert native_code._read(kept) is not None  # replaced by a good one
+
+
+def test_another_functions_file_or_a_pipe_is_rebuilt(cache, monkeypatch):
+    """A file copied over another name checked out (its digest is its own): another
+    function ran in its place (SIGSEGV for the native nodes). A named pipe in the
+    cache blocked the process for good, Ctrl-C included."""
+    builds = []
+    _function(cache, "answer_mine", builds)
+    (mine,) = cache.glob("answer_mine-*.o")
+    other = ANSWER.replace("mul i64 %x, 2", "mul i64 %x, 3").format(name="answer_other")
+    address = native_code.address("answer_other", lambda: (other, "answer_other"))
+    assert ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_int64)(address)(5) == 15
+    (theirs,) = cache.glob("answer_other-*.o")
+    mine.write_bytes(theirs.read_bytes())
+    monkeypatch.setattr(native_code, "_loaded", {})
+    assert _function(cache, "answer_mine", builds)(5) == 10
+    assert builds == ["answer_mine"] * 2
+    mine.unlink()
+    os.mkfifo(mine)
+    monkeypatch.setattr(native_code, "_loaded", {})
+    assert _function(cache, "answer_mine", builds)(7) == 14
+    assert builds == ["answer_mine"] * 3
 
 
 def test_no_writable_cache_compiles_with_one_warning(monkeypatch):

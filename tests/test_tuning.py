@@ -81,6 +81,25 @@ def test_a_damaged_or_foreign_file_is_planned_again(fresh, damage):
     assert json.loads(path.read_text())["span"] == 4  # replaced by a good one
 
 
+@pytest.mark.parametrize("damage", ["nested", "fifo"])
+def test_a_plan_file_nested_too_deep_or_a_pipe_is_planned_again(fresh, damage):
+    """JSON nested past Python's stack (a RecursionError, caught by nothing) failed
+    every compiled call of every process; a named pipe blocked the first, Ctrl-C
+    included."""
+    measure, calls = _counting({"rows": 4, "span": 4})
+    tuning.planned(("rows", "span"), measure)
+    (path,) = (fresh / "onnx-recurrent" / "tuning").glob("plan-*.json")
+    if damage == "nested":
+        path.write_text("[" * 200_000)
+    else:
+        path.unlink()
+        os.mkfifo(path)
+    tuning.forget()
+    assert tuning.planned(("rows", "span"), measure) == {"rows": 4, "span": 4}
+    assert len(calls) == 2
+    assert json.loads(path.read_text())["span"] == 4  # replaced by a good one
+
+
 @pytest.mark.parametrize("value", [27.0, True, "27"])
 def test_a_value_of_another_type_is_planned_again(fresh, value):
     """``27.0`` and ``true`` compare equal to kept values: read as they were, a float

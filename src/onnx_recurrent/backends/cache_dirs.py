@@ -23,9 +23,17 @@ class CompileCacheWarning(RuntimeWarning):
     """A compilation cache cannot be written: each process compiles the kernels again."""
 
 
+def _temporary_directory() -> str | None:
+    """The temporary directory (None: none can be written, a full disk)."""
+    try:
+        return tempfile.gettempdir()
+    except OSError:  # FileNotFoundError: "No usable temporary directory found"
+        return None
+
+
 # the temporary directory found now, on import: the first gettempdir() takes a lock of
 # tempfile's, and a fork while another thread holds it (planning, say) hung the child
-tempfile.gettempdir()
+_temporary_directory()
 
 
 def our_roots(kind: str = "numba") -> list[tuple[str, bool]]:
@@ -40,8 +48,9 @@ def our_roots(kind: str = "numba") -> list[tuple[str, bool]]:
         if not os.path.isabs(base):  # the XDG rule: a relative path is ignored
             base = os.path.expanduser("~/.cache")
     roots = [(os.path.join(base, "onnx-recurrent", kind), False)]
-    if hasattr(os, "getuid"):
-        user = os.path.join(tempfile.gettempdir(), f"onnx-recurrent-{os.getuid()}")
+    temporary = _temporary_directory()
+    if hasattr(os, "getuid") and temporary is not None:
+        user = os.path.join(temporary, f"onnx-recurrent-{os.getuid()}")
         roots.append((os.path.join(user, kind), True))
     return roots
 
@@ -175,3 +184,20 @@ def write_atomic(path: str | os.PathLike, data: bytes) -> bool:
     except OSError:
         return False
     return True
+
+
+def read_regular(path: str | os.PathLike, limit: int) -> bytes | None:
+    """The bytes of the cache file ``path``; None where it is not a regular file (a
+    named pipe would block, a device never end) or holds more than ``limit`` bytes.
+
+    Raises
+    ------
+    OSError
+        It cannot be opened or read (missing, say).
+    """
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    with os.fdopen(fd, "rb") as f:
+        status = os.fstat(fd)
+        if not stat.S_ISREG(status.st_mode) or status.st_size > limit:
+            return None
+        return f.read(limit + 1)

@@ -14,9 +14,10 @@ branch of numba's cfunc wrapper, the release of arrays that have no owner here) 
 given a body that traps, inside the object itself.
 
 A cache file is ``MAGIC``, a JSON header (the function's symbol, the digest of the
-object) and the object; it is keyed by everything the code depends on: the package's
-sources, numba's and llvmlite's versions, the CPU's name and features. A file that
-does not check out is compiled again and replaced (written to a temporary file, then
+object, the file's own name) and the object; it is keyed by everything the code
+depends on: the package's sources, numba's and llvmlite's versions, the CPU's name and
+features. A file that does not check out (another function's file copied over it, a
+named pipe) is compiled again and replaced (written to a temporary file, then
 renamed); a cache that cannot be written costs a compile per process, said once
 (:class:`.cache_dirs.CompileCacheWarning`).
 """
@@ -36,7 +37,7 @@ import llvmlite
 import llvmlite.binding as ll
 
 from .. import threads
-from .cache_dirs import CompileCacheWarning, first_usable, write_atomic
+from .cache_dirs import CompileCacheWarning, first_usable, read_regular, write_atomic
 
 MAGIC = b"onnx-recurrent native code 1\n"
 #: symbols the code names that only numba's runtime defines: given a trapping body
@@ -214,22 +215,29 @@ def _version(distribution: str) -> str:
         return "?"
 
 
+#: the most bytes a kept object may have (a few hundred KiB each)
+_MOST = 1 << 28
+
+
 def _read(path: Path) -> tuple[str, bytes] | None:
     """The symbol and object kept at ``path``, or None if it is missing or does not
-    check out (truncated, another format, its digest wrong)."""
+    check out (not a regular file, truncated, another format, its digest wrong, or
+    written for another file name: another function's object would be run)."""
     try:
-        data = path.read_bytes()
+        data = read_regular(path, _MOST)
     except OSError:
         return None
-    if not data.startswith(MAGIC):
+    if data is None or not data.startswith(MAGIC):
         return None
     header, _, obj = data[len(MAGIC) :].partition(b"\n")
     try:
         meta = json.loads(header)
-        symbol, digest = meta["symbol"], meta["sha256"]
-    except (ValueError, KeyError, TypeError):
+        symbol, digest, file = meta["symbol"], meta["sha256"], meta["file"]
+    except (ValueError, KeyError, TypeError, RecursionError):
         return None
-    if not isinstance(symbol, str) or hashlib.sha256(obj).hexdigest() != digest:
+    if not isinstance(symbol, str) or file != path.name:
+        return None
+    if hashlib.sha256(obj).hexdigest() != digest:
         return None
     return symbol, obj
 
@@ -237,6 +245,7 @@ def _read(path: Path) -> tuple[str, bytes] | None:
 def _write(path: Path, symbol: str, obj: bytes) -> None:
     """Keep ``obj`` at ``path`` with its header (:func:`.cache_dirs.write_atomic`); a
     write that fails (a full disk) is said once, as a cache that cannot be written."""
-    header = json.dumps({"symbol": symbol, "sha256": hashlib.sha256(obj).hexdigest()})
+    digest = hashlib.sha256(obj).hexdigest()
+    header = json.dumps({"symbol": symbol, "sha256": digest, "file": path.name})
     if not write_atomic(path, MAGIC + header.encode() + b"\n" + obj):
         _uncached(f"could not write its native code cache in {path.parent} (full?)")

@@ -37,7 +37,7 @@ import llvmlite
 import llvmlite.binding as ll
 
 from ..errors import RecurrentError
-from .cache_dirs import first_usable, write_atomic
+from .cache_dirs import first_usable, read_regular, write_atomic
 
 #: the environment variable (see the module)
 ENV = "ONNX_RECURRENT_PLAN"
@@ -238,8 +238,9 @@ def _read() -> dict[str, int]:
         _kept = {}
         path = _path()
         try:
-            data = json.loads(path.read_text()) if path is not None else {}
-        except (OSError, ValueError):
+            text = read_regular(path, 1 << 16) if path is not None else None
+            data = json.loads(text) if text is not None else {}
+        except (OSError, ValueError, RecursionError):  # nested past Python's stack
             data = {}
         if isinstance(data, dict) and data.get("key") == _identity():
             for name, values in FIELDS.items():
