@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import itertools
 import os
+import subprocess
+import sys
 
 import ml_dtypes
 import numpy as np
@@ -205,6 +207,52 @@ def test_backend_choice():
         a = orc.rnn(**feeds)
     b = orc.rnn(**feeds)
     np.testing.assert_allclose(a[1], b[1], rtol=1e-5, atol=1e-6)
+
+
+NO_JIT = """
+import warnings
+import numpy as np
+import onnx_recurrent as orc
+from onnx_recurrent import backends
+from onnx_recurrent.runtime.graph import node_model
+
+rng = np.random.default_rng(0)
+feeds = {"X": rng.standard_normal((5, 2, 3), dtype=np.float32)}
+feeds["W"] = rng.standard_normal((1, 12, 3), dtype=np.float32)
+feeds["R"] = rng.standard_normal((1, 12, 4), dtype=np.float32)
+with backends.use("numpy"):
+    want = orc.gru(**feeds)[1]
+assert np.array_equal(orc.gru(**feeds)[1], want)
+assert np.array_equal(orc.Layer("GRU", feeds["W"], feeds["R"])(feeds["X"])[1], want)
+model = node_model("GRU", feeds, {"hidden_size": 4}, constants=("W", "R"))
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    session = orc.InferenceSession(model)
+print(session.host, [str(w.message) for w in caught])
+np.testing.assert_allclose(session.run(["Y_h"], {"X": feeds["X"]})[0], want, atol=1e-6)
+try:
+    with backends.use("numba"):
+        orc.gru(**feeds)
+except ValueError as e:
+    print(e)
+"""
+
+
+def test_numba_compiler_turned_off_runs_on_numpy(tmp_path):
+    """NUMBA_DISABLE_JIT=1 (a debugging setting): every call failed with an
+    AttributeError deep in the kernels' preparation. The functions and layers run on
+    the numpy backend, a session falls back to the reference host (with its warning)
+    where the native nodes are not in the cache, and asking for numba says why."""
+    env = dict(os.environ, NUMBA_DISABLE_JIT="1", XDG_CACHE_HOME=str(tmp_path))
+    env.pop("ONNX_RECURRENT_BACKEND", None)
+    done = subprocess.run(
+        [sys.executable, "-c", NO_JIT], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    host, asked = done.stdout.splitlines()[-2:]
+    assert host.startswith("reference [") and "NUMBA_DISABLE_JIT" in host
+    assert asked.startswith("backend 'numba' was asked for, but numba cannot be imported")
+    assert "NUMBA_DISABLE_JIT" in asked
 
 
 @pytest.mark.parametrize("threads", ["2", "3"])

@@ -7,7 +7,8 @@ layer's small calls as one compiled call each, prepared once by
 :meth:`onnx_recurrent.Layer.prepare`) and ``run_unit`` (a unit of gathered rows as one
 compiled call).
 ``supports`` returns the reason a backend cannot run a call, or None. The automatic
-choice (numba where it is installed and supports the call, else numpy) can be
+choice (numba where it is installed, its compiler not turned off by
+``NUMBA_DISABLE_JIT``, and supports the call, else numpy) can be
 overridden with
 :func:`use` or the environment variable ``ONNX_RECURRENT_BACKEND``; a backend asked for
 by name that cannot run the call raises.

@@ -21,6 +21,9 @@ from typing import ClassVar
 import numba
 import numpy as np
 from llvmlite import ir
+
+if numba.config.DISABLE_JIT:  # the kernels would be plain Python: the numpy backend
+    raise ImportError("numba's compiler is turned off (NUMBA_DISABLE_JIT)")
 from numba.core import cgutils, types
 from numba.core.extending import intrinsic, overload
 

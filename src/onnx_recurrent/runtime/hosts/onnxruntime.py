@@ -490,7 +490,12 @@ class OnnxruntimeHost:
             used = {
                 n.op_type for g in _graphs(rewritten.graph) for n in g.node if n.domain == DOMAIN
             }
-            native.prepare({e for e, name in OP_TYPES.items() if name in used})
+            try:
+                native.prepare({e for e, name in OP_TYPES.items() if name in used})
+            except ImportError as e:  # numba's compiler turned off (NUMBA_DISABLE_JIT)
+                raise HostUnavailable(
+                    f"the native nodes cannot be compiled: {one_line(e, typed=False)}"
+                ) from None
             if any(name not in {OP_TYPES[e] for e in native.COMPILED} for name in used):
                 # a node whose kernel is its Python path (float16, bfloat16): always
                 # watched (a compiled kernel marks its Python path's end: an interrupt
