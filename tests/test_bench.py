@@ -916,6 +916,19 @@ def test_background_load_must_be_a_count(value, capsys):
     )
 
 
+def test_replan_beside_given_plan_values_is_refused(monkeypatch, capsys):
+    # --replan set ONNX_RECURRENT_PLAN=measure over the user's rows=8: dropped unsaid
+    from onnx_recurrent.backends import tuning
+    from onnx_recurrent.tools.cli import main
+
+    monkeypatch.setenv(tuning.ENV, "rows=8")
+    assert main(["bench", "--replan", "--list"]) == 2
+    assert "--replan measures the plan again, while ONNX_RECURRENT_PLAN='rows=8'" in (
+        capsys.readouterr().err
+    )
+    assert os.environ[tuning.ENV] == "rows=8"
+
+
 # ------------------------------------------------------------------ whole models (--models)
 
 HAVE_SILERO = importlib.util.find_spec("silero_vad") is not None

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ import pytest
 import onnx_recurrent as orc
 from onnx_recurrent import RecurrentError, scan
 from onnx_recurrent.backends import tuning
+from onnx_recurrent.backends.cache_dirs import CompileCacheWarning
 
 pytest.importorskip("onnx_recurrent.backends.numba_backend")
 
@@ -124,6 +126,25 @@ def test_unwritable_cache_plans_for_the_process(fresh, monkeypatch):
     assert tuning.planned(("share",), measure) == {"share": 0}
     assert len(calls) == 1
     assert tuning.state() == (True, None)
+
+
+def test_a_plan_that_cannot_be_written_is_said_once(fresh, monkeypatch):
+    # a directory where the plan file goes: each process measured again, unsaid
+    measure, calls = _counting({"rows": 4, "span": 4})
+    tuning.planned(("rows", "span"), measure)
+    (path,) = (fresh / "onnx-recurrent" / "tuning").glob("plan-*.json")
+    path.unlink()
+    path.mkdir()
+    monkeypatch.setattr(tuning, "_unkept_said", False)
+    said = []
+    for _ in range(2):  # measured again each time, said once
+        tuning.forget()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert tuning.planned(("rows", "span"), measure) == {"rows": 4, "span": 4}
+        said += [str(w.message) for w in caught if w.category is CompileCacheWarning]
+    assert len(calls) == 3
+    assert len(said) == 1 and "could not keep its plan for this CPU at" in said[0], said
 
 
 def test_measure_again_on_request(fresh, monkeypatch):

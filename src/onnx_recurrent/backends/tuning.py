@@ -30,6 +30,7 @@ import os
 import re
 import threading
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -37,7 +38,7 @@ import llvmlite
 import llvmlite.binding as ll
 
 from ..errors import RecurrentError
-from .cache_dirs import first_usable, read_regular, write_atomic
+from .cache_dirs import CompileCacheWarning, first_usable, read_regular, write_atomic
 
 #: the environment variable (see the module)
 ENV = "ONNX_RECURRENT_PLAN"
@@ -72,6 +73,7 @@ VERSION = 3
 _log = logging.getLogger("onnx_recurrent")
 _lock = threading.RLock()
 _kept: dict[str, int] | None = None  # the file's choices, read once
+_unkept_said = False  # a plan that could not be written, said
 _measured: set[str] = set()  # names measured in this process (ONNX_RECURRENT_PLAN=measure)
 
 
@@ -253,10 +255,21 @@ def _read() -> dict[str, int]:
 
 def _write(kept: dict[str, int]) -> None:
     """Keep ``kept`` (:func:`.cache_dirs.write_atomic`); no writable cache: kept for
-    this process only."""
+    this process only (the kernels' caches say so); a write that fails (a directory
+    in its place, a full disk): said once, as a cache that cannot be written."""
+    global _unkept_said
     path = _path()
-    if path is not None:
-        write_atomic(path, json.dumps({"key": _identity(), **kept}).encode())
+    if path is None:
+        return
+    if not write_atomic(path, json.dumps({"key": _identity(), **kept}).encode()):
+        if not _unkept_said:
+            _unkept_said = True
+            warnings.warn(
+                f"onnx-recurrent could not keep its plan for this CPU at {path}: it is "
+                "measured again in each process (about a second)",
+                CompileCacheWarning,
+                stacklevel=2,
+            )
 
 
 def _identity() -> str:

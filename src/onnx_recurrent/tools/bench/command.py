@@ -43,14 +43,22 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if deprecated:
         note = "`bench --models` is deprecated, use `onnx-recurrent bench models`"
         print(f"onnx-recurrent bench: note: {note}", file=sys.stderr)
+    if args.replan:
+        from ...backends import tuning
+
+        given = os.environ.get(tuning.ENV, "").strip()
+        if given not in ("", "measure"):
+            print(
+                f"onnx-recurrent bench: error: --replan measures the plan again, while "
+                f"{tuning.ENV}={given!r} gives values of it: choose one",
+                file=sys.stderr,
+            )
+            return 2
+        os.environ[tuning.ENV] = "measure"
     if args.list:
         for case in options.cases():
             print(case.key if isinstance(case, Case) else f"{case.name:<18} {case.description}")
         return 0
-    if args.replan:
-        from ...backends import tuning
-
-        os.environ[tuning.ENV] = "measure"
     note_first_use()
     bench = run_bench(options, progress=None if args.quiet else _progress)
     print(bench.report())
