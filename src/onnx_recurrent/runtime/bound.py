@@ -17,11 +17,11 @@ from .. import prepared
 from ..cells import CELLS, check_arity
 from ..errors import RecurrentError, RecurrentTypeError
 from ..layers import Layer
+from .folding import constant_values
 from .graph import (
     INPUTS,
     WEIGHTS,
     RecurrentNode,
-    constant_values,
     node_attributes,
     recurrent_nodes,
 )
@@ -55,7 +55,7 @@ class BoundNode:
     node : RecurrentNode
         The node and its version.
     constants : dict of str to ndarray
-        Values of the model's constant tensors (:func:`.graph.constant_values`).
+        Values of the model's constant tensors (:func:`.folding.constant_values`).
 
     Raises
     ------

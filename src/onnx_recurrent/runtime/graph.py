@@ -5,8 +5,6 @@
 - :func:`node_attributes`: a node's attributes as the keywords of the functions, with
   the version differences settled (GRU-1's ``'foward'``, ``output_sequence`` of
   versions 1 and 3 dropped: ``Y`` is produced whenever the node names it).
-- :func:`constant_values`: the values of tensors computed from initializers only
-  (Silero's weights go through ``Slice``, ``Concat`` and ``Unsqueeze``), folded once.
 - :func:`node_model`: a model of one recurrent node (the backend's ``run_node``, the
   check's probes, the tests).
 - :func:`hosted`: the model with recurrent nodes in local functions inlined, each
@@ -299,7 +297,7 @@ def _first_initializers(model: onnx.ModelProto) -> onnx.ModelProto:
     copy.CopyFrom(model)
     for graph in all_graphs(copy.graph):
         if repeats(graph):
-            first = list(_initializers(graph, set()).values())
+            first = list(initializer_tensors(graph, set()).values())
             del graph.initializer[:]
             graph.initializer.extend(first)
     return copy
@@ -537,9 +535,10 @@ def overridable_initializers(model: onnx.ModelProto) -> list[str]:
     return [i.name for i in model.graph.input if i.name in initializers]
 
 
-def _initializers(graph: onnx.GraphProto, fed: set[str]) -> dict[str, onnx.TensorProto]:
-    # an overridable initializer is a default the caller may replace: not a constant;
-    # of two of one name, the first (onnxruntime's)
+def initializer_tensors(graph: onnx.GraphProto, fed: set[str]) -> dict[str, onnx.TensorProto]:
+    """``graph``'s initializers by name, but those ``fed`` (an overridable initializer is
+    a default the caller may replace: not a constant); of two of one name, the first
+    (onnxruntime's)."""
     found: dict[str, onnx.TensorProto] = {}
     for t in graph.initializer:
         if t.name not in fed:
@@ -598,98 +597,6 @@ def tensor_array(tensor: onnx.TensorProto, what: str = "") -> np.ndarray:
         raise RecurrentError(
             f"{what} ({type_name}, dims {list(tensor.dims)}) cannot be read: {e}"
         ) from None
-
-
-def constant_values(model: onnx.ModelProto, names: Iterable[str]) -> dict[str, np.ndarray]:
-    """The values of those ``names`` that are computed from initializers only.
-
-    A tensor is constant if it is an initializer (not an overridable one, which a
-    caller may replace: :func:`overridable_initializers`; of two of one name, the
-    first, as onnxruntime), or the output of a deterministic default-domain node
-    without subgraphs whose inputs are all constant (a ``Dropout`` given
-    ``training_mode`` is random). The ones asked for are computed together by
-    onnx.reference, a recurrent node among them by onnx-recurrent
-    (:func:`~.reference.reference_ops`); those that are not constant, or whose
-    computation fails, are left out.
-
-    Raises
-    ------
-    ValueError
-        An initializer asked for whose data cannot be read (:func:`tensor_array`).
-    """
-    producers: dict[str, onnx.NodeProto] = {}
-    tensors = _initializers(model.graph, set(overridable_initializers(model)))
-    for graph, node in walk(model.graph):
-        if graph is not model.graph:
-            tensors.update(_initializers(graph, set()))
-        for out in node.output:
-            if out:
-                producers[out] = node
-
-    memo: dict[str, bool] = {}
-
-    def constant(name: str) -> bool:
-        if name in memo:
-            return memo[name]
-        memo[name] = False  # a cycle is never constant
-        node = producers.get(name)
-        if name in tensors:
-            result = True
-        elif node is None or not is_default_domain(node.domain) or is_random(node):
-            result = False
-        else:
-            result = not any(True for _ in subgraphs(node)) and all(
-                constant(i) for i in node.input if i
-            )
-        memo[name] = result
-        return result
-
-    wanted = [n for n in dict.fromkeys(names) if n and constant(n)]
-    if not wanted:
-        return {}
-    direct = {n: tensor_array(tensors[n]) for n in wanted if n in tensors}
-    computed = [n for n in wanted if n not in tensors]
-    if not computed:
-        return direct
-    order: list[onnx.NodeProto] = []
-    used: list[onnx.TensorProto] = []
-    seen: set[str] = set()
-
-    def visit(name: str) -> None:
-        if name in seen:
-            return
-        seen.add(name)
-        if name in tensors:
-            used.append(tensors[name])
-            return
-        node = producers[name]
-        for i in node.input:
-            if i:
-                visit(i)
-        if not any(node is n for n in order):
-            order.append(node)
-
-    for name in computed:
-        visit(name)
-    graph = onnx.helper.make_graph(
-        order,
-        "constants",
-        [],
-        [onnx.helper.make_empty_tensor_value_info(n) for n in computed],
-        initializer=used,
-    )
-    folded = onnx.helper.make_model(
-        graph, opset_imports=model.opset_import, ir_version=model.ir_version
-    )
-    from onnx.reference import ReferenceEvaluator
-
-    from .reference import reference_ops  # a recurrent node among them: ours
-
-    try:
-        values = ReferenceEvaluator(folded, new_ops=reference_ops()).run(None, {})
-    except Exception:  # not foldable: the weights cross per call
-        return direct
-    return direct | {n: np.asarray(v) for n, v in zip(computed, values, strict=True)}
 
 
 def node_model(

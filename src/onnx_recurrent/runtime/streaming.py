@@ -37,12 +37,12 @@ from onnx.helper import tensor_dtype_to_np_dtype
 from ..cells import CELLS
 from ..errors import RecurrentError
 from .bound import StateBatchError
+from .folding import constant_values
 from .graph import (
     RECURRENT_OPS,
     Namer,
     all_graphs,
     attributes,
-    constant_values,
     element_types,
     prune,
     subgraphs,
