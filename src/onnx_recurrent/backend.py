@@ -70,11 +70,14 @@ __all__ = [
 #: the one device
 DEVICE = "CPU"
 #: :class:`InferenceSession`'s keyword arguments that :func:`prepare` passes on (read
-#: from its signature: ``sess_options``, ``providers``, ``host``)
+#: from its signature: ``sess_options``, ``providers``, ``provider_options``, ``host``;
+#: not its ``**kwargs``)
 SESSION_KWARGS = tuple(
     name
-    for name in inspect.signature(InferenceSession).parameters
-    if name != "model" and not name.startswith("_")
+    for name, parameter in inspect.signature(InferenceSession).parameters.items()
+    if name != "model"
+    and not name.startswith("_")
+    and parameter.kind is not inspect.Parameter.VAR_KEYWORD
 )
 #: what onnx's test runner (``BackendTest``) passes to ``prepare`` besides the model:
 #: its comparison's tolerances, when a case is given its own; accepted, not used
@@ -220,9 +223,9 @@ class RecurrentBackend(Backend):
             ``"CPU"`` (or None, the same).
         **kwargs
             :class:`~onnx_recurrent.InferenceSession`'s keyword arguments
-            ``sess_options``, ``providers`` and ``host``; ``rtol`` and ``atol``, which
-            onnx's test runner passes for a case with its own tolerances, are accepted
-            and not used.
+            ``sess_options``, ``providers``, ``provider_options`` and ``host``;
+            ``rtol`` and ``atol``, which onnx's test runner passes for a case with its
+            own tolerances, are accepted and not used.
 
         Returns
         -------

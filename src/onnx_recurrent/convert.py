@@ -113,7 +113,7 @@ def run_layers(
     sequence_lens : (batch_size,) int32 ndarray, optional
         Valid lengths, as with a packed sequence: outputs past a length are zero and
         the final states are those at the last valid step.
-    output_sequence : bool
+    output_sequence : bool or {0, 1}
         If false, the last layer does not compute its sequence and ``Y`` is None.
 
     Returns
@@ -532,7 +532,7 @@ def from_keras(
         ``reset_after``, else ``(gates*hidden_size,)``; None for ``use_bias=False``.
     kind : {"gru", "lstm", "rnn"}
         Case-insensitive; ``"rnn"`` is ``SimpleRNN``.
-    reset_after : bool, optional
+    reset_after : bool or {0, 1}, optional
         GRU only; True (Keras' default) if absent. Becomes ``linear_before_reset``.
 
     Returns
@@ -551,7 +551,8 @@ def from_keras(
         An unknown ``kind``, ``reset_after`` for an LSTM or RNN, arrays whose shapes
         disagree (the message gives the expected shape).
     TypeError
-        A non-float array, or arrays of different dtypes; ``reset_after`` not a bool.
+        A non-float array, or arrays of different dtypes; ``reset_after`` other than a
+        bool, 0 or 1.
     """
     op = _keras_op(kind)
     reset_after = _reset_after(op, reset_after)
@@ -605,7 +606,7 @@ def to_keras(
         One direction (``direction="forward"``), ``W (1, G*H, I)``, ``R (1, G*H, H)``.
     kind : {"gru", "lstm", "rnn"}, optional
         If given, must be ``layer.op``.
-    reset_after : bool, optional
+    reset_after : bool or {0, 1}, optional
         GRU only; must be ``layer``'s ``linear_before_reset``, which it follows if
         absent.
 
@@ -626,7 +627,7 @@ def to_keras(
         peepholes (a non-zero ``P``); shapes that disagree; ``Wb + Rb`` past the
         dtype's range.
     TypeError
-        ``layer`` is not a Layer; ``reset_after`` is not a bool.
+        ``layer`` is not a Layer; ``reset_after`` other than a bool, 0 or 1.
     """
     if not isinstance(layer, Layer):
         raise RecurrentTypeError(f"layer must be a Layer, got {type(layer).__name__}")

@@ -18,7 +18,7 @@ import numpy as np
 
 from . import backends, threads
 from .cells import CELLS, COMMON_ATTRIBUTES, Weights
-from .errors import RecurrentError
+from .errors import RecurrentError, RecurrentTypeError
 from .scan import scan, threaded
 from .spec import (
     COMPUTE_DTYPE,
@@ -101,12 +101,17 @@ class Layer:
     ------
     ValueError
         (``onnx_recurrent.RecurrentError``) an unknown ``op`` or attribute, a bad
-        attribute value, weights whose shapes disagree (expected and actual in the
-        message), P for a GRU or RNN; ``ONNX_RECURRENT_NUM_THREADS`` set to what it
-        does not take (checked here, although only large calls read it).
+        attribute value of the right type (an unknown direction or activation,
+        ``clip <= 0``...; ``layout``, ``linear_before_reset`` or ``input_forget`` other
+        than 0 or 1, whatever its type), weights whose shapes disagree (expected and
+        actual in the message), P for a GRU or RNN;
+        ``ONNX_RECURRENT_NUM_THREADS`` set to what it does not take (checked here,
+        although only large calls read it).
     TypeError
         (``onnx_recurrent.RecurrentTypeError``) weights without a float dtype, or of
-        different dtypes.
+        different dtypes; ``attributes`` not a mapping; an attribute of another type
+        than the specification's (``hidden_size=5.0``, ``activations`` a string...: as
+        :func:`~onnx_recurrent.gru` lists them).
 
     Examples
     --------
@@ -128,6 +133,11 @@ class Layer:
         cell = CELLS.get(op) if isinstance(op, str) else None
         if cell is None:
             raise RecurrentError(f"Layer.op must be one of {sorted(CELLS)}, got {op!r}")
+        if attributes is not None and not isinstance(attributes, Mapping):
+            raise RecurrentTypeError(
+                "attributes must be a mapping (a dict) of attribute names to values, "
+                f"got {type(attributes).__name__}"
+            )
         # the caller's lists and arrays copied: a later change to them is not the layer's
         attributes = {k: _copied(v) for k, v in (attributes or {}).items()}
         allowed = set(COMMON_ATTRIBUTES) | set(cell.own_attributes)
@@ -325,7 +335,7 @@ class Layer:
         initial_h, initial_c : (num_directions, batch_size, hidden_size) ndarray, optional
             ``(batch_size, num_directions, hidden_size)`` if ``layout=1``; zeros if
             absent; ``initial_c`` for LSTM only.
-        output_sequence : bool
+        output_sequence : bool or {0, 1}
             If false, ``Y`` is neither computed nor stored and None is returned for it.
 
         Returns
@@ -341,7 +351,7 @@ class Layer:
             ``sequence_lens`` outside ``[0, seq_length]``), ``initial_c`` for a GRU or RNN.
         TypeError
             X or a state of another dtype than the layer's, non-integer lengths,
-            ``output_sequence`` not a bool.
+            ``output_sequence`` other than a bool, 0 or 1.
         """
         if output_sequence is not True and output_sequence is not False:
             output_sequence = check_bool("output_sequence", output_sequence)

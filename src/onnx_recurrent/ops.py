@@ -36,7 +36,7 @@ _COMMON_DOC = """
         Bounds the input of every gate activation to ``[-clip, clip]``; must be > 0.
     layout : {0, 1}
         1 swaps the first two axes of X, the initial states, Y and the final states.
-    output_sequence : bool
+    output_sequence : bool or {0, 1}
         If false, ``Y`` is neither computed nor stored and ``None`` is returned for it.
 """
 
@@ -45,15 +45,19 @@ _RAISES_DOC = """
     ------
     ValueError
         (``onnx_recurrent.RecurrentError``) a shape that disagrees with the others
-        (the message gives expected and actual), an unknown direction, layout or
-        activation, an activation list of the wrong length, ``clip <= 0``,
-        ``sequence_lens`` outside ``[0, seq_length]``, an input that is a ragged
-        nested list.
+        (the message gives expected and actual), an unknown direction or activation,
+        ``layout`` (and GRU's ``linear_before_reset``, LSTM's ``input_forget``) other
+        than 0 or 1, ``'1'`` and ``1.0`` included, an activation list of the wrong length,
+        ``clip <= 0``, ``sequence_lens`` outside ``[0, seq_length]``, an input that is
+        a ragged nested list; ``ONNX_RECURRENT_BACKEND`` set to an unknown backend.
     TypeError
         (``onnx_recurrent.RecurrentTypeError``) a non-float X, an input whose dtype
         differs from X's, ``sequence_lens`` not of an integer dtype, a masked array
-        (its mask would be ignored), an object NumPy cannot read as an array,
-        ``output_sequence`` not a bool.
+        (its mask would be ignored), an object NumPy cannot read as an array;
+        ``hidden_size`` not an integer (``6.0``, ``"6"``), ``direction`` not a string,
+        ``clip`` or an activation parameter that is not a number (``"1"``, ``True``),
+        ``activations``, ``activation_alpha`` or ``activation_beta`` not a list (a
+        string, a number); ``output_sequence`` other than a bool, 0 or 1.
 """
 
 
@@ -97,8 +101,8 @@ def _with_doc(doc: str):
         ``[Wb[zrh], Rb[zrh]]``; zeros if absent.
     initial_h : (num_directions, batch_size, hidden_size) ndarray, optional
         ``(batch_size, num_directions, hidden_size)`` if ``layout=1``; zeros if absent.
-    linear_before_reset : int
-        Non-zero: apply the reset gate after the linear transformation (PyTorch's GRU).
+    linear_before_reset : {0, 1}
+        1: apply the reset gate after the linear transformation (PyTorch's GRU).
 
     Returns
     -------
@@ -198,8 +202,8 @@ def rnn(
         ``(batch_size, num_directions, hidden_size)`` if ``layout=1``; zeros if absent.
     P : (num_directions, 3*hidden_size) ndarray, optional
         Peepholes ``[Pi, Po, Pf]``; zeros if absent.
-    input_forget : int
-        Non-zero couples the input and forget gates: ``ft = 1 - it``.
+    input_forget : {0, 1}
+        1 couples the input and forget gates: ``ft = 1 - it``.
 
     Returns
     -------

@@ -291,11 +291,19 @@ def as_float_array(name: str, value: Any) -> np.ndarray:
     return array
 
 
+def _shape_error(
+    name: str, array: np.ndarray, expected: tuple[int, ...], meaning: str
+) -> str | None:
+    """What :func:`_check_shape` says of ``array``, or None where its shape is right."""
+    if array.shape == expected:
+        return None
+    return f"{name} must have shape {list(expected)} {meaning}, got {list(array.shape)}"
+
+
 def _check_shape(name: str, array: np.ndarray, expected: tuple[int, ...], meaning: str) -> None:
-    if array.shape != expected:
-        raise RecurrentError(
-            f"{name} must have shape {list(expected)} {meaning}, got {list(array.shape)}"
-        )
+    message = _shape_error(name, array, expected, meaning)
+    if message is not None:
+        raise RecurrentError(message)
 
 
 def check_dtype(name: str, value: Any, dtype: np.dtype, owner: str) -> np.ndarray:
@@ -337,9 +345,16 @@ def check_weights(
     D, H, G = spec.num_directions, spec.hidden_size, spec.cell.n_gates
     W = check_dtype("W", W, dtype, owner)
     R = check_dtype("R", R, dtype, owner)
-    # R first: hidden_size is its last axis, so an R at odds with itself is named
-    _check_shape("R", R, (D, G * H, H), f"[num_directions, {G}*hidden_size, hidden_size]")
-    _check_shape("W", W, (D, G * H, input_size), f"[num_directions, {G}*hidden_size, input_size]")
+    w = _shape_error(
+        "W", W, (D, G * H, input_size), f"[num_directions, {G}*hidden_size, input_size]"
+    )
+    r = _shape_error("R", R, (D, G * H, H), f"[num_directions, {G}*hidden_size, hidden_size]")
+    # R alone where it is at odds with itself (hidden_size is its last axis, so W is not
+    # to blame); else each of W and R that is wrong, in the specification's order
+    if r and R.shape[1] != G * H:
+        raise RecurrentError(r)
+    if w or r:
+        raise RecurrentError("; ".join(m for m in (w, r) if m))
     if B is not None:
         B = check_dtype("B", B, dtype, owner)
         _check_shape("B", B, (D, 2 * G * H), f"[num_directions, {2 * G}*hidden_size]")
