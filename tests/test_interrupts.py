@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 
 import pytest
 
@@ -411,3 +412,69 @@ def test_a_call_without_a_watcher_runs_unwatched_and_leaves_ctrl_c_working(
         np.testing.assert_allclose(got[1], expected[1], atol=1e-5)
         assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     assert interrupts._pipe is None
+
+
+FIRST_COMPILE = textwrap.dedent(
+    """
+    import faulthandler, signal, sys, threading, time
+    faulthandler.dump_traceback_later(120, exit=True)  # a hang: stacks, exit 1
+    import numpy as np
+    import onnx_recurrent as orc
+
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((5, 2, 3), dtype=np.float32)
+    W = rng.standard_normal((1, 12, 3), dtype=np.float32)
+    R = rng.standard_normal((1, 12, 4), dtype=np.float32)
+    sent = []
+
+    def interrupt():  # Ctrl-C 1.5 s into the first call: its kernels compile (minutes)
+        time.sleep(1.5)
+        sent.append(time.monotonic())
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+
+    threading.Thread(target=interrupt, daemon=True).start()
+    try:
+        orc.gru(X, W, R)
+        print("not interrupted")
+    except KeyboardInterrupt:
+        print(f"interrupted after {time.monotonic() - sent[0]:.3f}")
+    """
+)
+
+
+def test_ctrl_c_during_the_first_compile_stops_the_call_at_once(tmp_path):
+    """The kernels compile on first use, a minute and more cold: Ctrl-C was held off
+    until the kernel being compiled was done (and a session's whole first compile under
+    the command line), or lost. The compile now runs on a thread of its own that the
+    main thread waits for: the interrupt arrives at once, and the process ends without
+    waiting for the compile (left to a daemon thread)."""
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "numba"))
+    env["XDG_CACHE_HOME"] = str(tmp_path / "cache")
+    done = subprocess.run(
+        [sys.executable, "-c", FIRST_COMPILE],
+        capture_output=True, text=True, env=env, timeout=150,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    said = done.stdout.split()
+    assert said[:2] == ["interrupted", "after"], done.stdout
+    assert float(said[2]) < 1.0
+    assert "Fatal" not in done.stderr
+
+
+def test_compiling_holds_the_lock_in_the_callers_context_and_hands_back_errors():
+    from onnx_recurrent import backends, threads
+
+    def inside():
+        return threads.COMPILING._is_owned(), backends._chosen.get()
+
+    with backends.use("numpy"):
+        assert threads.compiling(inside) == (True, "numpy")
+    assert not threads.COMPILING._is_owned()
+
+    def fails():
+        raise ValueError("the compile's own error")
+
+    with pytest.raises(ValueError, match="the compile's own error"):
+        threads.compiling(fails)
+    with threads.COMPILING:  # held here already: on this thread
+        assert threads.compiling(lambda: threading.current_thread()) is (threading.main_thread())

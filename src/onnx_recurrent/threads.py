@@ -25,6 +25,7 @@ threads block on a condition (no CPU used). :func:`run` is the one way in:
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import logging  # noqa: F401 (before COMPILING's fork hook: see there)
 import os
 import re
@@ -33,9 +34,12 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import nullcontext
+from typing import Any, TypeVar
 
 from . import affinity, quota
 from .errors import RecurrentError
+
+T = TypeVar("T")
 
 #: the environment variable that sets the threads of one call
 ENV = "ONNX_RECURRENT_NUM_THREADS"
@@ -49,11 +53,11 @@ MAX_THREADS = 4096
 def num_threads() -> int:
     """Threads for one call.
 
-    ``ONNX_RECURRENT_NUM_THREADS`` if set (a positive integer; set but empty counts as
-    unset), else the CPUs this process may run on (its affinity), or its cgroup's CPU
-    quota rounded up where that is smaller (a container's ``--cpus``: cgroup v2
-    ``cpu.max``, v1 ``cpu.cfs_quota_us`` over ``cpu.cfs_period_us``, read once per
-    process; :mod:`onnx_recurrent.quota`).
+    ``ONNX_RECURRENT_NUM_THREADS`` if set (a positive integer, spaces around it
+    ignored; set but empty or blank counts as unset), else the CPUs this process may
+    run on (its affinity), or its cgroup's CPU quota rounded up where that is smaller
+    (a container's ``--cpus``: cgroup v2 ``cpu.max``, v1 ``cpu.cfs_quota_us`` over
+    ``cpu.cfs_period_us``, read once per process; :mod:`onnx_recurrent.quota`).
 
     Returns
     -------
@@ -274,6 +278,50 @@ if hasattr(os, "register_at_fork"):
         after_in_parent=COMPILING.release,
         after_in_child=COMPILING.release,
     )
+
+
+def compiling(work: Callable[[], T]) -> T:
+    """``work()`` (a compile, a cache load, an import of the kernels) holding
+    :data:`COMPILING`, where Ctrl-C cannot stop it half-way (an interrupt inside
+    numba's compiler can leave its lock held, and a pool thread waiting for that lock
+    hangs the process).
+
+    On the main thread, where it does not hold :data:`COMPILING` already, ``work``
+    runs on a thread of its own (in a copy of this context) that the main thread
+    waits for: Ctrl-C raises ``KeyboardInterrupt`` at once (a first compile takes up
+    to a minute a kernel; it was held off until then) while ``work`` ends and is kept
+    in the background (a daemon thread: an exit does not wait for it). Elsewhere,
+    inside such work, or where no thread can be started, on this thread with Ctrl-C
+    held off until it ends (:func:`interrupts_held`).
+    """
+    main = threading.current_thread() is threading.main_thread()
+    if main and not COMPILING._is_owned():  # type: ignore[attr-defined]
+        done: list[tuple[bool, Any]] = []
+        context = contextvars.copy_context()
+
+        def run() -> None:
+            try:
+                if hasattr(signal, "pthread_sigmask"):  # Ctrl-C to the main thread
+                    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+                with COMPILING:
+                    done.append((True, context.run(work)))
+            except BaseException as e:  # the caller's
+                done.append((False, e))
+
+        thread = threading.Thread(target=run, name="onnx-recurrent-compile", daemon=True)
+        try:
+            thread.start()
+        except RuntimeError:  # no thread to be had (a limit): on this one
+            pass
+        else:
+            while thread.is_alive():  # Ctrl-C: KeyboardInterrupt here; a timeout, so
+                thread.join(0.1)  # that it is seen wherever the signal landed
+            ok, value = done[0]
+            if not ok:
+                raise value
+            return value
+    with COMPILING, interrupts_held():
+        return work()
 
 
 def run(

@@ -30,7 +30,6 @@ from .. import threads
 from ..cells import Weights
 from ..errors import RecurrentError
 from ..spec import RecSpec
-from ..threads import interrupts_held
 
 NAMES = ("numpy", "numba")
 _chosen: contextvars.ContextVar[str | None] = contextvars.ContextVar("backend", default=None)
@@ -96,8 +95,7 @@ def _load(name: str) -> Backend | str:
     """The backend, or why it cannot be loaded."""
     try:
         # an import stopped half-way fails again later; a fork waits for it to end
-        with threads.COMPILING, interrupts_held():
-            module = importlib.import_module(f".{name}_backend", __name__)
+        module = threads.compiling(lambda: importlib.import_module(f".{name}_backend", __name__))
     except ImportError as e:
         return f"{name} cannot be imported ({e})"
     return module.BACKEND

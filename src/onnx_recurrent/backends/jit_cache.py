@@ -16,11 +16,12 @@ directory of the decorated functions' source, on the first function decorated:
 3. else no cache, with one :class:`CompileCacheWarning` naming the directories tried.
 
 It also owns when compiling happens. The kernels that Python calls (the *entries*)
-are compiled or loaded by :func:`prepare`, on the thread that prepares a layer, with
-Ctrl-C held off for the compile (an interrupt inside numba's compiler can leave its
-lock held, and a pool thread waiting for that lock hangs the process) and delivered
-right after; afterwards an entry converts its arguments to a prepared signature and
-never compiles on a call's path.
+are compiled or loaded by :func:`prepare` when a layer is prepared, out of Ctrl-C's
+reach (an interrupt inside numba's compiler can leave its lock held, and a pool
+thread waiting for that lock hangs the process): on the main thread, on a thread of
+its own that the main thread waits for, so that Ctrl-C stops the wait at once
+(:func:`~onnx_recurrent.threads.compiling`); afterwards an entry converts its
+arguments to a prepared signature and never compiles on a call's path.
 """
 
 from __future__ import annotations
@@ -36,8 +37,7 @@ from typing import TYPE_CHECKING, Any
 import numba
 from numba.core import caching, config
 
-from .. import threads
-from ..threads import interrupts_held
+from ..threads import compiling
 from .cache_dirs import CompileCacheWarning, first_usable
 
 if TYPE_CHECKING:
@@ -56,7 +56,6 @@ __all__ = [
 
 
 _lock = threading.Lock()
-_preparing = threads.COMPILING  # a fork waits for a compile to end
 #: source directory -> cache root of ours ("" for numba's own choice, None for no cache)
 _cache_roots: dict[str, str | None] = {}
 _warned = False
@@ -83,18 +82,20 @@ def jit(**options) -> Callable:
 
 def cfunc(signature, func: Callable, **options):
     """``numba.cfunc(signature, cache=True, **options)(func)`` with the cache of
-    :func:`jit` (compiled or loaded now, on this thread, interrupts held off)."""
-    with _preparing, interrupts_held():
-        return _cached_compile(lambda **o: numba.cfunc(signature, **o), func, options)
+    :func:`jit` (compiled or loaded now, out of Ctrl-C's reach:
+    :func:`~onnx_recurrent.threads.compiling`)."""
+    return compiling(
+        lambda: _cached_compile(lambda **o: numba.cfunc(signature, **o), func, options)
+    )
 
 
 def cfunc_code(signature, func: Callable, **options) -> tuple[str, str]:
     """The LLVM IR (callees linked in) and the symbol of ``numba.cfunc(signature,
     **options)(func)``, compiled now, not loaded from numba's cache (whose code cannot
-    be read back), on this thread with interrupts held off; its callees come from
-    the cache (:mod:`.native_code` keeps the result as machine code)."""
-    with _preparing, interrupts_held():
-        compiled = numba.cfunc(signature, cache=False, **options)(func)
+    be read back), out of Ctrl-C's reach (:func:`~onnx_recurrent.threads.compiling`);
+    its callees come from the cache (:mod:`.native_code` keeps the result as machine
+    code)."""
+    compiled = compiling(lambda: numba.cfunc(signature, cache=False, **options)(func))
     return compiled.inspect_llvm(), compiled.native_name
 
 
@@ -139,7 +140,7 @@ def numba_cache_dir(root: str | None) -> Iterator[None]:
 
 def prepare(dispatcher, signature: tuple) -> None:
     """Compile (or load from the cache) ``dispatcher`` for the argument types
-    ``signature``, on this thread with interrupts held off (:func:`interrupts_held`);
+    ``signature``, out of Ctrl-C's reach (:func:`~onnx_recurrent.threads.compiling`);
     from then on the dispatcher compiles nothing at call time: arguments of other
     types are converted to a prepared signature (an array to an ``'A'`` or read-only
     one), and a call that matches none raises TypeError.
@@ -157,24 +158,30 @@ def prepare(dispatcher, signature: tuple) -> None:
     if signature in dispatcher.signatures:
         _prepared.add((dispatcher, signature))
         return
-    with _preparing, interrupts_held():
-        dispatcher.disable_compile(False)  # numba's switch for compiling at call time
-        try:
-            try:
-                dispatcher.compile(signature)
-            except Exception as e:
-                if isinstance(dispatcher._cache, caching.NullCache):
-                    raise
-                # a cache file cut short (a process killed while writing it, a full
-                # disk) or one that cannot be written: numba raises EOFError, an
-                # unpickling error or OSError, in every process. Compiled without it.
-                dispatcher._cache = caching.NullCache()
-                _warn_fault(dispatcher, e)
-                dispatcher.compile(signature)
-        finally:
-            if dispatcher.signatures:  # numba asserts there is one (it hid the error)
-                dispatcher.disable_compile(True)
+    compiling(lambda: _compile(dispatcher, signature))
+
+
+def _compile(dispatcher, signature: tuple) -> None:
+    if signature in dispatcher.signatures:  # since the check, by a call Ctrl-C stopped
         _prepared.add((dispatcher, signature))
+        return
+    dispatcher.disable_compile(False)  # numba's switch for compiling at call time
+    try:
+        try:
+            dispatcher.compile(signature)
+        except Exception as e:
+            if isinstance(dispatcher._cache, caching.NullCache):
+                raise
+            # a cache file cut short (a process killed while writing it, a full
+            # disk) or one that cannot be written: numba raises EOFError, an
+            # unpickling error or OSError, in every process. Compiled without it.
+            dispatcher._cache = caching.NullCache()
+            _warn_fault(dispatcher, e)
+            dispatcher.compile(signature)
+    finally:
+        if dispatcher.signatures:  # numba asserts there is one (it hid the error)
+            dispatcher.disable_compile(True)
+    _prepared.add((dispatcher, signature))
 
 
 def cache_state() -> tuple[bool, str | None]:

@@ -46,7 +46,6 @@ _DECLARE = re.compile(
     r'^declare (?P<head>.*?)@(?P<name>"[^"]+"|[\w.$]+)\((?P<args>.*)\)(?P<tail>.*)$'
 )
 
-_lock = threads.COMPILING  # a fork waits for a load or build to end
 _loaded: dict[str, int] = {}  # name -> address, for this process
 _warned = False
 
@@ -67,11 +66,15 @@ def address(name: str, build: Callable[[], tuple[str, str]]) -> int:
         The IR raises or allocates through numba's runtime, or the object cannot be
         loaded.
     """
-    with _lock:
+
+    def work() -> int:  # a fork waits for a load or build to end
         found = _loaded.get(name)
         if found is None:
             found = _loaded[name] = _load_or_build(name, build)
         return found
+
+    found = _loaded.get(name)
+    return found if found is not None else threads.compiling(work)
 
 
 def _load_or_build(name: str, build: Callable[[], tuple[str, str]]) -> int:

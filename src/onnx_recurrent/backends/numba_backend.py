@@ -805,10 +805,14 @@ class NumbaBackend:
 
     def prepare(self, spec, w, acts, dtype, shares=1) -> None:
         """Everything a call of one direction (weights ``w``, activations ``acts``) in
-        ``dtype`` on ``shares`` shares will run, made and compiled now, on this thread
-        (never in a pool thread, nor on a later call's path)."""
+        ``dtype`` on ``shares`` shares will run, made and compiled now
+        (:func:`~onnx_recurrent.threads.compiling`; never in a pool thread, nor on a
+        later call's path)."""
         dt = np.dtype(dtype)
-        with threads.COMPILING:  # a fork waits for it (the child would hang in its locks)
+        if dt in self._prepared and plans.made(w, dt, shares):
+            return  # made before (a large call's path: no thread started)
+
+        def work() -> None:  # a fork waits for it (the child would hang in its locks)
             plans.get(spec, w, acts, dt, shares)
             if dt not in self._prepared:
                 from .node import prepare_layer, prepare_unit
@@ -818,6 +822,8 @@ class NumbaBackend:
                 prepare_layer(dt)  # a small call's and a unit's compiled entries
                 prepare_unit(dt)
                 self._prepared.add(dt)
+
+        threads.compiling(work)
 
     def shares(self, spec, rows, dtype, shares, input_size=None) -> Shares:
         """Buffers for ``shares`` shares of the hidden units of ``rows`` rows

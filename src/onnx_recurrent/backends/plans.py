@@ -87,6 +87,11 @@ class Plan:
         self.nbytes = sum(arrays[n].nbytes for n in held)
 
 
+def made(w, dt: np.dtype, shares: int) -> bool:
+    """Whether :func:`get` has made that plan already (nothing to compile or measure)."""
+    return ("plan", np.dtype(dt), shares) in w.derived
+
+
 def get(spec, w, acts: tuple, dt: np.dtype, shares: int) -> Plan:
     """The :class:`Plan` of one direction's prepared weights ``w`` (activations
     ``acts``) in ``dt`` cut into ``shares`` shares of hidden units, made once (kept

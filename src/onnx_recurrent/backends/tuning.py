@@ -37,6 +37,7 @@ from pathlib import Path
 import llvmlite
 import llvmlite.binding as ll
 
+from .. import threads
 from ..errors import RecurrentError
 from .cache_dirs import CompileCacheWarning, first_usable, read_regular, write_atomic
 
@@ -99,22 +100,34 @@ def planned(names: tuple[str, ...], measure: Callable[[], dict[str, int]]) -> di
         variable, the value and what it accepts.
     """
     given, again = _environment()
+    if all(n in given for n in names):
+        return {n: given[n] for n in names}
+
+    def due(kept: dict[str, int]) -> bool:
+        return (again and not _measured.issuperset(names)) or not all(n in kept for n in names)
+
+    def plan() -> dict[str, int]:
+        with _lock:  # measured by one thread: the lock taken where it measures
+            kept = _read()
+            if due(kept):
+                started = time.perf_counter()
+                values = measure()
+                _measured.update(names)
+                kept |= {n: int(values[n]) for n in names}
+                _write(kept)
+                _log.info(
+                    "onnx-recurrent: planned %s for this CPU in %.1f s",
+                    ", ".join(f"{n}={values[n]}" for n in names),
+                    time.perf_counter() - started,
+                )
+            return {n: given.get(n, kept[n]) for n in names}
+
     with _lock:
         kept = _read()
-        if all(n in given for n in names):
-            return {n: given[n] for n in names}
-        if (again and not _measured.issuperset(names)) or not all(n in kept for n in names):
-            started = time.perf_counter()
-            values = measure()
-            _measured.update(names)
-            kept |= {n: int(values[n]) for n in names}
-            _write(kept)
-            _log.info(
-                "onnx-recurrent: planned %s for this CPU in %.1f s",
-                ", ".join(f"{n}={values[n]}" for n in names),
-                time.perf_counter() - started,
-            )
-        return {n: given.get(n, kept[n]) for n in names}
+        if not due(kept):
+            return {n: given.get(n, kept[n]) for n in names}
+    # measuring compiles and runs kernels: out of Ctrl-C's reach, as a compile
+    return threads.compiling(plan)
 
 
 def state() -> tuple[bool, str | None]:
