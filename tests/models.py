@@ -38,3 +38,29 @@ def random_inputs(
             feeds["initial_c"] = r(D, N, H, scale=1.0)
             feeds["P"] = r(D, 3 * H)
     return feeds
+
+
+def over_constants_model(nodes, output: str, N: int = 2, I: int = 4, H: int = 3):
+    """A model of ``nodes`` with the constants ``X1 [4, N, 2]``, ``W1``, ``R1`` (a GRU
+    of hidden size H over X1, computed from initializers only) and ``W``, ``R`` (a GRU
+    over the input ``X [T, N, I]``); one output ``output``. Returns the model and a
+    seeded generator for the feeds."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(5)
+    constants = {
+        "X1": (rng.standard_normal((4, N, 2)) * 3).astype(np.float32),
+        "W1": (rng.standard_normal((1, 3 * H, 2)) * 1.5).astype(np.float32),
+        "R1": (rng.standard_normal((1, 3 * H, H)) * 0.5).astype(np.float32),
+        "W": rng.uniform(-0.5, 0.5, (1, 3 * H, I)).astype(np.float32),
+        "R": rng.uniform(-0.5, 0.5, (1, 3 * H, H)).astype(np.float32),
+    }
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["T", N, I])],
+        [helper.make_tensor_value_info(output, TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(a, n) for n, a in constants.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+    return model, rng

@@ -25,7 +25,7 @@ from onnx import TensorProto, helper, numpy_helper
 import onnx_recurrent as orc
 from onnx_recurrent import RecurrentError, RecurrentTypeError
 
-from models import node_model, random_inputs
+from models import node_model, over_constants_model, random_inputs
 
 HAS_ORT = importlib.util.find_spec("onnxruntime") is not None
 
@@ -599,27 +599,12 @@ def test_a_recurrent_node_over_constants_is_folded_by_ours(host, first):
 
 def test_a_learned_initial_state_computed_by_a_recurrent_node_streams_right(host):
     # the same folding gave StreamingSession's first chunk a state 0.45 off
-    rng = np.random.default_rng(5)
     N, I, H = 2, 4, 3
-    constants = {
-        "X1": (rng.standard_normal((4, N, 2)) * 3).astype(np.float32),
-        "W1": (rng.standard_normal((1, 3 * H, 2)) * 1.5).astype(np.float32),
-        "R1": (rng.standard_normal((1, 3 * H, H)) * 0.5).astype(np.float32),
-        "W": rng.uniform(-0.5, 0.5, (1, 3 * H, I)).astype(np.float32),
-        "R": rng.uniform(-0.5, 0.5, (1, 3 * H, H)).astype(np.float32),
-    }
     nodes = [
         helper.make_node("GRU", ["X1", "W1", "R1"], ["", "h0"], hidden_size=H, clip=0.2),
         helper.make_node("GRU", ["X", "W", "R", "", "", "h0"], ["Y", ""], hidden_size=H),
     ]
-    graph = helper.make_graph(
-        nodes,
-        "g",
-        [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["T", N, I])],
-        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)],
-        [numpy_helper.from_array(a, n) for n, a in constants.items()],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)], ir_version=8)
+    model, rng = over_constants_model(nodes, "Y", N, I, H)
     X = rng.standard_normal((6, N, I)).astype(np.float32)
     whole = _session(model, host).run(None, {"X": X})[0]
     stream = orc.StreamingSession(model, host=host)

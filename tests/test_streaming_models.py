@@ -20,7 +20,7 @@ from onnx import TensorProto, helper, numpy_helper
 import onnx_recurrent as orc
 from onnx_recurrent.runtime.streaming import StreamingSession, expose_states
 
-from models import node_model, random_inputs
+from models import node_model, over_constants_model, random_inputs
 
 DATA = Path(__file__).parent / "data"
 TOLERANCE = 1e-5
@@ -572,28 +572,13 @@ def test_a_node_over_constants_only_is_not_carried(host):
     """A GRU over a constant X (a context encoder) added to the streamed GRU's output:
     its state was carried too, so it ran on from its own last state (0.25 off from the
     second chunk). It gives the same on every chunk: left as it is."""
-    rng = np.random.default_rng(5)
     N, I, H = 2, 4, 3
-    constants = {
-        "X1": (rng.standard_normal((4, N, 2)) * 3).astype(np.float32),
-        "W1": (rng.standard_normal((1, 3 * H, 2)) * 1.5).astype(np.float32),
-        "R1": (rng.standard_normal((1, 3 * H, H)) * 0.5).astype(np.float32),
-        "W": rng.uniform(-0.5, 0.5, (1, 3 * H, I)).astype(np.float32),
-        "R": rng.uniform(-0.5, 0.5, (1, 3 * H, H)).astype(np.float32),
-    }
     nodes = [
         helper.make_node("GRU", ["X1", "W1", "R1"], ["", "context"], name="g0", hidden_size=H),
         helper.make_node("GRU", ["X", "W", "R"], ["Y", ""], name="g1", hidden_size=H),
         helper.make_node("Add", ["Y", "context"], ["out"]),
     ]
-    graph = helper.make_graph(
-        nodes,
-        "g",
-        [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["T", N, I])],
-        [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)],
-        [numpy_helper.from_array(a, n) for n, a in constants.items()],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+    model, rng = over_constants_model(nodes, "out", N, I, H)
     X = rng.standard_normal((12, N, I)).astype(np.float32)
     whole = orc.InferenceSession(model, host=host).run(None, {"X": X})[0]
     session = StreamingSession(model, host=host)
