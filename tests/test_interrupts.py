@@ -465,11 +465,11 @@ def test_compiling_holds_the_lock_in_the_callers_context_and_hands_back_errors()
     from onnx_recurrent import backends, threads
 
     def inside():
-        return threads.COMPILING._is_owned(), backends._chosen.get()
+        return threads.COMPILING.held(), backends._chosen.get()
 
     with backends.use("numpy"):
         assert threads.compiling(inside) == (True, "numpy")
-    assert not threads.COMPILING._is_owned()
+    assert not threads.COMPILING.held()
 
     def fails():
         raise ValueError("the compile's own error")

@@ -263,12 +263,39 @@ def _after_fork_in_child() -> None:
     _pool = _Pool()
 
 
-#: held while the kernels compile or a backend is imported (:mod:`.backends.jit_cache`,
-#: :mod:`.backends`, :mod:`.runtime.hosts`): a fork waits for it, as the child would
-#: wait forever for the locks that thread held (numba's compiler lock, a module's
-#: import lock). Its hook is registered after logging's, so that it runs before it: the
-#: compiling thread may need logging's lock, which logging's own hook takes
-COMPILING = threading.RLock()
+class _HeldLock:
+    """A reentrant lock that tells whether this thread holds it (:meth:`held`)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._depth = threading.local()
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        got = self._lock.acquire(blocking, timeout)
+        if got:
+            self._depth.count = getattr(self._depth, "count", 0) + 1
+        return got
+
+    def release(self) -> None:
+        self._depth.count -= 1
+        self._lock.release()
+
+    def held(self) -> bool:
+        return getattr(self._depth, "count", 0) > 0
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+#: held while the kernels compile or a backend is imported (:func:`compiling`,
+#: :mod:`.runtime.hosts`): a fork waits for it, as the child would wait forever for
+#: the locks that thread held (numba's compiler lock, a module's import lock). Its
+#: hook is registered after logging's, so that it runs before it: the compiling
+#: thread may need logging's lock, which logging's own hook takes
+COMPILING = _HeldLock()
 
 
 if hasattr(os, "register_at_fork"):
@@ -295,7 +322,7 @@ def compiling(work: Callable[[], T]) -> T:
     held off until it ends (:func:`interrupts_held`).
     """
     main = threading.current_thread() is threading.main_thread()
-    if main and not COMPILING._is_owned():  # type: ignore[attr-defined]
+    if main and not COMPILING.held():
         done: list[tuple[bool, Any]] = []
         context = contextvars.copy_context()
 
