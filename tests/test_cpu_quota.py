@@ -467,3 +467,75 @@ def test_real_cgroup_v1_quota_of_one_cpu():
     files = {"cpu.cfs_period_us": "100000", "cpu.cfs_quota_us": "100000"}
     with _cgroup(mount, files) as directory:
         assert _child_in(directory) == "1.0 1"
+
+
+# --- an affinity mask narrower than the machine (taskset) ----------------------------
+
+
+@pytest.mark.parametrize("usable, expected", [(2, 2), (16, 0)])
+def test_onnxruntime_intra_op_threads_get_a_narrower_affinity_mask(
+    monkeypatch, model, usable, expected
+):
+    # onnxruntime's default pool sizes itself from the machine and pins its threads to
+    # the machine's cores, outside the mask: the host and the bench's peer give it the
+    # mask's CPUs instead (0 where the mask is the whole machine: its own default)
+    _ort, host = _onnxruntime()
+    from onnx_recurrent.tools.check.peers import onnxruntime_options
+
+    monkeypatch.delenv(host.ORT_THREADS_ENV, raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+    monkeypatch.setattr(threads, "_usable_cpus", lambda: usable)
+    monkeypatch.setattr(quota, "cpus", lambda: None)
+    assert threads.confined_pool_size() == expected
+    assert _host_options(model).intra_op_num_threads == expected
+    assert onnxruntime_options().intra_op_num_threads == expected
+    assert onnxruntime_options(3).intra_op_num_threads == 3
+
+
+MASKED_CHILD = """
+import glob, os, sys, time
+
+mask = {min(os.sched_getaffinity(0))}
+os.sched_setaffinity(0, mask)  # before any import starts a thread (OpenBLAS's)
+from models import node_model, random_inputs
+import onnx_recurrent as orc
+from onnx_recurrent.tools.check.peers import onnxruntime_session
+
+inputs = random_inputs("GRU", T=5, N=2, I=4, H=8)
+model = node_model("GRU", inputs, {"hidden_size": 8}, constants=["W", "R", "B"])
+feeds = {k: v for k, v in inputs.items() if k not in ("W", "R", "B")}
+if sys.argv[1] == "host":
+    orc.InferenceSession(model, host="onnxruntime").run(None, feeds)
+else:
+    onnxruntime_session(model).run(None, feeds)
+outside = set()
+for _ in range(20):  # a new pool thread pins itself once it runs: watch for a while
+    time.sleep(0.05)
+    for task in glob.glob(f"/proc/{os.getpid()}/task/*/status"):
+        allowed = next(l for l in open(task) if l.startswith("Cpus_allowed_list"))
+        cpus = set()
+        for part in allowed.split(":")[1].strip().split(","):
+            a, _, b = part.partition("-")
+            cpus.update(range(int(a), int(b or a) + 1))
+        if not cpus <= mask:
+            outside.add(allowed.strip())
+print(sorted(outside))
+"""
+
+
+@pytest.mark.skipif(
+    not hasattr(os, "sched_setaffinity") or (os.cpu_count() or 1) < 2, reason="one CPU"
+)
+@pytest.mark.parametrize("face", ["host", "bench peer"])
+def test_onnxruntime_threads_stay_within_a_narrower_affinity_mask(face):
+    # onnxruntime's default pool pins a thread to each physical core of the machine:
+    # under taskset the host's sessions and the bench's peer ran outside the mask
+    _onnxruntime()
+    env = {k: v for k, v in os.environ.items() if k != "ORT_INTRA_OP_NUM_THREADS"}
+    env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(__file__), env.get("PYTHONPATH", "")])
+    run = subprocess.run(
+        [sys.executable, "-c", MASKED_CHILD, face.split()[0]],
+        capture_output=True, text=True, env=env, timeout=TIMEOUT * 5,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "[]", run.stdout

@@ -132,6 +132,26 @@ def interrupts_held() -> Iterator[None]:
             signal.raise_signal(signal.SIGINT)  # handled at the next bytecode
 
 
+def confined_pool_size() -> int:
+    """Threads to give a thread pool that sizes itself from the whole machine, so that
+    it keeps to the CPUs this process may use (onnxruntime's intra-op pool).
+
+    onnxruntime's default pool has one thread per physical core of the machine and
+    pins each to its own core, outside a narrower affinity mask (``taskset``; measured
+    with onnxruntime 1.32: under a mask of 2 of 16 CPUs its threads ran on all 16), and
+    it ignores a cgroup's CPU quota.
+
+    Returns
+    -------
+    int
+        The default threads of one call (:func:`_cpus`: the affinity mask, fewer under
+        a CPU quota) where those are fewer than the machine's CPUs; else 0 (the pool's
+        own default).
+    """
+    cpus = _cpus()
+    return cpus if cpus < max(os.cpu_count() or 1, _usable_cpus()) else 0
+
+
 def _cpus() -> int:
     """The default threads of one call: the CPUs this process may run on
     (:func:`_usable_cpus`), fewer where its cgroup's CPU quota allows less time

@@ -355,7 +355,7 @@ def _session_options(sess_options):
         count = _intra_op_num_threads()
         if count:
             options.intra_op_num_threads = count
-            key += (("intra_op_num_threads (CPU quota)", str(count)),)
+            key += (("intra_op_num_threads (CPUs of this process)", str(count)),)
     # a node's Python path runs on the thread that called run (errors are per thread)
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     with _setup_lock:
@@ -371,23 +371,23 @@ def _session_options(sess_options):
 def _intra_op_num_threads() -> int:
     """onnxruntime's intra-op threads under this host where the caller sets none.
 
-    onnxruntime sizes its pool from the CPUs the process may run on (one thread per
-    physical core) and ignores a cgroup's CPU quota: in a container with less CPU time
-    than CPUs, its threads wait for each other at every parallel step.
+    onnxruntime sizes its pool from the machine (one thread per physical core, each
+    pinned to its core, outside a narrower affinity mask such as ``taskset``'s) and
+    ignores a cgroup's CPU quota: in a container with less CPU time than CPUs, its
+    threads wait for each other at every parallel step.
 
     Returns
     -------
     int
         The default threads of onnx-recurrent's own calls (the CPUs the process may
-        run on, fewer under a CPU quota: :func:`onnx_recurrent.quota.cpus`) where the
-        quota makes them fewer than those CPUs; else 0 (onnxruntime's own default,
-        unchanged), and 0 where ``ORT_INTRA_OP_NUM_THREADS`` is set (onnxruntime
-        sizes its default pool from it).
+        run on, fewer under a CPU quota) where those are fewer than the machine's
+        (:func:`onnx_recurrent.threads.confined_pool_size`); else 0 (onnxruntime's own
+        default, unchanged), and 0 where ``ORT_INTRA_OP_NUM_THREADS`` is set
+        (onnxruntime sizes its default pool from it).
     """
     if os.environ.get(ORT_THREADS_ENV, "").strip():
         return 0
-    cpus = threads._cpus()
-    return cpus if cpus < threads._usable_cpus() else 0
+    return threads.confined_pool_size()
 
 
 #: the host's SessionOptions by the caller's settings copied (:func:`_copy_options`;

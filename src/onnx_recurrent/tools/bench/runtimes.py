@@ -245,6 +245,11 @@ class OnnxRuntime(Runtime):
             if n
             else f"intra_op_num_threads default (0: one per physical core, {physical_cores()})"
         )
+        if n and not self.threads:
+            threads += (
+                f" (the CPUs of this process: its default, one thread per physical core "
+                f"of the machine ({physical_cores()}), would run threads outside them)"
+            )
         return f"onnxruntime {ort.__version__} CPUExecutionProvider, {threads}"
 
 

@@ -18,7 +18,7 @@ import onnx
 
 def onnxruntime_session(model: onnx.ModelProto, threads: int | None = None) -> Any:
     """An ``onnxruntime.InferenceSession`` on ``model`` (CPU), its errors raised, not
-    logged; ``threads`` intra-op threads (None: its default)."""
+    logged; ``threads`` intra-op threads (None: :func:`onnxruntime_options`'s)."""
     import onnxruntime as ort
 
     return ort.InferenceSession(
@@ -27,13 +27,19 @@ def onnxruntime_session(model: onnx.ModelProto, threads: int | None = None) -> A
 
 
 def onnxruntime_options(threads: int | None = None) -> Any:
-    """The session options of :func:`onnxruntime_session`."""
+    """The session options of :func:`onnxruntime_session`: ``threads`` intra-op
+    threads; None: onnxruntime's default, or this process's CPUs where they are fewer
+    than the machine's (its default pool would pin threads to the machine's other
+    cores, outside ``taskset``'s mask: :func:`onnx_recurrent.threads.confined_pool_size`)."""
     import onnxruntime as ort
+
+    from ...threads import confined_pool_size
 
     options = ort.SessionOptions()
     options.log_severity_level = 4  # its errors are reported in the tables, not logged
-    if threads:
-        options.intra_op_num_threads = threads
+    count = threads or confined_pool_size()
+    if count:
+        options.intra_op_num_threads = count
     return options
 
 
