@@ -306,6 +306,44 @@ def test_sibling_branches_with_the_same_names_compute_their_own_nodes(host):
         np.testing.assert_allclose(got, want, atol=1e-5, err_msg=str(c))
 
 
+@pytest.mark.parametrize("host", HOSTS)
+def test_every_mend_of_the_hosted_model_at_once_leaves_the_callers_proto(host):
+    # repeated initializers, names repeated across branches and shapeless branch
+    # outputs are mended in one copy of the model, never in the caller's
+    from onnx import TensorProto, helper, numpy_helper
+
+    from onnx_recurrent.runtime import graph
+
+    gru = random_inputs("GRU", T=4, N=2, I=3, H=5, D=1)
+    other_w = (gru["W"] * -2).astype(np.float32)
+    branches = [
+        (
+            helper.make_node("GRU", ["X", "W", "R"], ["Y", "Yh"], hidden_size=5),
+            [numpy_helper.from_array(w_, "W")],
+        )
+        for w_ in (gru["W"], other_w)
+    ]
+    x = helper.make_tensor_value_info("X", TensorProto.FLOAT, [4, 2, 3])
+    R = [numpy_helper.from_array(r, "R") for r in (gru["R"], -gru["R"])]  # the first counts
+    model = _if_model(branches, [x], R)
+    before = model.SerializeToString()
+    mended = graph.hosted(model)
+    assert model.SerializeToString() == before
+    assert [t.name for t in mended.graph.initializer] == ["R"]
+    branch_w = [t.name for b in graph.all_graphs(mended.graph)[1:] for t in b.initializer]
+    assert len(set(branch_w)) == 2, branch_w
+    shapes = [
+        b.output[0].type.tensor_type.HasField("shape") for b in graph.all_graphs(mended.graph)[1:]
+    ]
+    assert shapes == [True, True]
+    session = orc.InferenceSession(model, host=host)
+    for c, w_ in ((True, gru["W"]), (False, other_w)):
+        got = session.run(None, {"X": gru["X"], "c": np.array(c)})[0]
+        want = gru_ref(gru["X"], w_, gru["R"], hidden_size=5)[1]
+        np.testing.assert_allclose(got, want, atol=1e-5, err_msg=str(c))
+    assert model.SerializeToString() == before
+
+
 def test_a_local_function_without_onnx_inliner_is_a_clear_error(monkeypatch):
     import sys
 

@@ -15,7 +15,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -269,7 +269,24 @@ def hosted(model: onnx.ModelProto) -> onnx.ModelProto:
       it, as onnxruntime infers it for itself: a ``Loop`` of zero iterations gives its
       scan output that shape (a recurrent node's output has none under either host).
     """
-    model = _first_initializers(with_functions_inlined(model))
+    given = model
+    model = with_functions_inlined(model)  # a new proto where it inlines anything
+
+    def own() -> onnx.ModelProto:
+        """The model to change: the caller's copied, once."""
+        nonlocal model
+        if model is given:
+            copy = onnx.ModelProto()
+            copy.CopyFrom(given)
+            model = copy
+        return model
+
+    if any(_repeats_initializers(g) for g in all_graphs(model.graph)):
+        for graph in all_graphs(own().graph):
+            if _repeats_initializers(graph):  # onnxruntime takes the first
+                first = list(initializer_tensors(graph, set()).values())
+                del graph.initializer[:]
+                graph.initializer.extend(first)
     seen: set[str] = set()
     repeated = False
     for graph in all_graphs(model.graph):
@@ -277,35 +294,22 @@ def hosted(model: onnx.ModelProto) -> onnx.ModelProto:
             repeated |= name in seen
             seen.add(name)
     if repeated:
-        copy = onnx.ModelProto()
-        copy.CopyFrom(model)
-        _distinct(copy.graph, {}, set(), Namer(copy))
-        model = copy
-    return _with_subgraph_output_shapes(model)
+        mine = own()
+        _distinct(mine.graph, {}, set(), Namer(mine))
+    _give_subgraph_outputs_shapes(model, own)
+    return model
 
 
-def _first_initializers(model: onnx.ModelProto) -> onnx.ModelProto:
-    """``model``, or a copy in which a graph's initializers of one name are the first
-    only: onnxruntime takes the first (the checker refuses such a model)."""
-
-    def repeats(graph: onnx.GraphProto) -> bool:
-        return len({t.name for t in graph.initializer}) < len(graph.initializer)
-
-    if not any(repeats(g) for g in all_graphs(model.graph)):
-        return model
-    copy = onnx.ModelProto()
-    copy.CopyFrom(model)
-    for graph in all_graphs(copy.graph):
-        if repeats(graph):
-            first = list(initializer_tensors(graph, set()).values())
-            del graph.initializer[:]
-            graph.initializer.extend(first)
-    return copy
+def _repeats_initializers(graph: onnx.GraphProto) -> bool:
+    """Whether ``graph`` holds initializers of one name (the checker refuses that)."""
+    return len({t.name for t in graph.initializer}) < len(graph.initializer)
 
 
-def _with_subgraph_output_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
-    """``model``, or a copy whose subgraph outputs declared without a shape have the
-    inferred one (where inference gives one)."""
+def _give_subgraph_outputs_shapes(
+    model: onnx.ModelProto, own: Callable[[], onnx.ModelProto]
+) -> None:
+    """The subgraph outputs of ``model`` declared without a shape given the inferred one
+    (where inference gives one), in ``own()``: ``model`` itself or its copy."""
 
     def shapeless(graph: onnx.GraphProto) -> list[int]:
         return [
@@ -315,20 +319,17 @@ def _with_subgraph_output_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
         ]
 
     if not any(shapeless(g) for g in all_graphs(model.graph)[1:]):
-        return model
+        return
     try:
         inferred = onnx.shape_inference.infer_shapes(model)
     except Exception:  # inference is a help, not a requirement
-        return model
-    copy = onnx.ModelProto()
-    copy.CopyFrom(model)
-    pairs = zip(all_graphs(copy.graph)[1:], all_graphs(inferred.graph)[1:], strict=True)
+        return
+    pairs = zip(all_graphs(own().graph)[1:], all_graphs(inferred.graph)[1:], strict=True)
     for graph, known in pairs:
         for i in shapeless(graph):
             got = known.output[i].type
             if got.HasField("tensor_type") and got.tensor_type.HasField("shape"):
                 graph.output[i].type.tensor_type.shape.CopyFrom(got.tensor_type.shape)
-    return copy
 
 
 def _defined(graph: onnx.GraphProto) -> list[str]:
