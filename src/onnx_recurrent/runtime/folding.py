@@ -4,7 +4,7 @@ folded once by onnx.reference with onnx-recurrent's recurrent operators."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 import onnx
@@ -20,23 +20,17 @@ from .graph import (
 )
 
 
-def constant_values(model: onnx.ModelProto, names: Iterable[str]) -> dict[str, np.ndarray]:
-    """The values of those ``names`` that are computed from initializers only.
+def is_constant(model: onnx.ModelProto) -> Callable[[str], bool]:
+    """Whether a tensor of ``model`` is computed from initializers only, as
+    :func:`constant_values` takes it (a name no graph defines: False)."""
+    return _constants(model)[2]
 
-    A tensor is constant if it is an initializer (not an overridable one, which a
-    caller may replace: :func:`overridable_initializers`; of two of one name, the
-    first, as onnxruntime), or the output of a deterministic default-domain node
-    without subgraphs whose inputs are all constant (a ``Dropout`` given
-    ``training_mode`` is random). The ones asked for are computed together by
-    onnx.reference, a recurrent node among them by onnx-recurrent
-    (:func:`.reference.reference_ops`); those that are not constant, or whose
-    computation fails, are left out.
 
-    Raises
-    ------
-    ValueError
-        An initializer asked for whose data cannot be read (:func:`tensor_array`).
-    """
+def _constants(
+    model: onnx.ModelProto,
+) -> tuple[dict[str, onnx.TensorProto], dict[str, onnx.NodeProto], Callable[[str], bool]]:
+    """The initializers that count and the nodes, by the names they give, and the test
+    of :func:`is_constant`."""
     producers: dict[str, onnx.NodeProto] = {}
     tensors = initializer_tensors(model.graph, set(overridable_initializers(model)))
     for graph, node in walk(model.graph):
@@ -64,6 +58,27 @@ def constant_values(model: onnx.ModelProto, names: Iterable[str]) -> dict[str, n
         memo[name] = result
         return result
 
+    return tensors, producers, constant
+
+
+def constant_values(model: onnx.ModelProto, names: Iterable[str]) -> dict[str, np.ndarray]:
+    """The values of those ``names`` that are computed from initializers only.
+
+    A tensor is constant if it is an initializer (not an overridable one, which a
+    caller may replace: :func:`overridable_initializers`; of two of one name, the
+    first, as onnxruntime), or the output of a deterministic default-domain node
+    without subgraphs whose inputs are all constant (a ``Dropout`` given
+    ``training_mode`` is random). The ones asked for are computed together by
+    onnx.reference, a recurrent node among them by onnx-recurrent
+    (:func:`.reference.reference_ops`); those that are not constant, or whose
+    computation fails, are left out.
+
+    Raises
+    ------
+    ValueError
+        An initializer asked for whose data cannot be read (:func:`tensor_array`).
+    """
+    tensors, producers, constant = _constants(model)
     wanted = [n for n in dict.fromkeys(names) if n and constant(n)]
     if not wanted:
         return {}

@@ -11,7 +11,7 @@ onnx-recurrent or is refused.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +19,8 @@ import onnx
 from onnx import numpy_helper
 
 from ...activations import TABLE
-from ...runtime.graph import RECURRENT_OPS, attributes, element_types, is_random, walk_paths
+from ...runtime.folding import is_constant
+from ...runtime.graph import RECURRENT_OPS, attributes, element_types, walk_paths
 from . import probes
 from .peers import PEERS, installed_peers
 from .probes import CELLS
@@ -91,32 +92,6 @@ def _loop_ignores_cond(node: onnx.NodeProto) -> bool:
             if a.name == "value" and bool(numpy_helper.to_array(a.t).all()):
                 cond_out = cond_in
     return cond_out != cond_in
-
-
-def _constants(model: onnx.ModelProto) -> set[str]:
-    """Tensors computed from initializers only (as a runtime folds them): initializers
-    that are not main-graph inputs, and outputs of default-domain nodes without
-    subgraphs whose inputs are all constant (``Constant`` included)."""
-    fed = {i.name for i in model.graph.input}
-    constant = {t.name for t in model.graph.initializer if t.name not in fed}
-
-    def visit(graph: onnx.GraphProto) -> None:
-        for node in graph.node:
-            subs = [a.g for a in node.attribute if a.type == onnx.AttributeProto.GRAPH]
-            subs += [g for a in node.attribute for g in a.graphs]
-            for sub in subs:
-                constant.update(t.name for t in sub.initializer)
-                visit(sub)
-            if (
-                not subs
-                and node.domain in ("", "ai.onnx")
-                and not is_random(node)
-                and all(i in constant for i in node.input if i)
-            ):
-                constant.update(o for o in node.output if o)
-
-    visit(model.graph)
-    return constant
 
 
 def _fixed_shapes(model: onnx.ModelProto) -> dict[str, bool]:
@@ -277,7 +252,7 @@ def lint(model: onnx.ModelProto, peers: Sequence[str] | None = None) -> list[Fin
     types = element_types(model)
     pytorch = "torch" in model.producer_name.lower()
     fixed: dict[str, bool] | None = None
-    constants: set[str] | None = None
+    constants: Callable[[str], bool] | None = None
     findings = []
     for node, path, index in walk_paths(model.graph):
         if node.op_type == "Loop" and node.domain in ("", "ai.onnx") and _loop_ignores_cond(node):
@@ -312,7 +287,7 @@ def lint(model: onnx.ModelProto, peers: Sequence[str] | None = None) -> list[Fin
         if not peers or version is None:
             continue
         if fixed is None or constants is None:
-            fixed, constants = _fixed_shapes(model), _constants(model)
+            fixed, constants = _fixed_shapes(model), is_constant(model)
         direction = str(attrs.get("direction", "forward"))
         weights = [node.input[i] for i in (1, 2, 3, 7) if given[i]]
         form = probes.Form(
@@ -322,7 +297,7 @@ def lint(model: onnx.ModelProto, peers: Sequence[str] | None = None) -> list[Fin
             "forward" if direction == "foward" else direction,
             int(attrs.get("linear_before_reset", 0)) if op == "GRU" else 0,
             static=fixed.get(node.input[0], False),
-            constant=all(w in constants for w in weights),
+            constant=all(constants(w) for w in weights),
         )
         for peer in peers:
             try:
