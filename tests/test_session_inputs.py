@@ -285,3 +285,22 @@ def test_silero_sequence_model_keeps_its_own_h_and_c(host):
         np.concatenate([first[0], second[0]]), whole[0], rtol=1e-5, atol=1e-6
     )
     np.testing.assert_allclose(second[1], whole[1], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("host", ["reference", "onnxruntime"])
+def test_a_masked_array_or_a_tensor_that_needs_grad_is_refused_by_name(host):
+    # a masked feed ran with its mask ignored (the functions refuse it); a torch tensor
+    # that needs grad gave torch's bare RuntimeError
+    if host == "onnxruntime":
+        _ort_host_or_skip()
+    session = orc.InferenceSession(_lstm_model(own_states=False), host=host)
+    x = _x()
+    with pytest.raises(TypeError, match=r"^input 'x': a masked array, whose mask would be"):
+        session.run(None, {"x": np.ma.masked_array(x, mask=x > 0)})
+
+    class NeedsGrad:
+        def __array__(self, dtype=None, copy=None):
+            raise RuntimeError("Can't call numpy() on Tensor that requires grad.")
+
+    with pytest.raises(TypeError, match=r"^input 'x': cannot be read as a tensor \(NeedsGrad\)"):
+        session.run(None, {"x": NeedsGrad()})

@@ -136,6 +136,40 @@ def test_states_reset_and_restore(host, expected):
         session.states = {1: None, **saved}
 
 
+def test_states_are_checked_when_set_and_a_bad_one_does_not_stick(host, expected):
+    # a state of another type, rank or size, or a masked one, was taken as it was and
+    # failed every later step (or, masked, ran with its mask ignored); a list failed
+    # although run() converts lists
+    x = expected["lstm.x"]
+    session = StreamingSession(_model("lstm"), host=host)
+    session.step({"x": x[:10]})
+    saved = session.states
+    name = next(iter(saved))
+    good = saved[name]
+    bad = {
+        "float64": (TypeError, r"state '.+': expected element type float32, got float64"),
+        "rank": (ValueError, r"state '.+': expected shape \[1, 'batch', 8\], got \[2, 8\]"),
+        "hidden": (ValueError, r"state '.+': expected shape \[1, 'batch', 8\], got \[1, 2, 7\]"),
+        "masked": (TypeError, r"input '.+': a masked array, whose mask would be ignored"),
+    }
+    values = {
+        "float64": good.astype(np.float64),
+        "rank": good[0],
+        "hidden": good[..., :7],
+        "masked": np.ma.masked_array(good, mask=True),
+    }
+    for case, (error, match) in bad.items():
+        with pytest.raises(error, match=match):
+            session.states = {**saved, name: values[case]}
+    assert all(np.array_equal(session.states[k], saved[k]) for k in saved)  # none was set
+    want = session.step({"x": x[10:20]})
+    session.states = saved
+    session.states = {**saved, name: good.tolist()}  # a list, as a feed: converted
+    got = session.step({"x": x[10:20]})
+    for a, b in zip(want, got, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_batch_size_comes_from_the_first_feed(host):
     session = StreamingSession(_model("gru"), host=host)
     session.step({"x": np.ones((3, 2, 4), np.float32)})

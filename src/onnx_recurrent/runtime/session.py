@@ -299,14 +299,33 @@ def _check_recurrent_inputs(
                 )
 
 
-def _from_list(value: Any, dtype: np.dtype, name: str, path: str) -> np.ndarray:
+def feed_array(value: Any, dtype: np.dtype, name: str, path: str = "") -> np.ndarray:
     """A tensor fed as a list (or tuple, or another array-like), as onnxruntime takes it:
     in the input's element type where NumPy casts its values so within their kind
-    (integers or floats to floats; a float to an integer is refused, not truncated)."""
+    (integers or floats to floats; a float to an integer is refused, not truncated).
+
+    Raises
+    ------
+    ValueError
+        A ragged nested list.
+    TypeError
+        A masked array (its mask would be ignored), or what NumPy cannot read (a torch
+        tensor that needs grad...); the message names the input.
+    """
+    if isinstance(value, np.ma.MaskedArray):
+        raise RecurrentTypeError(
+            f"input {name!r}{path}: a masked array, whose mask would be ignored: feed an "
+            "ndarray (its filled(value))"
+        )
     try:
         array = np.asarray(value)
     except ValueError as e:  # a ragged nested list
         raise RecurrentError(f"input {name!r}{path}: not a tensor: {e}") from None
+    except (TypeError, RuntimeError) as e:  # a tensor that needs grad...
+        raise RecurrentTypeError(
+            f"input {name!r}{path}: cannot be read as a tensor ({type(value).__name__}): "
+            f"{one_line(e, typed=False)}"
+        ) from None
     if (
         isinstance(value, list | tuple)
         and array.dtype != dtype
@@ -332,7 +351,7 @@ def _checked(spec: _Feed, value: Any, name: str, path: str = "") -> Any:
     if type(spec) is _Tensor:
         if value is None:
             raise RecurrentTypeError(f"input {name!r}{path}: a tensor is required, got None")
-        array = value if type(value) is np.ndarray else _from_list(value, spec.dtype, name, path)
+        array = value if type(value) is np.ndarray else feed_array(value, spec.dtype, name, path)
         array = native_order(array)
         if array.dtype.kind == "U" and spec.dtype == object:  # str, as onnxruntime takes it
             array = array.astype(object)

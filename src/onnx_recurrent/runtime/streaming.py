@@ -35,7 +35,8 @@ from onnx import helper
 from onnx.helper import tensor_dtype_to_np_dtype
 
 from ..cells import CELLS
-from ..errors import RecurrentError
+from ..errors import RecurrentError, RecurrentTypeError
+from ..spec import native_order
 from .bound import StateBatchError
 from .folding import constant_values
 from .graph import (
@@ -49,7 +50,7 @@ from .graph import (
     walk,
     with_functions_inlined,
 )
-from .session import InferenceSession, NodeArg, _not_picklable, load_model
+from .session import InferenceSession, NodeArg, _not_picklable, feed_array, load_model
 
 #: per operator: (input index, input name, output index, output name) of each state
 STATE_SLOTS = {
@@ -86,6 +87,26 @@ class StateInfo:
         """A zero-size array of this state's rank and type: "zeros, batch not yet known"."""
         dims = [d if isinstance(d, int) else 0 for d in self.shape]
         return np.zeros(dims, tensor_dtype_to_np_dtype(self.elem_type))
+
+
+def _state_array(state: StateInfo, value: Any) -> np.ndarray:
+    """A state set with ``StreamingSession.states``, as a step will feed it: a copy (the
+    caller's array may change after), of the state's element type, rank and fixed dims
+    (a list converted as a feed is), or a clear error naming it."""
+    dtype = tensor_dtype_to_np_dtype(state.elem_type)
+    array = native_order(feed_array(value, dtype, state.input))
+    if array.dtype != dtype:
+        raise RecurrentTypeError(
+            f"state {state.input!r}: expected element type {dtype}, got {array.dtype}"
+        )
+    shape = [d if d is not None else "hidden_size" for d in state.shape]
+    if array.ndim != len(shape) or any(
+        isinstance(d, int) and n != d for n, d in zip(array.shape, shape, strict=True)
+    ):
+        raise RecurrentError(
+            f"state {state.input!r}: expected shape {shape}, got {list(array.shape)}"
+        )
+    return np.array(array)
 
 
 def _hidden_size(node: onnx.NodeProto, graph: onnx.GraphProto) -> int | None:
@@ -594,10 +615,14 @@ class StreamingSession:
         unknown = [name for name in values if name not in names]
         if unknown:
             raise RecurrentError(f"unknown state name(s) {unknown}; the states are {names}")
+        checked = {
+            s.input: _state_array(s, values[s.input])
+            for s in self._infos
+            if values.get(s.input) is not None
+        }  # all checked before any is set
         for s in self._infos:
-            if s.input in values and values[s.input] is not None:
-                # a copy: the caller's array may change after
-                self._states[s.input] = np.array(values[s.input])
+            if s.input in checked:
+                self._states[s.input] = checked[s.input]
                 self._set.add(s.input)
             elif s.input in values:
                 self._states.pop(s.input, None)
