@@ -310,3 +310,19 @@ def test_arrays_numpy_cannot_read_are_named():
         orc.gru(masked, W, R)
     with pytest.raises(orc.RecurrentTypeError, match=r"^sequence_lens must have an integer"):
         orc.gru(X, W, R, sequence_lens=np.array([1.0, 2.0]))
+
+
+@pytest.mark.parametrize("op", ["GRU", "LSTM", "RNN"])
+def test_x_given_as_a_list_takes_ws_dtype(op):
+    # a list has no dtype of its own: it became float64, and W float32 was then blamed
+    # ("W must have X's dtype float64")
+    fn = {"GRU": orc.gru, "LSTM": orc.lstm, "RNN": orc.rnn}[op]
+    feeds = random_inputs(op, T=4, N=2, I=3, H=5, full=False)
+    want = fn(**feeds)
+    for given in (feeds["X"].tolist(), tuple(feeds["X"].tolist())):
+        got = fn(**{**feeds, "X": given})
+        assert all(g.dtype == np.float32 for g in got)
+        for a, b in zip(want, got, strict=True):
+            np.testing.assert_array_equal(a, b)
+    with pytest.raises(TypeError, match=r"W must have X's dtype float32, got float64"):
+        fn(**{**feeds, "W": feeds["W"].astype(np.float64)})

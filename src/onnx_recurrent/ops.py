@@ -15,8 +15,8 @@ _COMMON_DOC = """
     X : (seq_length, batch_size, input_size) ndarray
         The input sequences; ``(batch_size, seq_length, input_size)`` if ``layout=1``.
         float16, float32, float64 or ``ml_dtypes.bfloat16``; every other float input
-        must have the same dtype. float16 and bfloat16 are computed in float32 and
-        rounded once at the end.
+        must have the same dtype (a list or tuple takes ``W``'s). float16 and bfloat16
+        are computed in float32 and rounded once at the end.
     sequence_lens : (batch_size,) integer ndarray, optional
         Valid length of each sequence, in ``[0, seq_length]``; full length if absent.
         ``Y`` is zero past each length; the final state is the state after the last

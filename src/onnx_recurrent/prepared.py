@@ -113,9 +113,11 @@ def for_call(
         disagrees with the attributes or the other inputs (expected and actual given).
     TypeError
         (``onnx_recurrent.RecurrentTypeError``) a non-float ``X``, or weights of
-        another dtype than ``X``'s.
+        another dtype than ``X``'s (``X`` given as a list or tuple takes ``W``'s).
     """
     spec = make_spec(cell, as_array("R", R), **attributes)
+    if isinstance(X, list | tuple) and getattr(W, "dtype", None) in COMPUTE_DTYPE:
+        X = as_array("X", X).astype(W.dtype)  # a list has no dtype of its own: W's
     X = check_X(spec, X)
     W, R, B, P = check_weights(spec, W, R, B, P, dtype=X.dtype, input_size=X.shape[2])
     return X, layer(spec, attributes, W, R, B, P)
