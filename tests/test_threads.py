@@ -348,6 +348,100 @@ def test_placement_puts_the_helpers_off_the_callers_cpu_before_they_wake(monkeyp
     assert os.sched_getaffinity(0) == before
 
 
+def _two_cpus() -> set[int]:
+    if not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("no affinity, or one CPU")
+    return os.sched_getaffinity(0)
+
+
+def _every_thread_on(cpus: set[int]) -> None:
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            os.sched_setaffinity(int(tid), cpus)
+        except OSError:  # ended meanwhile
+            pass
+
+
+@pytest.mark.parametrize("placement", [True, False])
+def test_a_mask_set_from_outside_during_a_call_is_kept(placement):
+    # `taskset -a -p -c N PID` during a call: the caller's and the helpers' masks were
+    # put back afterwards, and the threads ran outside the new mask
+    from onnx_recurrent import affinity
+
+    before = _two_cpus()
+    meet = threading.Barrier(2, timeout=TIMEOUT)
+    target: set[int] = set()
+    caller = []
+
+    def work(i):
+        if i == 0:  # a CPU other than the caller's, whose pin would otherwise match it
+            target.add(min(before - {affinity.cpu()}))
+            caller.append(threading.get_native_id())
+        meet.wait()
+        if i == 0:
+            _every_thread_on(target)
+        meet.wait()
+
+    def body():
+        threads.run(2, work, lambda: None, placement=placement)
+        return os.sched_getaffinity(0)
+
+    try:
+        after = _within(TIMEOUT, body)
+        time.sleep(0.05)
+        masks = {int(t): os.sched_getaffinity(int(t)) for t in os.listdir("/proc/self/task")}
+        masks[caller[0]] = after  # the caller's thread has ended
+        if placement and len(before) == 2:
+            # the helpers were placed on the one other CPU, the very mask set from
+            # outside: a change that cannot be told from none
+            masks = {caller[0]: after}
+        assert all(m == target for m in masks.values()), (target, masks)
+    finally:
+        _every_thread_on(before)
+
+
+@pytest.mark.parametrize("placement", [True, False])
+def test_helpers_keep_to_a_callers_mask_narrowed_after_the_pool_started(placement, monkeypatch):
+    # the pool's threads kept the mask they started with: narrowed to one CPU, the
+    # caller's helpers still ran on the others
+    before = _two_cpus()
+    monkeypatch.setattr(threads, "_pool", threads._Pool())
+    _within(TIMEOUT, threads.run, 2, lambda i: None, lambda: None)  # the pool started
+    one = {min(before)}
+    masks = {}
+
+    def body():
+        os.sched_setaffinity(0, one)
+        meet = threading.Barrier(2, timeout=TIMEOUT)
+
+        def work(i):
+            masks[i] = os.sched_getaffinity(0)
+            meet.wait()
+
+        threads.run(2, work, lambda: None, placement=placement)
+
+    _within(TIMEOUT, body)
+    assert masks[0] == one and masks[1] <= one, masks
+
+
+def test_a_helper_cancelled_before_it_ran_gets_its_mask_back(monkeypatch):
+    # helpers are placed before they are woken; one whose work the caller had already
+    # finished never ran, and kept the CPUs it was placed on (about 40% of such calls)
+    before = _two_cpus()
+    monkeypatch.setattr(threads, "_pool", threads._Pool())  # one helper: placed each time
+    stale = 0
+    for _ in range(200):
+        _within(TIMEOUT, lambda: threads.run(2, lambda i: None, lambda: None, placement=True))
+        deadline = time.monotonic() + 0.5
+        while time.monotonic() < deadline:
+            if all(os.sched_getaffinity(t.native_id) == before for t in threads._pool.threads):
+                break
+            time.sleep(0.002)
+        else:
+            stale += 1
+    assert stale == 0
+
+
 # --- the pool: bounded, idle, interrupt, fork (fresh interpreters) --------------------
 
 

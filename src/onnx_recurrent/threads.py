@@ -208,7 +208,9 @@ class _Pool:
 class _Call:
     """One :func:`run`: its work, its helpers' bookkeeping (under the pool's lock)."""
 
-    __slots__ = ("abort", "aborted", "closed", "done", "error", "placement", "running", "work")
+    __slots__ = (
+        "abort", "aborted", "closed", "done", "error", "placement", "running", "seen", "work",
+    )  # fmt: skip
 
     def __init__(self, pool: _Pool, work, abort, placement: affinity.Placement) -> None:
         self.work = work
@@ -219,6 +221,7 @@ class _Call:
         self.closed = False  # helpers not started are cancelled
         self.aborted = False
         self.error: BaseException | None = None  # the first exception, any party
+        self.seen: set[int | None] = set()  # native ids of the threads that took a helper
 
     def fail(self, pool: _Pool, error: BaseException) -> None:
         """Record ``error`` (if first), cancel the helpers not started, abort once."""
@@ -256,10 +259,11 @@ def _serve(pool: _Pool) -> None:
             while not pool.queue:
                 pool.ready.wait()
             call, i = pool.queue.popleft()
+            call.seen.add(threading.get_native_id())
             if call.closed:  # cancelled: its work(0) has returned
                 placement, call = call.placement, None
                 if placement is not None:  # placed before waking: its mask back
-                    affinity.place(threading.get_native_id(), placement[1])
+                    affinity.back(0, placement[0], placement[1])
                 continue
             call.running += 1
         try:
@@ -407,19 +411,31 @@ def run(
     if parties < 1:
         raise ValueError(f"parties must be at least 1, not {parties}")
     pool = _pool
-    if parties > 1:
+    if parties < 2:
+        context: Any = nullcontext()
+    else:
         pool.grow(parties - 1)  # before pinning: new threads inherit the caller's mask
-    with affinity.spread() if placement and parties > 1 else nullcontext() as where:
+        if placement:
+            context = affinity.spread()
+        else:  # the helpers only kept to the caller's mask, which may have changed
+            mask = affinity.caller_mask()
+            context = nullcontext(None if mask is None else affinity.within(mask))
+    with context as where:
+        placed = []
         if where is not None and len(pool.threads) == parties - 1:
             # the helpers (all of them: the ones woken) put on their CPUs before they
             # wake, not by themselves once running, which may first wait for a
             # timeslice on the caller's busy CPU (measured: 1.4-2.2 ms after a pause)
-            for thread in pool.threads:
-                affinity.place(thread.native_id, where[0])
+            placed = [thread.native_id for thread in pool.threads]
+            for native_id in placed:
+                affinity.place(native_id, where[0])
         call = _Call(pool, work, abort, where)
         try:
             _run(pool, call, parties)
         finally:
+            for native_id in placed:  # those whose helper was cancelled unseen: back
+                if native_id not in call.seen:
+                    affinity.back(native_id, where[0], where[1])
             call = None  # no cycle through a raised exception's traceback
 
 
