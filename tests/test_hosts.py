@@ -559,3 +559,45 @@ def test_a_model_importing_the_default_domain_twice_is_run_at_its_last_version(i
         for host in ("onnxruntime", "reference"):
             with pytest.raises(ValueError, match=r"unknown attribute\(s\) \['layout'\]; GRU-7"):
                 orc.InferenceSession(model.SerializeToString(), host=host).run(None, {"X": X})
+
+
+OUT_OF_MEMORY_CHILD = """
+import resource, sys
+import numpy as np
+import onnx_recurrent as orc
+from models import node_model, random_inputs
+
+feeds = random_inputs("LSTM", T=3, N=1, I=1, H=64, full=False)
+model = node_model(
+    "LSTM", feeds, {"hidden_size": 64}, constants=["W", "R"], shapes={"X": ["T", 1, 1]}
+)
+session = orc.InferenceSession(model, host=sys.argv[1])
+small = session.run(None, {"X": feeds["X"]})
+vm = int(next(l for l in open("/proc/self/status") if l.startswith("VmSize")).split()[1]) * 1024
+X = np.ones((20_000_000, 1, 1), np.float32)  # Y: 4.8 GiB, past the limit below
+resource.setrlimit(resource.RLIMIT_AS, (vm + X.nbytes + (600 << 20),) * 2)
+try:
+    session.run(None, {"X": X})
+except MemoryError as e:
+    print("MemoryError", "LSTM" in str(e))
+except Exception as e:
+    print(type(e).__name__, e)
+print(np.array_equal(session.run(None, {"X": feeds["X"]})[1], small[1]))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_AS, /proc")
+@pytest.mark.parametrize("host", HOSTS)
+def test_a_recurrent_node_out_of_memory_is_a_memory_error_under_either_host(host):
+    # under the onnxruntime host, onnxruntime's allocation of the node's outputs (or
+    # the node's own scratch) failing came back as onnxruntime's Fail
+    tests = os.path.dirname(os.path.abspath(__file__))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([tests, os.environ.get("PYTHONPATH", "")])}
+    run = subprocess.run(
+        [sys.executable, "-c", OUT_OF_MEMORY_CHILD, host],
+        capture_output=True, text=True, env=env, timeout=300,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.split("\n")
+    assert lines[0].startswith("MemoryError"), run.stdout
+    assert lines[1] == "True"  # the session still usable

@@ -270,7 +270,9 @@ ABORT = np.zeros(1, np.int64)
 #: the message of a node stopped by SIGINT (the host raises KeyboardInterrupt)
 INTERRUPTED = "onnx-recurrent: interrupted (SIGINT)"
 _INTERRUPTED = ctypes.create_string_buffer(INTERRUPTED.encode())
-_FAILED = ctypes.create_string_buffer(b"onnx-recurrent: out of memory for a recurrent node")
+#: the message of a node whose memory could not be allocated (the host raises MemoryError)
+OUT_OF_MEMORY = "onnx-recurrent: out of memory for a recurrent node"
+_FAILED = ctypes.create_string_buffer(OUT_OF_MEMORY.encode())
 #: one share's meeting words (never claimed nor waited for: one thread per call)
 _ALONE = (np.zeros(8, np.int64), np.zeros(4, np.int64))
 

@@ -746,9 +746,14 @@ def _their_names(message: str, nodes: Mapping[str, tuple[str, str]]) -> str:
 
 def _renamed(error: Exception, nodes: Mapping[str, tuple[str, str]]) -> Exception:
     """onnxruntime's own ``error`` of a run, of its class, worded with the recurrent
-    nodes' operators and names (:func:`_their_names`)."""
+    nodes' operators and names (:func:`_their_names`); a recurrent node out of memory
+    (its scratch, or onnxruntime's allocation of its outputs): a ``MemoryError``, as
+    under the reference host."""
     message = str(error)
     worded = _their_names(message, nodes)
+    ours = re.search(r"running OnnxRecurrent\w* node", message) is not None
+    if native.OUT_OF_MEMORY in message or (ours and "Failed to allocate memory" in message):
+        return MemoryError(worded)  # its own scratch, or onnxruntime's for its outputs
     if worded == message:
         return error
     try:
