@@ -326,3 +326,16 @@ def test_x_given_as_a_list_takes_ws_dtype(op):
             np.testing.assert_array_equal(a, b)
     with pytest.raises(TypeError, match=r"W must have X's dtype float32, got float64"):
         fn(**{**feeds, "W": feeds["W"].astype(np.float64)})
+
+
+@pytest.mark.parametrize("ragged", [False, True])
+def test_no_rows_over_a_huge_seq_length_allocates_nothing_per_step(ragged):
+    # X of shape (2**34, 0, I) holds nothing, yet a schedule of 2**34 steps was
+    # allocated (MemoryError: 128 GiB)
+    feeds = random_inputs("LSTM", T=2, N=1, I=2, H=4, full=False)
+    X = np.empty((2**34, 0, 2), np.float32)
+    lens = np.zeros(0, np.int32) if ragged else None
+    for call in (orc.lstm, orc.Layer("LSTM", feeds["W"], feeds["R"])):
+        args = (X,) if isinstance(call, orc.Layer) else (X, feeds["W"], feeds["R"])
+        Y, Y_h, Y_c = call(*args, sequence_lens=lens)
+        assert Y.shape == (2**34, 1, 0, 4) and Y_h.shape == Y_c.shape == (1, 0, 4)

@@ -88,13 +88,16 @@ class Schedule:
     ) -> Schedule:
         N = len(sequence_lens)
         if len(rows) == N and not ragged:
-            active = np.empty(seq_length, np.int64)
+            steps = seq_length if N else 0
+            active = np.empty(steps, np.int64)  # none for no rows (a long T of nothing)
             active.fill(N)
-            return cls(rows, sequence_lens, active, seq_length if N else 0, True)
+            return cls(rows, sequence_lens, active, steps, True)
         order = rows[np.argsort(-sequence_lens[rows], kind="stable")]
         lens = sequence_lens[order]
-        active = (lens[None, :] > np.arange(seq_length)[:, None]).sum(axis=1)
-        return cls(order, lens, active, int(lens[0]) if len(lens) else 0, False)
+        steps = int(lens[0]) if len(lens) else 0
+        # rows longer than k: lens is descending, so -lens ascending (no [T, N] compare)
+        active = np.searchsorted(-lens, -np.arange(steps), side="left").astype(np.int64)
+        return cls(order, lens, active, steps, False)
 
     def time_index(self, k0: int, k1: int, n: int, reverse: bool) -> np.ndarray:
         """``[k1-k0, n]``: the time step each of the first ``n`` rows reads at steps k0..k1-1."""
