@@ -236,6 +236,33 @@ def test_a_cache_file_cut_short_compiles_without_it(tmp_path, damage):
     assert "compilation cache failed for triple" in again.stderr
 
 
+def test_no_memory_to_load_a_kernel_is_a_memory_error_not_a_cache_fault(tmp_path, monkeypatch):
+    # under a memory limit, numba failing to load a cached kernel was taken for a file
+    # cut short: the cache dropped for the process, with a warning to delete it (a cold
+    # compile of minutes for nothing)
+    (tmp_path / "tiny.py").write_text(TINY)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import numba
+    from tiny import triple
+
+    real, calls = triple.compile, []
+
+    def compile(signature):
+        calls.append(signature)
+        if len(calls) == 1:
+            raise MemoryError("std::bad_alloc")
+        return real(signature)
+
+    monkeypatch.setattr(triple, "compile", compile)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no CompileCacheWarning
+        with pytest.raises(MemoryError):
+            jit_cache.prepare(triple, (numba.float64,))
+        jit_cache.prepare(triple, (numba.float64,))  # memory back: it loads or compiles
+    assert triple(2.0) == 6.0
+    assert not isinstance(triple._cache, jit_cache.caching.NullCache)
+
+
 NO_TEMPORARY = """
 import sys, tempfile
 

@@ -169,6 +169,8 @@ def _compile(dispatcher, signature: tuple) -> None:
     try:
         try:
             dispatcher.compile(signature)
+        except MemoryError:
+            raise  # no memory to load or compile it: not the cache's fault
         except Exception as e:
             if isinstance(dispatcher._cache, caching.NullCache):
                 raise
