@@ -265,6 +265,23 @@ def _if_model(branches, inputs, initializers=()):
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 22)])
 
 
+def _gru_branches():
+    """Seeded GRU feeds, a second W, and two If branches each holding a GRU node over
+    its own initializer named 'W' (the feeds' W, then the second)."""
+    from onnx import helper, numpy_helper
+
+    gru = random_inputs("GRU", T=4, N=2, I=3, H=5, D=1)
+    other_w = (gru["W"] * -2).astype(np.float32)
+    branches = [
+        (
+            helper.make_node("GRU", ["X", "W", "R"], ["Y", "Yh"], hidden_size=5),
+            [numpy_helper.from_array(w_, "W")],
+        )
+        for w_ in (gru["W"], other_w)
+    ]
+    return gru, other_w, branches
+
+
 @pytest.mark.parametrize("host", HOSTS)
 def test_sibling_branches_with_the_same_names_compute_their_own_nodes(host):
     # ONNX lets an If's two branches use the same names: two unnamed LSTMs with the
@@ -289,15 +306,7 @@ def test_sibling_branches_with_the_same_names_compute_their_own_nodes(host):
         np.testing.assert_allclose(got, want, atol=1e-5, err_msg=direction)
     assert model.SerializeToString() == before  # the caller's proto is not changed
 
-    gru = random_inputs("GRU", T=4, N=2, I=3, H=5, D=1)
-    other_w = (gru["W"] * -2).astype(np.float32)
-    branches = [
-        (
-            helper.make_node("GRU", ["X", "W", "R"], ["Y", "Yh"], hidden_size=5),
-            [numpy_helper.from_array(w_, "W")],
-        )
-        for w_ in (gru["W"], other_w)
-    ]
+    gru, other_w, branches = _gru_branches()
     model = _if_model(branches, [x], [numpy_helper.from_array(gru["R"], "R")])
     session = orc.InferenceSession(model, host=host)
     for c, w_ in ((True, gru["W"]), (False, other_w)):
@@ -314,15 +323,7 @@ def test_every_mend_of_the_hosted_model_at_once_leaves_the_callers_proto(host):
 
     from onnx_recurrent.runtime import graph
 
-    gru = random_inputs("GRU", T=4, N=2, I=3, H=5, D=1)
-    other_w = (gru["W"] * -2).astype(np.float32)
-    branches = [
-        (
-            helper.make_node("GRU", ["X", "W", "R"], ["Y", "Yh"], hidden_size=5),
-            [numpy_helper.from_array(w_, "W")],
-        )
-        for w_ in (gru["W"], other_w)
-    ]
+    gru, other_w, branches = _gru_branches()
     x = helper.make_tensor_value_info("X", TensorProto.FLOAT, [4, 2, 3])
     R = [numpy_helper.from_array(r, "R") for r in (gru["R"], -gru["R"])]  # the first counts
     model = _if_model(branches, [x], R)
