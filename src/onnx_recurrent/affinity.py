@@ -1,7 +1,8 @@
 """Where threads run: the calling thread kept on its CPU, pool threads kept off it.
 
-Linux only (``os.sched_getaffinity``); elsewhere, or where the masks cannot be changed,
-:func:`spread` yields None and :func:`apart` just calls its function. Independent of
+Linux only (``os.sched_getaffinity``); elsewhere :func:`spread` yields None and
+:func:`apart` just calls its function. Where the caller cannot be pinned (a mask of one
+CPU, or refused), pool threads still keep to the caller's mask. Independent of
 the pool (:mod:`onnx_recurrent.threads`), which uses it when asked to.
 """
 
