@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -339,3 +342,38 @@ def test_no_rows_over_a_huge_seq_length_allocates_nothing_per_step(ragged):
         args = (X,) if isinstance(call, orc.Layer) else (X, feeds["W"], feeds["R"])
         Y, Y_h, Y_c = call(*args, sequence_lens=lens)
         assert Y.shape == (2**34, 1, 0, 4) and Y_h.shape == Y_c.shape == (1, 0, 4)
+
+
+NO_MEMORY_CHILD = """
+import resource
+import numpy as np
+import onnx_recurrent as orc
+
+vm = int(next(l for l in open("/proc/self/status") if l.startswith("VmSize")).split()[1]) * 1024
+resource.setrlimit(resource.RLIMIT_AS, (vm + (1 << 30),) * 2)  # 1 GiB more than now
+H = 2**17
+R = np.broadcast_to(np.float32(0.1), (1, 3 * H, H))  # 192 GiB once copied
+try:
+    orc.Layer("GRU", np.full((1, 3 * H, 2), 0.1, np.float32), R)
+except MemoryError as e:
+    print(e)
+X = np.broadcast_to(np.float32(1), (2**16, 2**16, 1))  # Y: 64 GiB
+try:
+    orc.gru(X, np.full((1, 12, 1), 0.1, np.float32), np.full((1, 12, 4), 0.1, np.float32))
+except MemoryError as e:
+    print(e)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_AS, /proc")
+def test_no_memory_for_a_weight_copy_or_y_names_it():
+    # NumPy's MemoryError named a shape only ("Unable to allocate 192. GiB for an array
+    # with shape (1, 393216, 131072)")
+    run = subprocess.run(
+        [sys.executable, "-c", NO_MEMORY_CHILD], capture_output=True, text=True, timeout=300
+    )
+    assert run.returncode == 0, run.stderr
+    copy, y = run.stdout.splitlines()
+    assert copy.startswith("onnx-recurrent: no memory to copy R (shape [1, 393216, 131072]")
+    assert y.startswith("onnx-recurrent: no memory for Y, the GRU output of shape [65536, 1,")
+    assert "output_sequence=False" in y

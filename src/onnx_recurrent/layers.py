@@ -55,13 +55,20 @@ def _copied(value: Any) -> Any:
     return value
 
 
-def _frozen(a: np.ndarray | None) -> np.ndarray | None:
+def _frozen(a: np.ndarray | None, name: str) -> np.ndarray | None:
     """A read-only C-ordered copy (nothing the caller holds aliases it), as a view
     that cannot be made writable again (``setflags(write=True)`` on the copy itself
-    would let its panels and its pickled copies part ways)."""
+    would let its panels and its pickled copies part ways); ``name``: the input's, for
+    the MemoryError."""
     if a is None:
         return None
-    copy = np.array(a, order="C", copy=True)
+    try:
+        copy = np.array(a, order="C", copy=True)
+    except MemoryError:  # NumPy's names the shape only
+        raise MemoryError(
+            f"onnx-recurrent: no memory to copy {name} (shape {list(a.shape)}, {a.dtype}: "
+            f"{a.nbytes / 2**30:.3g} GiB)"
+        ) from None
     copy.setflags(write=False)
     view = copy.view()
     view.setflags(write=False)
@@ -164,7 +171,9 @@ class Layer:
         self.op = spec.cell.name
         self.spec = spec
         self._attributes = attributes
-        self.W, self.R, self.B, self.P = (_frozen(a) for a in (W, R, B, P))
+        self.W, self.R, self.B, self.P = (
+            _frozen(a, n) for a, n in zip((W, R, B, P), "WRBP", strict=True)
+        )
         self.dtype = self.W.dtype
         #: where the weight copies are (compared by :mod:`.prepared`)
         self.addresses = tuple(

@@ -443,7 +443,16 @@ class Scan:
         self.Y = self.Y_tm = None
         if output_sequence:
             shape = (N, T, D, H) if spec.layout else (T, D, N, H)
-            self.Y = (np.zeros if x.ragged and not self.compiled else np.empty)(shape, x.dtype)
+            make = np.zeros if x.ragged and not self.compiled else np.empty
+            try:
+                self.Y = make(shape, x.dtype)
+            except MemoryError:  # NumPy's names the shape only
+                raise MemoryError(
+                    f"onnx-recurrent: no memory for Y, the {spec.cell.name} output of shape "
+                    f"{list(shape)} ({x.dtype}: "
+                    f"{np.prod(shape, dtype=float) * x.dtype.itemsize / 2**30:.3g} GiB); "
+                    "output_sequence=False computes no Y"
+                ) from None
             self.Y_tm = self.Y.transpose(1, 2, 0, 3) if spec.layout else self.Y
         shape = (N, D, H) if spec.layout else (D, N, H)
         self.finals = [np.empty(shape, x.dtype) for _ in spec.cell.state_names]
