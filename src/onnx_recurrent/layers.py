@@ -186,7 +186,11 @@ class Layer:
         # small calls of full-length sequences: one compiled call, prepared with the
         # layer (the backend's small_call), with the backend it belongs to
         self._small: tuple[Any, Any] | None = None
-        self._step_macs = spec.cell.n_gates * spec.hidden_size * (spec.hidden_size + W.shape[2])
+        #: multiply-adds of one step of one row, every direction (as the scan counts)
+        self._step_macs = (
+            spec.num_directions * spec.cell.n_gates * spec.hidden_size
+            * (spec.hidden_size + W.shape[2])
+        )  # fmt: skip
         self._prepared = False
         if prepare:
             self.prepare()
