@@ -23,11 +23,11 @@ import json, sys, tracemalloc
 import numpy as np
 import onnx_recurrent as orc
 from onnx_recurrent.backends import numba_backend
-from onnx_recurrent.spec import COMPUTE_DTYPE
+from onnx_recurrent.spec import compute_dtype
 
 op, H, I, dtype, attributes, shares = json.loads(sys.argv[1])
 dtype = np.dtype(dtype)
-ct = COMPUTE_DTYPE[dtype]
+ct = compute_dtype(dtype)
 G = {"GRU": 3, "LSTM": 4, "RNN": 1}[op]
 D = 2 if attributes.get("direction") == "bidirectional" else 1
 rng = np.random.default_rng(0)

@@ -21,7 +21,6 @@ from .cells import CELLS, COMMON_ATTRIBUTES, Weights
 from .errors import RecurrentError, RecurrentTypeError
 from .scan import scan, threaded
 from .spec import (
-    COMPUTE_DTYPE,
     Inputs,
     RecSpec,
     as_float_array,
@@ -31,6 +30,7 @@ from .spec import (
     check_state,
     check_weights,
     check_X,
+    compute_dtype,
     make_spec,
 )
 
@@ -275,7 +275,7 @@ class Layer:
             return self._directions
         with self._preparing:  # made once: a second tuple would free the first's plans
             if self._directions is None:
-                spec, ct = self.spec, COMPUTE_DTYPE[self.dtype]
+                spec, ct = self.spec, compute_dtype(self.dtype)
                 D, G = self.num_directions, spec.cell.n_gates * spec.hidden_size
                 B = np.zeros((D, 2 * G), ct) if self.B is None else self.B.astype(ct, copy=False)
                 P = None if self.P is None else self.P.astype(ct, copy=False)
@@ -304,7 +304,7 @@ class Layer:
                 self._prepare()
 
     def _prepare(self) -> None:
-        spec, ct = self.spec, COMPUTE_DTYPE[self.dtype]
+        spec, ct = self.spec, compute_dtype(self.dtype)
         directions = self.directions()
         try:
             backend = backends.select(spec, ct)

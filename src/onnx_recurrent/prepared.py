@@ -20,7 +20,7 @@ import numpy as np
 
 from .cells import Cell
 from .layers import Layer
-from .spec import COMPUTE_DTYPE, RecSpec, as_array, check_weights, check_X, make_spec
+from .spec import RecSpec, as_array, check_weights, check_X, compute_dtype, make_spec
 
 #: layers kept, at most (least recently used dropped first)
 MAX_ENTRIES = 16
@@ -116,7 +116,7 @@ def for_call(
         another dtype than ``X``'s (``X`` given as a list or tuple takes ``W``'s).
     """
     spec = make_spec(cell, as_array("R", R), **attributes)
-    if isinstance(X, list | tuple) and getattr(W, "dtype", None) in COMPUTE_DTYPE:
+    if isinstance(X, list | tuple) and compute_dtype(getattr(W, "dtype", None)) is not None:
         X = as_array("X", X).astype(W.dtype)  # a list has no dtype of its own: W's
     X = check_X(spec, X)
     W, R, B, P = check_weights(spec, W, R, B, P, dtype=X.dtype, input_size=X.shape[2])
@@ -145,7 +145,7 @@ def _cost(layer: Layer) -> int:
     """What ``layer`` holds, or will once prepared: its copies and a backend's
     arrangement of them in the compute type (packed panels, or NumPy's ``W^T`` and
     ``R^T``: about as large again)."""
-    compute = layer.nbytes * COMPUTE_DTYPE[layer.dtype].itemsize // layer.dtype.itemsize
+    compute = layer.nbytes * compute_dtype(layer.dtype).itemsize // layer.dtype.itemsize
     return max(layer.memory(), layer.nbytes + compute)
 
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import functools
 import math
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import ml_dtypes
 import numpy as np
 
 from .activations import Activation, resolve
@@ -33,13 +33,31 @@ class CellTraits(Protocol):
 
 
 DIRECTIONS = ("forward", "reverse", "bidirectional")
-#: element types of T, and the type each is computed in (docs/semantics.md, "Element types")
+#: element types of T, and the type each is computed in (docs/semantics.md, "Element
+#: types"); bfloat16, ml_dtypes', is told by :func:`compute_dtype` without importing
+#: ml_dtypes (0.4 s a process with ml_dtypes 0.7: an array of it has loaded it already)
 COMPUTE_DTYPE = {
     np.dtype(np.float16): np.dtype(np.float32),
-    np.dtype(ml_dtypes.bfloat16): np.dtype(np.float32),
     np.dtype(np.float32): np.dtype(np.float32),
     np.dtype(np.float64): np.dtype(np.float64),
 }
+#: the element types of T, as messages name them
+T_TYPES = "float16, bfloat16, float32, float64"
+
+
+def is_bfloat16(dtype: Any) -> bool:
+    """Whether ``dtype`` is ``ml_dtypes.bfloat16`` (without importing ml_dtypes)."""
+    ml_dtypes = sys.modules.get("ml_dtypes")
+    return ml_dtypes is not None and dtype == ml_dtypes.bfloat16
+
+
+def compute_dtype(dtype: Any) -> np.dtype | None:
+    """The type an element type of T is computed in (:data:`COMPUTE_DTYPE`; bfloat16:
+    float32), or None for any other type."""
+    ct = COMPUTE_DTYPE.get(dtype)
+    if ct is None and is_bfloat16(dtype):
+        ct = COMPUTE_DTYPE[np.dtype(np.float32)]
+    return ct
 
 
 @dataclass(frozen=True)
@@ -285,9 +303,8 @@ def as_float_array(name: str, value: Any) -> np.ndarray:
     """``value`` as an array of one of the T types (:func:`native_order`), or a clear
     TypeError (:func:`as_array`)."""
     array = native_order(as_array(name, value))
-    if array.dtype not in COMPUTE_DTYPE:
-        allowed = ", ".join(str(t) for t in COMPUTE_DTYPE)
-        raise RecurrentTypeError(f"{name} must have a float dtype ({allowed}), got {array.dtype}")
+    if compute_dtype(array.dtype) is None:
+        raise RecurrentTypeError(f"{name} must have a float dtype ({T_TYPES}), got {array.dtype}")
     return array
 
 
@@ -424,7 +441,7 @@ def check_call(
     if dtype is not None and X.dtype != dtype:
         raise RecurrentTypeError(f"X must have the layer's dtype {dtype} (W's), got {X.dtype}")
     dtype = X.dtype
-    ct = COMPUTE_DTYPE[dtype]
+    ct = compute_dtype(dtype)
     D, H = spec.num_directions, spec.hidden_size
     X_tm = X.transpose(1, 0, 2) if spec.layout else X
     T, N, I = X_tm.shape

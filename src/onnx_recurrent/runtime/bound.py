@@ -9,7 +9,6 @@ states (and weights the graph computes at run time) come per call. Errors name t
 
 from __future__ import annotations
 
-import ml_dtypes
 import numpy as np
 import onnx
 
@@ -17,6 +16,7 @@ from .. import prepared
 from ..cells import CELLS, check_arity
 from ..errors import RecurrentError, RecurrentTypeError
 from ..layers import Layer
+from ..spec import is_bfloat16
 from .folding import constant_values
 from .graph import (
     INPUTS,
@@ -180,7 +180,7 @@ class BoundNode:
             self._check_stream_batch(X, initial_h, initial_c)
         try:
             dtype = X.dtype
-            if dtype == ml_dtypes.bfloat16 and self.node.version < 22:
+            if is_bfloat16(dtype) and self.node.version < 22:
                 raise RecurrentTypeError(
                     f"X: bfloat16 needs {self.op} version 22, "
                     f"this node is version {self.node.version}"

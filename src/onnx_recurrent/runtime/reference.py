@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, ClassVar
 
-import ml_dtypes
 import numpy as np
 import onnx
 from onnx.reference.op_run import OpRun
@@ -20,6 +19,7 @@ from onnx.reference.op_run import OpRun
 from .. import ops
 from ..cells import check_arity
 from ..errors import RecurrentError, RecurrentTypeError
+from ..spec import is_bfloat16
 from .graph import node_attributes, node_version
 
 
@@ -69,7 +69,7 @@ class RecurrentOp(OpRun):
                     f"sequence_lens must be tensor(int32), as the operator's schema says, "
                     f"got {lengths}"
                 )
-        if np.asarray(X).dtype == ml_dtypes.bfloat16 and self.since_version < 22:
+        if is_bfloat16(np.asarray(X).dtype) and self.since_version < 22:
             raise RecurrentTypeError(
                 f"X: bfloat16 needs {name} version 22, this node is version {self.since_version}"
             )
