@@ -619,6 +619,97 @@ def test_to_torch_refuses_what_it_could_not_write_or_would_drop(torch):
     to_torch([lstm.replace(P=np.zeros((1, 3 * H), np.float32))], make_module(torch, "LSTM"))
 
 
+def test_from_torch_names_a_missing_or_misshapen_parameter(torch):
+    # a deleted parameter was AttributeError, a bias of 19 values numpy's "array split
+    # does not result in an equal division"
+    m = make_module(torch, "GRU")
+    del m.weight_hh_l0
+    with pytest.raises(ValueError, match=r"module.weight_hh_l0 is missing, expected a tensor"):
+        from_torch(m)
+    m = make_module(torch, "GRU", bias=False)
+    m.bias = True  # the attribute says bias, the module has none
+    with pytest.raises(ValueError, match=r"module.bias_ih_l0 is missing"):
+        from_torch(m)
+    m = make_module(torch, "GRU")
+    m.bias_hh_l0 = torch.nn.Parameter(torch.zeros(3 * H + 1))
+    with pytest.raises(
+        ValueError, match=rf"module.bias_hh_l0 has shape \[{3 * H + 1}\], expected"
+    ):
+        from_torch(m)
+    m = make_module(torch, "LSTM", num_layers=2)
+    m.weight_ih_l1 = torch.nn.Parameter(torch.zeros(4 * H, H + 1))
+    with pytest.raises(ValueError, match=rf"weight_ih_l1 has shape \[{4 * H}, {H + 1}\], "):
+        from_torch(m)
+
+
+def test_from_torch_reads_a_negative_view(torch):
+    # numpy() refuses a tensor with its negative bit set (a lazy negation)
+    m = make_module(torch, "GRU")
+    m.weight_ih_l0 = torch.nn.Parameter(torch._neg_view(torch.randn(3 * H, I)))
+    x, _ = torch_inputs(torch, m, False, False)
+    with torch.no_grad():
+        expected = torch_run(m, x, [])
+    assert _max_diff(run_layers(from_torch(m), x.numpy()), expected) < TOL
+
+
+def test_to_torch_checks_every_parameter_before_writing_any(torch):
+    layers = from_torch(make_module(torch, "GRU", num_layers=2, bidirectional=True))
+
+    def refused(module, match):
+        before = {k: v.clone() for k, v in module.state_dict().items()}
+        with pytest.raises(ValueError, match=match):
+            to_torch(layers, module)
+        for name, value in module.state_dict().items():  # nothing written
+            assert torch.equal(value, before[name]), name
+
+    # torch's "The size of tensor a (7) must match ...", after weight_ih_l0 was written
+    m = make_module(torch, "GRU", num_layers=2, bidirectional=True)
+    m.weight_hh_l1 = torch.nn.Parameter(torch.zeros(3 * H, H + 2))
+    refused(m, rf"module.weight_hh_l1 has shape \[{3 * H}, {H + 2}\], expected \[{3 * H}, {H}\]")
+    # one tensor under two names: the reverse direction overwrote the forward one
+    m = make_module(torch, "GRU", num_layers=2, bidirectional=True)
+    m.weight_hh_l0_reverse = m.weight_hh_l0
+    refused(m, r"module.weight_hh_l0_reverse is the same tensor as module.weight_hh_l0")
+    m = make_module(torch, "GRU", num_layers=2, bidirectional=True)
+    del m.weight_ih_l1
+    m.register_buffer("weight_ih_l1", torch.zeros(3 * H, 2 * H))
+    refused(m, r"module.weight_ih_l1 is a Tensor, not a Parameter")
+
+
+def test_to_torch_refuses_what_the_module_dtype_cannot_hold(torch):
+    # float16 took 1e5 as inf, silently
+    big = Layer(
+        "GRU",
+        np.full((1, 3 * H, I), 1e5, np.float32),
+        np.zeros((1, 3 * H, H), np.float32),
+        None,
+        {"linear_before_reset": 1},
+    )
+    m = make_module(torch, "GRU").half()
+    before = m.weight_ih_l0.clone()
+    with pytest.raises(
+        ValueError, match=rf"weight_ih_l0: {3 * H * I} values overflow the module.s dtype float16"
+    ):
+        to_torch([big], m)
+    assert torch.equal(m.weight_ih_l0, before)
+    to_torch([big], make_module(torch, "GRU"))  # float32 holds it
+    # a B that rounds to zero in float32 is still not zero (the check cast it first)
+    zeros = np.zeros((1, 3 * H, I)), np.zeros((1, 3 * H, H))
+    tiny = Layer("GRU", *zeros, np.full((1, 6 * H), 1e-60), {"linear_before_reset": 1})
+    with pytest.raises(ValueError, match=r"layers\[0\] has a non-zero B; the module has bias="):
+        to_torch([tiny], make_module(torch, "GRU", bias=False).double())
+
+
+def test_to_torch_writes_a_module_made_in_inference_mode(torch):
+    # torch's "Inplace update to inference tensor outside InferenceMode is not allowed"
+    source = make_module(torch, "LSTM", num_layers=2)
+    with torch.inference_mode():
+        m = make_module(torch, "LSTM", seed=1, num_layers=2)
+    to_torch(from_torch(source), m)
+    for name, value in source.state_dict().items():
+        assert torch.equal(m.state_dict()[name], value), name
+
+
 def test_from_torch_reads_weights_a_pre_hook_computes(torch):
     # torch's older weight_norm, spectral_norm and pruning set the weight in a forward
     # pre-hook: after load_state_dict, before a forward, from_torch read stale weights

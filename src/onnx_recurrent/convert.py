@@ -296,7 +296,7 @@ def _to_numpy(torch: Any, tensor: Any) -> np.ndarray:
             "load its weights first (e.g. module.to_empty(device='cpu') and "
             "load_state_dict)"
         )
-    tensor = tensor.detach().cpu()
+    tensor = tensor.detach().cpu().resolve_conj().resolve_neg()  # lazy views: numpy() refuses
     if tensor.dtype == torch.bfloat16:
         import ml_dtypes
 
@@ -319,7 +319,16 @@ def _torch_weight(torch: Any, module: Any, name: str) -> Any:
             return hook.compute_weight(module, do_power_iteration=False)
         if isinstance(hook, prune.BasePruningMethod) and hook._tensor_name == name:
             return hook.apply_mask(module)
-    return getattr(module, name)
+    weight = getattr(module, name, None)
+    if not isinstance(weight, torch.Tensor):
+        got = "missing" if weight is None else f"a {type(weight).__name__}"
+        raise RecurrentError(
+            f"from_torch: module.{name} is {got}, expected a tensor: torch.nn."
+            f"{type(module).__name__}(num_layers={module.num_layers}, "
+            f"bidirectional={module.bidirectional}, bias={module.bias}) has one (deleted or "
+            "renamed since?)"
+        )
+    return weight
 
 
 @contextmanager
@@ -370,7 +379,9 @@ def from_torch(module: Any) -> list[Layer]:
     TypeError
         ``module`` is not a GRU, LSTM or RNN, or is a subclass with its own forward.
     ValueError
-        An LSTM with ``proj_size > 0``; parameters on the ``meta`` device (no values).
+        An LSTM with ``proj_size > 0``; parameters on the ``meta`` device (no values);
+        a parameter missing (deleted, renamed) or of another shape than the module's
+        attributes give (the message names it and the expected shape).
     """
     torch = import_optional("torch", "from_torch", _TORCH_EXTRA)
     op, activation = _torch_kind(torch, module)
@@ -385,9 +396,20 @@ def from_torch(module: Any) -> list[Layer]:
     if op == "GRU":
         attributes["linear_before_reset"] = 1
 
+    H = module.hidden_size
+    inputs = [module.input_size] + [D * H] * (module.num_layers - 1)
+
     def stacked(k: int, *names: str) -> np.ndarray:  # [D, ...]: the names' gates, concatenated
         def onnx(name: str, d: int) -> np.ndarray:
-            weight = _torch_weight(torch, module, f"{name}_l{k}{'_reverse' * d}")
+            full = f"{name}_l{k}{'_reverse' * d}"
+            weight = _torch_weight(torch, module, full)
+            width = {"weight_ih": (inputs[k],), "weight_hh": (H,)}.get(name, ())
+            if tuple(weight.shape) != (kind.gates * H, *width):
+                raise RecurrentError(
+                    f"from_torch: module.{full} has shape {list(weight.shape)}, expected "
+                    f"{[kind.gates * H, *width]} (hidden_size={H}, "
+                    f"input_size={inputs[k]}, {kind.gates} gates)"
+                )
             return _reorder(_to_numpy(torch, weight), kind.torch)
 
         return np.stack([np.concatenate([onnx(name, d) for name in names]) for d in range(D)])
@@ -437,7 +459,9 @@ def to_torch(layers: Iterable[Layer], module: Any) -> Any:
         other than the module's, ``clip``, ``input_forget``, peepholes (a non-zero
         ``P``), or a non-zero ``B`` for a module without bias; a module whose weights
         are computed from others (``weight_norm``, a parametrization, pruning) or on
-        the ``meta`` device, where nothing could be written.
+        the ``meta`` device, where nothing could be written; a parameter missing or
+        of another shape, two parameters that are one tensor, or a value that
+        overflows the module's dtype (float16: above 65504).
     """
     torch = import_optional("torch", "to_torch", _TORCH_EXTRA)
     op, activation = _torch_kind(torch, module)
@@ -460,7 +484,7 @@ def to_torch(layers: Iterable[Layer], module: Any) -> Any:
                 f"{where} has linear_before_reset=0; torch.nn.GRU computes only "
                 "linear_before_reset=1"
             )
-        if not module.bias and layer.B is not None and np.any(layer.B.astype(np.float32)):
+        if not module.bias and layer.B is not None and np.any(layer.B != 0):
             raise RecurrentError(f"{where} has a non-zero B; the module has bias=False")
         B = np.zeros((D, 2 * G * H), layer.W.dtype) if layer.B is None else layer.B
         for d in range(D):
@@ -470,26 +494,71 @@ def to_torch(layers: Iterable[Layer], module: Any) -> Any:
             if module.bias:
                 parameters["bias_ih" + suffix] = _reorder(B[d, : G * H], inverse)
                 parameters["bias_hh" + suffix] = _reorder(B[d, G * H :], inverse)
-    own = dict(module.named_parameters(recurse=False))
-    for name in parameters:
-        if name not in own:  # written, it would be computed anew from others at each call
-            raise RecurrentError(
-                f"module.{name} is not a parameter of the module but computed from others "
-                "(weight_norm, a parametrization or pruning): remove that first "
-                "(torch.nn.utils.parametrize.remove_parametrizations, "
-                "torch.nn.utils.prune.remove) or load into a module without it"
+    values = _torch_values(torch, module, parameters)
+    inference = any(own.is_inference() for own, _ in values.values())
+    with torch.inference_mode() if inference else torch.no_grad():  # made under inference_mode
+        for own, value in values.values():
+            own.copy_(value)
+    return module
+
+
+def _torch_values(torch: Any, module: Any, parameters: dict[str, np.ndarray]) -> dict:
+    """Each of ``module``'s parameters named in ``parameters``, with the value to write
+    into it as a tensor of its dtype: every one checked before any is written (a
+    parameter that is missing, computed from others, on the meta device, of another
+    shape, shared with another, or a value that overflows its dtype: ValueError)."""
+    from torch.nn.utils import parametrize
+
+    values, seen = {}, {}
+    for name, value in parameters.items():
+        own = module._parameters.get(name)
+        if own is None:
+            hooked = any(
+                getattr(h, "name", getattr(h, "_tensor_name", None)) == name
+                for h in module._forward_pre_hooks.values()
             )
-        if own[name].is_meta:
+            if hooked or parametrize.is_parametrized(module, name):
+                raise RecurrentError(
+                    f"module.{name} is not a parameter of the module but computed from "
+                    "others (weight_norm, a parametrization or pruning): remove that "
+                    "first (torch.nn.utils.parametrize.remove_parametrizations, "
+                    "torch.nn.utils.prune.remove) or load into a module without it"
+                )
+            got = getattr(module, name, None)
+            raise RecurrentError(
+                f"module.{name} is "
+                + ("missing" if got is None else f"a {type(got).__name__}, not a Parameter")
+                + f": torch.nn.{type(module).__name__} has it as a parameter (deleted or "
+                "replaced since?)"
+            )
+        if own.is_meta:
             raise RecurrentError(
                 f"module.{name} is on the 'meta' device (no storage to write): "
                 "module.to_empty(device='cpu') first"
             )
-    with torch.no_grad():
-        for name, value in parameters.items():
-            if value.dtype.kind != "f":  # bfloat16: torch.from_numpy does not know it
-                value = value.astype(np.float32)
-            own[name].copy_(torch.from_numpy(np.ascontiguousarray(value)))
-    return module
+        if tuple(own.shape) != value.shape:
+            raise RecurrentError(
+                f"module.{name} has shape {list(own.shape)}, expected {list(value.shape)} "
+                "(from the module's attributes and the layers)"
+            )
+        if own.data_ptr() in seen and own.numel():
+            raise RecurrentError(
+                f"module.{name} is the same tensor as module.{seen[own.data_ptr()]}: "
+                "writing one would write the other"
+            )
+        seen[own.data_ptr()] = name
+        if value.dtype.kind != "f":  # bfloat16: torch.from_numpy does not know it
+            value = value.astype(np.float32)
+        cast = torch.from_numpy(np.ascontiguousarray(value)).to(own.dtype)
+        overflows = np.isfinite(value) & ~torch.isfinite(cast).numpy()
+        if overflows.any():
+            raise RecurrentError(
+                f"module.{name}: {int(overflows.sum())} values overflow the module's "
+                f"dtype {str(own.dtype).removeprefix('torch.')} (largest magnitude "
+                f"{float(np.abs(value[overflows]).max()):g})"
+            )
+        values[name] = own, cast
+    return values
 
 
 def _keras_op(kind: str) -> str:
