@@ -417,6 +417,98 @@ def test_a_recurrent_node_in_a_local_function_is_computed_as_ours(host, dtype):
     np.testing.assert_allclose(got, want, atol=1e-5 if dtype == np.float32 else 1e-12)
 
 
+@pytest.mark.parametrize("host", HOSTS)
+def test_a_local_functions_attribute_defaults_reach_its_recurrent_node(host):
+    # onnx's inliner drops a function's attribute defaults (attribute_proto): a GRU whose
+    # direction and linear_before_reset refer to them ran forward, without linear
+    # before reset (0.37 off), silently
+    from onnx import AttributeProto, helper, numpy_helper
+
+    feeds = random_inputs("GRU", T=5, N=2, I=4, H=6, D=1)
+    node = helper.make_node("GRU", ["x", "w", "r"], ["", "yh"], hidden_size=6)
+    for name, ref, kind in (
+        ("direction", "dir", AttributeProto.STRING),
+        ("linear_before_reset", "lbr", AttributeProto.INT),
+    ):
+        node.attribute.append(AttributeProto(name=name, ref_attr_name=ref, type=kind))
+    function = helper.make_function(
+        "local", "F", ["x", "w", "r"], ["yh"], [node], [helper.make_opsetid("", 14)]
+    )
+    function.attribute_proto.extend(
+        [helper.make_attribute("dir", "reverse"), helper.make_attribute("lbr", 1)]
+    )
+
+    def model(**given):
+        call = helper.make_node("F", ["X", "W", "R"], ["Yh"], domain="local", **given)
+        graph = helper.make_graph(
+            [call],
+            "g",
+            [helper.make_tensor_value_info("X", onnx.TensorProto.FLOAT, [5, 2, 4])],
+            [helper.make_tensor_value_info("Yh", onnx.TensorProto.FLOAT, None)],
+            [numpy_helper.from_array(feeds[n], n) for n in ("W", "R")],
+        )
+        opsets = [helper.make_opsetid("", 14), helper.make_opsetid("local", 1)]
+        return helper.make_model(graph, opset_imports=opsets, functions=[function])
+
+    X = {"X": feeds["X"]}
+    weights = {k: feeds[k].astype(np.float64) for k in ("X", "W", "R")}
+    for given, attributes in (
+        ({}, {"direction": "reverse", "linear_before_reset": 1}),
+        ({"dir": "forward"}, {"direction": "forward", "linear_before_reset": 1}),
+    ):
+        proto = model(**given)
+        before = proto.SerializeToString()
+        got = orc.InferenceSession(proto, host=host).run(None, X)[0]
+        want = gru_ref(**weights, hidden_size=6, **attributes)[1]
+        np.testing.assert_allclose(got, want, atol=1e-5)
+        assert proto.SerializeToString() == before
+
+
+def test_x_of_a_type_inference_cannot_tell_takes_the_weights_type():
+    # X from com.microsoft's Gelu has no inferred type: the onnxruntime host refused
+    # the model ("the element type of X cannot be told") where W is a graph input
+    from onnx import helper
+
+    feeds = random_inputs("GRU", T=5, N=3, I=4, H=6, D=1)
+    f32 = onnx.TensorProto.FLOAT
+    graph = helper.make_graph(
+        [
+            helper.make_node("Gelu", ["X0"], ["X"], domain="com.microsoft"),
+            helper.make_node("GRU", ["X", "W", "R"], ["Y", "Y_h"], hidden_size=6),
+        ],
+        "g",
+        [
+            helper.make_tensor_value_info("X0", f32, [5, 3, 4]),
+            helper.make_tensor_value_info("W", f32, [1, 18, 4]),
+            helper.make_tensor_value_info("R", f32, [1, 18, 6]),
+        ],
+        [helper.make_tensor_value_info("Y_h", f32, None)],
+    )
+    opsets = [helper.make_opsetid("", 14), helper.make_opsetid("com.microsoft", 1)]
+    model = helper.make_model(graph, opset_imports=opsets)
+    session = orc.InferenceSession(model, host="onnxruntime")
+    got = session.run(None, {"X0": feeds["X"], "W": feeds["W"], "R": feeds["R"]})[0]
+    x = feeds["X"].astype(np.float64)
+    gelu = 0.5 * x * (1 + np.vectorize(__import__("math").erf)(x / np.sqrt(2)))
+    want = gru_ref(gelu, *(feeds[k].astype(np.float64) for k in ("W", "R")), hidden_size=6)[1]
+    np.testing.assert_allclose(got, want, atol=1e-5)
+
+
+@pytest.mark.parametrize("host", HOSTS)
+def test_a_graph_input_that_is_a_graph_output_is_a_copy(host):
+    # the reference host handed back the caller's own X: writing the output wrote the feed
+    feeds = random_inputs("GRU", T=5, N=3, I=4, H=6, D=1)
+    model = _constant_weights_model("GRU", {k: feeds[k] for k in ("X", "W", "R")}, {})
+    model.graph.output.append(
+        onnx.helper.make_tensor_value_info("X", onnx.TensorProto.FLOAT, None)
+    )
+    X = feeds["X"].copy()
+    out = orc.InferenceSession(model, host=host).run(["Y_h", "X"], {"X": X})
+    np.testing.assert_array_equal(out[1], feeds["X"])
+    out[1][...] = 0
+    np.testing.assert_array_equal(X, feeds["X"])
+
+
 @pytest.mark.parametrize("direct", [False, True])
 def test_a_recurrent_node_in_a_scan_body_with_undeclared_output_shapes(direct):
     # onnxruntime wants the shape of a Scan body's outputs: its own LSTM infers it, our

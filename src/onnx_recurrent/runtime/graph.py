@@ -251,7 +251,30 @@ def with_functions_inlined(model: onnx.ModelProto) -> onnx.ModelProto:
             f"onnx.inliner to be computed (onnx {onnx.__version__} has none: "
             "pip install -U onnx)"
         ) from None
-    return inline_local_functions(model)
+    return inline_local_functions(_with_function_defaults(model))
+
+
+def _with_function_defaults(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model``, or a copy in which every call of a local function gives the
+    attributes the function declares with a default (``attribute_proto``) and the call
+    leaves out: onnx's inliner drops those defaults (onnx 1.23), and a node inside
+    would take its operator's default instead (a GRU's ``direction``, silently)."""
+    defaults = {
+        (f.domain, f.name, f.overload): f.attribute_proto
+        for f in model.functions
+        if f.attribute_proto
+    }
+    if not defaults:
+        return model
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    graphs = [out.graph, *(f for f in out.functions)]
+    for graph in graphs:
+        for _, node in walk(graph):
+            declared = defaults.get((node.domain, node.op_type, node.overload), ())
+            given = {a.name for a in node.attribute}
+            node.attribute.extend(a for a in declared if a.name not in given)
+    return out
 
 
 def hosted(model: onnx.ModelProto) -> onnx.ModelProto:

@@ -220,6 +220,9 @@ def _custom_node(b, node, types, keys, counter, threads: int = 0) -> onnx.NodePr
     elem = types.get(rn.input("X"))
     if elem is None and b.layer is not None:
         elem = helper.np_dtype_to_tensor_dtype(b.layer.dtype)
+    if elem is None:  # X from an op ONNX inference does not know: the other T inputs'
+        t_inputs = [n for n in INPUTS[rn.op] if n not in ("X", "sequence_lens")]
+        elem = next((types[rn.input(n)] for n in t_inputs if rn.input(n) in types), None)
     if elem is None:
         raise HostUnavailable(f"{b.label}: the element type of X cannot be told")
     if elem not in OP_TYPES:

@@ -116,20 +116,25 @@ class ReferenceHost:
         self, output_names: Sequence[str], feeds: dict[str, np.ndarray], run_options: Any
     ) -> list[np.ndarray]:
         try:
-            return [_owned(r) for r in self._evaluator.run(list(output_names), feeds)]
+            fed = [f for f in feeds.values() if isinstance(f, np.ndarray)]
+            return [_owned(r, fed) for r in self._evaluator.run(list(output_names), feeds)]
         except (*_UNCLEAR, ValueError, TypeError, RuntimeError) as e:
             if _raised_here(e):
                 raise
             raise _engine_error(e) from e
 
 
-def _owned(value: Any) -> Any:
-    """An output the caller may write into, as onnxruntime's are: onnx.reference hands
-    back an initializer that is a graph output as the read-only array it keeps."""
-    if isinstance(value, np.ndarray) and not value.flags.writeable:
+def _owned(value: Any, fed: Sequence[np.ndarray] = ()) -> Any:
+    """An output the caller may write into, as onnxruntime's are, and apart from the
+    feeds: onnx.reference hands back an initializer that is a graph output as the
+    read-only array it keeps, and a graph input that is a graph output as the caller's
+    own array."""
+    if isinstance(value, np.ndarray) and (
+        not value.flags.writeable or any(np.may_share_memory(value, f) for f in fed)
+    ):
         return value.copy()
     if isinstance(value, list):
-        return [_owned(v) for v in value]
+        return [_owned(v, fed) for v in value]
     return value
 
 
