@@ -37,15 +37,25 @@ with warnings.catch_warnings(record=True) as caught:
     from onnx_recurrent import backends
     from onnx_recurrent.backends import numba_backend, packed
 
-    rng = np.random.default_rng(0)
-    X = rng.standard_normal((5, 2, 3), dtype=np.float32)
-    W = rng.standard_normal((1, 12, 3), dtype=np.float32)
-    R = rng.standard_normal((1, 12, 4), dtype=np.float32)
-    B = rng.standard_normal((1, 24), dtype=np.float32)
-    with backends.use("numba"):
-        got = [orc.gru(X, W, R, B) for _ in range(2)]
-with backends.use("numpy"):
-    want = orc.gru(X, W, R, B)
+    if sys.argv[1] == "gru":  # every kernel of a layer (about a minute to compile)
+        rng = np.random.default_rng(0)
+        X = rng.standard_normal((5, 2, 3), dtype=np.float32)
+        W = rng.standard_normal((1, 12, 3), dtype=np.float32)
+        R = rng.standard_normal((1, 12, 4), dtype=np.float32)
+        B = rng.standard_normal((1, 24), dtype=np.float32)
+        with backends.use("numba"):
+            got = [orc.gru(X, W, R, B) for _ in range(2)]
+        with backends.use("numpy"):
+            want = orc.gru(X, W, R, B)
+    else:  # two small kernels of two modules (seconds)
+        from onnx_recurrent.backends.layout import panels
+        from onnx_recurrent.backends.plans import CODES
+
+        codes = np.array([CODES["sigmoid"], CODES["tanh"], CODES["tanh"]], np.int64)
+        Bp = panels(np.ones((3, 40), np.float32), np.dtype(np.float32))  # aligned
+        C = np.zeros((2, Bp.shape[0] * Bp.shape[2]), np.float32)
+        got = [[numba_backend._standard(codes, 2, False), packed.check(Bp, 3, C[0], C, 2, 2)]]
+        want = [True, True]
 
 hits = sum(
     sum(f.stats.cache_hits.values())
@@ -113,8 +123,9 @@ def sandbox(tmp_path_factory):
             p.chmod(0o755)
 
 
-def _run(sandbox: Path, tmpdir: Path) -> dict:
-    """The script in a fresh process on the read-only copy; numba's directories locked."""
+def _run(sandbox: Path, tmpdir: Path, kernels: str = "gru") -> dict:
+    """The script in a fresh process on the read-only copy; numba's directories locked;
+    ``kernels``: a GRU's, or two small ones ("small")."""
     locked = sandbox / "locked"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("NUMBA_", "ONNX_RECURRENT"))}
     env.update(
@@ -126,7 +137,7 @@ def _run(sandbox: Path, tmpdir: Path) -> dict:
         TMPDIR=str(tmpdir),
     )
     done = subprocess.run(
-        [sys.executable, "-c", SCRIPT],
+        [sys.executable, "-c", SCRIPT, kernels],
         env=env,
         preexec_fn=_preexec(),
         capture_output=True,
@@ -155,12 +166,13 @@ def test_uncached_with_one_warning_when_nothing_is_writable(sandbox, tmp_path):
 
 
 def test_per_user_cache_when_numba_has_none(sandbox, tmp_path):
-    cold = _run(sandbox, tmp_path)
+    # (the GRU's kernels go the same way: the test above compiles them)
+    cold = _run(sandbox, tmp_path, "small")
     assert cold["warnings"] == []
     ours = tmp_path / f"onnx-recurrent-{os.geteuid()}"
     assert stat.S_IMODE(ours.stat().st_mode) == 0o700
     assert list((ours / "numba").rglob("*.nbi")) and list((ours / "numba").rglob("*.nbc"))
-    warm = _run(sandbox, tmp_path)  # a second process loads what the first compiled
+    warm = _run(sandbox, tmp_path, "small")  # a second process loads what the first compiled
     assert warm["warnings"] == []
     assert warm["cache_hits"] > 0
 
