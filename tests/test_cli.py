@@ -337,6 +337,35 @@ def test_run_output_naming_an_input_is_refused(tmp_path):
         assert all(p.read_bytes() == content for p, content in saved.items())
 
 
+def test_an_output_spelled_as_a_directory_names_no_file(tmp_path, monkeypatch):
+    """``-o x/``, ``x/.`` and ``missing/../x``: the system writes no file there, while
+    the path resolved by spelling (``os.path.realpath``) is ``x``: the input ``x``
+    was replaced (status 0), and ``-o new/`` wrote a file ``new``."""
+    from onnx_recurrent.errors import RecurrentError
+    from onnx_recurrent.tools.arguments import saving, writable
+
+    model = tmp_path / "model.onnx"
+    shutil.copy(Path(onnx_recurrent.__file__).parent / "data" / "example_gru.onnx", model)
+    saved = model.read_bytes()
+    monkeypatch.chdir(tmp_path)
+    for output, says in (
+        ("model.onnx/", "names a directory, not a file"),
+        ("model.onnx/.", "names a directory, not a file"),
+        ("missing/../model.onnx", "no such directory 'missing/..'"),
+        ("new/", "names a directory, not a file"),
+    ):
+        done = _cli("run", "model.onnx", "-o", output)  # (x/ becomes x/.npz, as for savez)
+        assert done.returncode == 2, done.stderr
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"onnx-recurrent run: error: -o {output}")
+        assert model.read_bytes() == saved
+        with pytest.raises(RecurrentError, match=says):
+            writable(output, "-o")
+        with pytest.raises(OSError, match=says), saving(output) as f:
+            f.write(b"lost")
+        assert model.read_bytes() == saved and not (tmp_path / "new").exists()
+
+
 def test_an_output_file_is_replaced_with_its_mode_through_its_link(tmp_path, monkeypatch):
     """What -o, --json and --plot write through (:func:`saving`): an existing file keeps
     its mode, a new one gets the umask's, a link stays a link to the new content,

@@ -13,6 +13,7 @@ import csv
 import io
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -499,6 +500,17 @@ def test_command_bad_arguments(args, message):
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], done.stderr
+
+
+@pytest.mark.parametrize("spelling", ["{}/", "{}/.", "missing/../{}"])
+def test_command_output_spelled_as_a_directory_keeps_the_recording(tmp_path, spelling):
+    # -o rec.wav/ (or rec.wav/., missing/../rec.wav) replaced rec.wav by the CSV, status 0
+    recording = tmp_path / "rec.wav"
+    shutil.copy(SPEECH, recording)
+    done = _vad("rec.wav", "-o", spelling.format("rec.wav"), cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert recording.read_bytes() == SPEECH.read_bytes()
 
 
 def test_command_no_audio_files(tmp_path):

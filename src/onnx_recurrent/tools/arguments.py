@@ -11,6 +11,7 @@ file or argument, which the command line prints as one line (exit status 2).
 from __future__ import annotations
 
 import argparse
+import errno
 import math
 import os
 import re
@@ -353,17 +354,42 @@ def file_name_or_stdout(text: str) -> str | None:
     return None if text == "-" else file_name(text)
 
 
+def output_file(path: str) -> str:
+    """The file that writing ``path`` replaces (:func:`saving`), its directories and a
+    link at its end resolved in turn, as the system resolves them, not by spelling
+    (``os.path.realpath`` makes ``x`` of ``x/``, ``x/.`` and ``missing/../x``, where
+    the system writes no file: an output there replaced the input ``x``).
+
+    Raises
+    ------
+    OSError
+        ``path`` ends in a directory (``/``, ``.``, ``..``: IsADirectoryError) or its
+        directory is not there (FileNotFoundError); the error names ``path``.
+    """
+    head, tail = os.path.split(path)
+    if tail in ("", ".", ".."):
+        raise IsADirectoryError(errno.EISDIR, "names a directory, not a file", path)
+    folder = head or "."
+    if not os.path.isdir(folder):  # a stat: "missing/.." and "file/" are not there
+        raise FileNotFoundError(errno.ENOENT, f"no such directory {folder!r}", path)
+    return os.path.realpath(os.path.join(os.path.realpath(folder), tail))
+
+
 def writable(path: str, option: str) -> None:
-    """Check, before the work, that ``path`` can be written (:func:`saving`): its
-    directory (through a link, its target's) exists and may be written, and so may
-    the file if it is there; a device or pipe may be written."""
-    folder = os.path.dirname(os.path.realpath(path))
+    """Check, before the work, that ``path`` can be written (:func:`saving`): it names
+    a file (:func:`output_file`) whose directory (through a link, its target's) exists
+    and may be written, and so may the file if it is there; a device or pipe may be
+    written."""
     if os.path.isdir(path):
         raise RecurrentError(f"{option} {path}: is a directory")
     if in_place(path):
         if not os.access(path, os.W_OK):
             raise RecurrentError(f"{option} {path}: not writable")
         return
+    try:
+        folder = os.path.dirname(output_file(path))
+    except OSError as e:
+        raise RecurrentError(f"{option} {path}: {e.strerror}") from None
     if not os.path.isdir(folder):
         raise RecurrentError(f"{option} {path}: no such directory {folder!r}")
     if not os.access(folder, os.W_OK):
@@ -443,14 +469,15 @@ def saving(path: str) -> Iterator[BinaryIO]:
     Raises
     ------
     OSError
-        The file cannot be written (the error names ``path``).
+        The file cannot be written, or ``path`` names none (:func:`output_file`); the
+        error names ``path``.
     """
     try:
         if in_place(path):
             with open(path, "wb") as f:
                 yield f
             return
-        real = os.path.realpath(path)
+        real = output_file(path)
         try:
             mode = stat.S_IMODE(os.stat(real).st_mode)
         except FileNotFoundError:
