@@ -579,6 +579,28 @@ def test_run_feeds_a_name_with_equals_and_draws_shared_dims_from_given(tmp_path)
     assert "input x=a b: shape [5, 3, 4] float32, given" in done.stdout
 
 
+@pytest.mark.parametrize("where", ["onnx", "argparse", "numpy"])
+def test_ctrl_c_while_the_command_loads_is_one_line(where):
+    # a Ctrl-C while onnx imported (0.4 s with ml_dtypes 0.7) or the parser was built
+    # printed Python's traceback: the console script imported tools/cli before main ran
+    code = f"""
+import builtins, sys
+real = builtins.__import__
+
+def importing(name, *args, **kwargs):
+    if name == {where!r}:
+        raise KeyboardInterrupt
+    return real(name, *args, **kwargs)
+
+builtins.__import__ = importing
+import importlib.metadata
+(script,) = importlib.metadata.entry_points(group="console_scripts", name="onnx-recurrent")
+sys.exit(script.load()(["vad", "x.wav"]))
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert (done.returncode, done.stderr) == (130, "onnx-recurrent vad: interrupted\n")
+
+
 def test_ctrl_c_is_one_line_and_status_130_with_the_old_output_kept(tmp_path):
     # was: Python's traceback of KeyboardInterrupt
     import signal

@@ -15,18 +15,25 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from .errors import RecurrentError, RecurrentTypeError
-from .layers import Layer
-from .ops import gru, gru_cell, lstm, rnn
 
 if TYPE_CHECKING:
     from . import backend, convert, runtime
+    from .layers import Layer
+    from .ops import gru, gru_cell, lstm, rnn
     from .runtime import InferenceSession, NodeArg, reference_ops
     from .runtime.streaming import StreamingSession, expose_states
 
-#: attribute -> the module that holds it, imported on first use (PEP 562): the runtime
-#: needs onnx, convert the frameworks' conventions; ``vad`` and ``dask`` are the old paths
-#: of two tools (``onnx_recurrent.tools``, aliases there), which need audio I/O and Dask
+#: attribute -> the module that holds it, imported on first use (PEP 562): the layers
+#: and functions need NumPy and llvmlite (a command's Ctrl-C while they loaded was a
+#: traceback: nothing can catch it before the package is imported), the runtime onnx,
+#: convert the frameworks' conventions; ``vad`` and ``dask`` are the old paths of two
+#: tools (``onnx_recurrent.tools``, aliases there), which need audio I/O and Dask
 _LAZY = {
+    "Layer": "layers",
+    "gru": "ops",
+    "gru_cell": "ops",
+    "lstm": "ops",
+    "rnn": "ops",
     "InferenceSession": "runtime",
     "NodeArg": "runtime",
     "reference_ops": "runtime",

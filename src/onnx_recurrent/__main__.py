@@ -1,6 +1,6 @@
 import sys
 
-from .tools.cli import main
+from .tools import main
 
 if __name__ == "__main__":  # not when a spawned process (a Dask worker) imports it
     sys.exit(main())
