@@ -576,6 +576,36 @@ def test_ctrl_c_from_a_terminal_stops_local_workers_quietly(tmp_path):
     assert time.monotonic() - sent < 5  # was 10 s: the workers' own interrupts
 
 
+def test_ctrl_c_while_the_local_cluster_starts_leaves_nothing_for_the_exit_hook(monkeypatch):
+    # interrupted while it started, the half-started cluster stayed in distributed's
+    # instances: its exit hook closed it and printed "Exception ignored in atexit
+    # callback: close_clusters ... AssertionError: Status.running"
+    distributed = pytest.importorskip("distributed")
+    from distributed.deploy import spec
+
+    from onnx_recurrent.tools.vad import command
+
+    closed = []
+
+    class HalfStarted:
+        shutdown_on_close, status = True, spec.Status.running
+
+        def close(self, timeout=None):
+            closed.append(timeout)
+            raise AssertionError(spec.Status.running)
+
+    def interrupted(**options):
+        spec.SpecCluster._instances.add(half)
+        raise KeyboardInterrupt
+
+    half = HalfStarted()
+    monkeypatch.setattr(distributed, "LocalCluster", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        command._local_cluster(distributed, 2)
+    assert closed == [5] and half not in spec.SpecCluster._instances
+    spec.close_clusters()  # what runs at exit: nothing left to close
+
+
 @pytest.mark.skipif(os.name != "posix", reason="a pseudo-terminal")
 def test_command_progress_bar_on_a_terminal():
     import fcntl

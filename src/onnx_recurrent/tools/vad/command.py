@@ -17,6 +17,7 @@ runs it.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import io
 import json
@@ -357,6 +358,32 @@ def _local_results(
     )
 
 
+def _local_cluster(distributed: Any, workers: int) -> Any:
+    """A local cluster of ``workers`` processes for the command. A Ctrl-C while it
+    starts closes what had started: distributed's exit hook closed the half-started
+    cluster and printed its AssertionError ("Exception ignored in atexit callback")."""
+    from distributed.deploy.spec import SpecCluster
+
+    before = set(SpecCluster._instances)
+    try:
+        return distributed.LocalCluster(
+            n_workers=workers,
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=None,  # no web server (and no bokeh) for a one-off run
+            # one thread per worker for our kernels too, as the nannies do for BLAS
+            env={"ONNX_RECURRENT_NUM_THREADS": "1"},
+            # Ctrl-C is the command's: it stops the cluster (local_workers)
+            preload=[f"{__package__}.local_workers"],
+        )
+    except BaseException:
+        for cluster in set(SpecCluster._instances) - before:
+            with contextlib.suppress(Exception):
+                cluster.close(timeout=5)
+            SpecCluster._instances.discard(cluster)
+        raise
+
+
 def _dask_results(
     files: list[str],
     args: argparse.Namespace,
@@ -374,18 +401,7 @@ def _dask_results(
         chatter = logging.getLogger("distributed")
         stack.callback(chatter.setLevel, chatter.level)
         chatter.setLevel(logging.ERROR)
-        cluster = stack.enter_context(
-            distributed.LocalCluster(
-                n_workers=workers,
-                threads_per_worker=1,
-                processes=True,
-                dashboard_address=None,  # no web server (and no bokeh) for a one-off run
-                # one thread per worker for our kernels too, as the nannies do for BLAS
-                env={"ONNX_RECURRENT_NUM_THREADS": "1"},
-                # Ctrl-C is the command's: it stops the cluster (local_workers)
-                preload=[f"{__package__}.local_workers"],
-            )
-        )
+        cluster = stack.enter_context(_local_cluster(distributed, workers))
         client = stack.enter_context(distributed.Client(cluster))
         client.wait_for_workers(workers)
     else:
