@@ -286,6 +286,28 @@ def test_onnxruntime_is_not_run_where_it_would_end_the_process(tmp_path, op):
     assert "(onnxruntime could not run it)" in done.stdout
 
 
+def test_openvino_is_not_run_on_string_tensors(tmp_path):
+    """OpenVINO 2026.4 frees a string output wrongly ("free(): invalid pointer",
+    SIGABRT): check died with it, with no result. A subprocess, as above."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("openvino")
+    nodes = [helper.make_node("Identity", ["s"], ["o"])]
+    s = helper.make_tensor_value_info("s", TensorProto.STRING, [2])
+    o = helper.make_tensor_value_info("o", TensorProto.STRING, [2])
+    model = helper.make_model(helper.make_graph(nodes, "g", [s], [o]))
+    argv = _save(tmp_path, model, {"s": np.array(["a", "b"])})
+    done = subprocess.run(
+        [sys.executable, "-m", "onnx_recurrent", "check", *argv, "--peer", "openvino"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 3, (done.returncode, done.stderr)  # nothing compared
+    assert "error: RuntimeError: not run: the model has string tensors" in done.stdout
+
+
 def test_bfloat16_outputs_are_compared_as_numbers():
     """ml_dtypes' bfloat16 is NumPy kind 'V': its outputs were compared as text, so
     any difference (bfloat16 rounding: 0.017) was "not the same structure or text",
