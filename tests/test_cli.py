@@ -337,6 +337,26 @@ def test_run_output_naming_an_input_is_refused(tmp_path):
         assert all(p.read_bytes() == content for p, content in saved.items())
 
 
+def test_an_input_read_from_a_pipe(tmp_path):
+    # -i x=/dev/stdin: "cannot read it (File or stream is not seekable.)"
+    import io
+
+    model = str(Path(onnx_recurrent.__file__).parent / "data" / "example_gru.onnx")
+    buffer = io.BytesIO()
+    np.save(buffer, np.ones((2, 5, 16), np.float32))
+    data = buffer.getvalue()
+    for given, status, says in (
+        (data, 0, "input x: shape [2, 5, 16] float32, given"),
+        (data[:100], 2, "-i x=/dev/stdin: not a readable .npy file: its header is bad"),
+        (data[:-4], 2, "-i x=/dev/stdin: not a readable .npy file: its header claims shape"),
+    ):
+        done = subprocess.run(
+            [*CLI, "run", model, "-i", "x=/dev/stdin"], input=given, capture_output=True
+        )
+        assert done.returncode == status, done.stderr
+        assert says in (done.stdout + done.stderr).decode()
+
+
 def test_an_output_spelled_as_a_directory_names_no_file(tmp_path, monkeypatch):
     """``-o x/``, ``x/.`` and ``missing/../x``: the system writes no file there, while
     the path resolved by spelling (``os.path.realpath``) is ``x``: the input ``x``

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import io
 import math
 import os
 import re
@@ -163,7 +164,8 @@ def load_feeds(
 
 def _load_npy(path: str, label: str) -> np.ndarray:
     try:
-        with open(path, "rb") as f:
+        with open(path, "rb") as raw:
+            f = raw if raw.seekable() else io.BytesIO(raw.read())  # a pipe: read once
             is_npy = f.read(6) == b"\x93NUMPY"
             f.seek(0)
             if is_npy:
@@ -210,10 +212,15 @@ def _check_npy_header(f: BinaryIO, label: str) -> None:
         raise RecurrentError(
             f"{label}: not a readable .npy file: its header is bad (shape {list(shape)})"
         )
-    if dtype.hasobject or not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-        return  # Python objects: refused by numpy.load; a pipe: its size is not known
+    if isinstance(f, io.BytesIO):  # a pipe's, read whole
+        held = len(f.getbuffer()) - f.tell()
+    elif stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+        held = os.fstat(f.fileno()).st_size - f.tell()
+    else:  # a device: its size is not known
+        return
+    if dtype.hasobject:  # Python objects: refused by numpy.load
+        return
     claimed = math.prod(shape) * dtype.itemsize
-    held = os.fstat(f.fileno()).st_size - f.tell()
     if claimed > held:
         raise RecurrentError(
             f"{label}: not a readable .npy file: its header claims shape {list(shape)} "
