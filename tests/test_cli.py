@@ -621,6 +621,21 @@ sys.exit(script.load()(["vad", "x.wav"]))
     assert (done.returncode, done.stderr) == (130, "onnx-recurrent vad: interrupted\n")
 
 
+def test_a_dim_that_a_given_input_contradicts_is_refused(tmp_path):
+    # --dim batch=3 with an x of batch 2: ignored (status 0), or taken by the inputs
+    # drawn at random and refused by the model later
+    model = str(Path(onnx_recurrent.__file__).parent / "data" / "example_gru.onnx")
+    np.save(tmp_path / "x.npy", np.ones((2, 5, 16), np.float32))
+    done = _cli("run", model, "--dim", "batch=3", "-i", f"x={tmp_path / 'x.npy'}")
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip() == (
+        "onnx-recurrent run: error: --dim batch=3 disagrees with -i x: its array has 2 "
+        "on axis 0 (shape [2, 5, 16])"
+    )
+    done = _cli("run", model, "--dim", "batch=2", "-i", f"x={tmp_path / 'x.npy'}")
+    assert done.returncode == 0, done.stderr
+
+
 def test_ctrl_c_is_one_line_and_status_130_with_the_old_output_kept(tmp_path):
     # was: Python's traceback of KeyboardInterrupt
     import signal

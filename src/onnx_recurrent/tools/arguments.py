@@ -283,8 +283,13 @@ def with_given_dims(
     dims: Mapping[str, int], inputs: Sequence[NodeArg], feeds: Mapping[str, Any]
 ) -> dict[str, int]:
     """``dims`` (by ``--dim`` name) with the sizes of the free dims that the arrays in
-    ``feeds`` have (a ``--dim`` given first), so that inputs drawn at random share
-    them."""
+    ``feeds`` have, so that inputs drawn at random share them.
+
+    Raises
+    ------
+    ValueError
+        (``RecurrentError``) a ``--dim`` that a given array contradicts (it was
+        ignored, or the drawn inputs took it and the model failed on them)."""
     fixed = dict(dims)
     for arg in inputs:
         shape = np.shape(feeds[arg.name]) if arg.name in feeds else None
@@ -292,8 +297,14 @@ def with_given_dims(
             continue
         for axis, d in enumerate(arg.shape):
             key = dim_key(arg.name, axis, d)
-            if key is not None and key not in fixed:
-                fixed[key] = int(shape[axis])
+            if key is None:
+                continue
+            if key in dims and dims[key] != shape[axis]:
+                raise RecurrentError(
+                    f"--dim {key}={dims[key]} disagrees with -i {arg.name}: its array has "
+                    f"{shape[axis]} on axis {axis} (shape {list(shape)})"
+                )
+            fixed.setdefault(key, int(shape[axis]))
     return fixed
 
 
