@@ -621,6 +621,28 @@ sys.exit(script.load()(["vad", "x.wav"]))
     assert (done.returncode, done.stderr) == (130, "onnx-recurrent vad: interrupted\n")
 
 
+def test_bfloat16_inputs_and_outputs_go_through_files(tmp_path):
+    # numpy.save writes ml_dtypes' bfloat16 as raw bytes, |V2: -o saved outputs so, and
+    # -i refused such a file ("got |V2"): no bfloat16 input could be given as a file
+    import ml_dtypes
+
+    feeds = random_inputs("GRU", T=4, N=2, I=3, H=5, dtype=ml_dtypes.bfloat16)
+    feeds = {k: feeds[k] for k in ("X", "W", "R", "B")}
+    model = tmp_path / "bf16.onnx"
+    onnx.save(node_model("GRU", feeds, {}, constants=("W", "R", "B")), model)
+    np.save(tmp_path / "X.npy", feeds["X"])
+    assert np.load(tmp_path / "X.npy").dtype == np.dtype("V2")
+    out = tmp_path / "out.npz"
+    done = _cli("run", str(model), "-i", f"X={tmp_path / 'X.npy'}", "-o", str(out))
+    assert done.returncode == 0, done.stderr
+    assert "input X: shape [4, 2, 3] bfloat16, given" in done.stdout
+    weights = {k: v for k, v in feeds.items() if k != "X"}
+    want = onnx_recurrent.gru(feeds["X"], **weights)
+    with np.load(out) as saved:
+        for name, value in zip(("Y", "Y_h"), want, strict=True):
+            np.testing.assert_array_equal(saved[name].view(ml_dtypes.bfloat16), value)
+
+
 def test_a_dim_that_a_given_input_contradicts_is_refused(tmp_path):
     # --dim batch=3 with an x of batch 2: ignored (status 0), or taken by the inputs
     # drawn at random and refused by the model later

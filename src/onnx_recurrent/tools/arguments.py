@@ -147,6 +147,7 @@ def load_feeds(
     ``overridable`` initializers: those the graph also lists as inputs, which a feed
     replaces; ``NAME=FILE`` split after the input name, which may hold ``=``)."""
     names = [i.name for i in inputs] + [i.name for i in overridable]
+    types = {i.name: i.type for i in (*inputs, *overridable)}
     feeds = {}
     for name, path in files.items():
         if name not in names:  # a name with '=' in it: the longest input name it starts with
@@ -158,8 +159,20 @@ def load_feeds(
                     known += f"; overridable initializers {[i.name for i in overridable]}"
                 raise RecurrentError(f"-i {given}: the model has no input {name!r} ({known})")
             name, path = longest, given[len(longest) + 1 :]
-        feeds[name] = _load_npy(path, f"-i {name}={path}")
+        feeds[name] = _bfloat16_read(_load_npy(path, f"-i {name}={path}"), types.get(name))
     return feeds
+
+
+def _bfloat16_read(array: np.ndarray, type_: str | None) -> np.ndarray:
+    """``array`` as ml_dtypes' bfloat16 where the input is one and ``numpy.save`` wrote
+    it as two raw bytes (``|V2``: NumPy has no name for ml_dtypes' types; ``-o`` saves
+    bfloat16 outputs so): else refused as ``|V2``, and no bfloat16 input could be
+    given as a file."""
+    if type_ != "tensor(bfloat16)" or array.dtype != np.dtype("V2"):
+        return array
+    import ml_dtypes
+
+    return array.view(ml_dtypes.bfloat16)
 
 
 def _load_npy(path: str, label: str) -> np.ndarray:
