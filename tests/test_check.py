@@ -308,6 +308,19 @@ def test_openvino_is_not_run_on_string_tensors(tmp_path):
     assert "error: RuntimeError: not run: the model has string tensors" in done.stdout
 
 
+def test_a_warning_is_said_once(tmp_path, capsys):
+    # check makes a session for the model twice: the host's fall back was said twice
+    import ml_dtypes
+
+    feeds = random_inputs("GRU", T=4, N=2, I=3, H=5, dtype=ml_dtypes.bfloat16)
+    feeds = {k: feeds[k] for k in ("X", "W", "R", "B")}
+    argv = _save(tmp_path, node_model("GRU", feeds, {}, constants=("W", "R", "B")))
+    _main(*argv, "--peer", "onnx.reference")
+    err = capsys.readouterr().err
+    said = [line for line in err.splitlines() if "warning: the reference host runs" in line]
+    assert len(said) == 1, err
+
+
 def test_bfloat16_outputs_are_compared_as_numbers():
     """ml_dtypes' bfloat16 is NumPy kind 'V': its outputs were compared as text, so
     any difference (bfloat16 rounding: 0.017) was "not the same structure or text",

@@ -271,11 +271,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = next((a for a in argv if not a.startswith("-")), None)
     args = build_parser(command if command in COMMANDS else None).parse_args(argv)
     prog = f"onnx-recurrent {args.command}"
+    said: set[str] = set()  # each once (check makes a session twice: it warned twice)
+
+    def warn(message: Warning | str, *_: Any, **__: Any) -> None:
+        text = one_line(message, typed=False).removeprefix("onnx-recurrent: ")
+        line = f"{prog}: warning: {text}"
+        if line not in said:
+            said.add(line)
+            print(line, file=sys.stderr)
+
     with warnings.catch_warnings():
-        warnings.showwarning = lambda message, *_, **__: print(
-            f"{prog}: warning: {one_line(message, typed=False).removeprefix('onnx-recurrent: ')}",
-            file=sys.stderr,
-        )
+        warnings.showwarning = warn
         try:
             _quiet_onnxruntime()  # (imports onnxruntime: Ctrl-C there is one line too)
             with _named_stdout():
