@@ -268,20 +268,10 @@ def test_onnxruntime_is_not_run_where_it_would_end_the_process(tmp_path, op):
     """onnxruntime 1.32 ends its process (SIGABRT) on a GRU or LSTM node given a batch
     of 0: check ran it in its own process, and died. A subprocess here, so that the old
     behaviour fails the test instead of ending pytest."""
-    import subprocess
-    import sys
-
     pytest.importorskip("onnxruntime")
     feeds = random_inputs(op, full=False)
     feeds["X"] = feeds["X"][:, :0]
-    argv = _save(tmp_path, node_model(op, feeds, {}), feeds)
-    done = subprocess.run(
-        [sys.executable, "-m", "onnx_recurrent", "check", *argv, "--peer", "onnxruntime"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 3, (done.returncode, done.stderr)  # nothing compared
+    done = _check_child(_save(tmp_path, node_model(op, feeds, {}), feeds), "onnxruntime")
     assert "error: RuntimeError: not run: the input 'X' is empty" in done.stdout
     assert "(onnxruntime could not run it)" in done.stdout
 
@@ -289,23 +279,29 @@ def test_onnxruntime_is_not_run_where_it_would_end_the_process(tmp_path, op):
 def test_openvino_is_not_run_on_string_tensors(tmp_path):
     """OpenVINO 2026.4 frees a string output wrongly ("free(): invalid pointer",
     SIGABRT): check died with it, with no result. A subprocess, as above."""
-    import subprocess
-    import sys
-
     pytest.importorskip("openvino")
     nodes = [helper.make_node("Identity", ["s"], ["o"])]
     s = helper.make_tensor_value_info("s", TensorProto.STRING, [2])
     o = helper.make_tensor_value_info("o", TensorProto.STRING, [2])
     model = helper.make_model(helper.make_graph(nodes, "g", [s], [o]))
-    argv = _save(tmp_path, model, {"s": np.array(["a", "b"])})
+    done = _check_child(_save(tmp_path, model, {"s": np.array(["a", "b"])}), "openvino")
+    assert "error: RuntimeError: not run: the model has string tensors" in done.stdout
+
+
+def _check_child(argv: list[str], peer: str):
+    """``onnx-recurrent check ARGV --peer PEER`` in a child process, which compared
+    nothing (status 3): its result."""
+    import subprocess
+    import sys
+
     done = subprocess.run(
-        [sys.executable, "-m", "onnx_recurrent", "check", *argv, "--peer", "openvino"],
+        [sys.executable, "-m", "onnx_recurrent", "check", *argv, "--peer", peer],
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert done.returncode == 3, (done.returncode, done.stderr)  # nothing compared
-    assert "error: RuntimeError: not run: the model has string tensors" in done.stdout
+    return done
 
 
 def test_a_warning_is_said_once(tmp_path, capsys):
