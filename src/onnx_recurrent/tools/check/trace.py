@@ -36,6 +36,7 @@ class Comparison:
     max_rel: float | None = None
     exceeds: bool = False
     error: str | None = None
+    widened: bool = False  # judged at two of its type's epsilons (float16, bfloat16)
 
 
 def _excess(ours: np.ndarray, theirs: np.ndarray, atol: float, rtol: float) -> np.ndarray:
@@ -71,13 +72,30 @@ def compare(name: str, peer: str, ours: Any, theirs: Any, atol: float, rtol: flo
     if ours_numbers.size == 0:
         return Comparison(name, peer, 0.0, 0.0)
     a, b = ours_numbers, their_numbers
+    ulp = low_precision_eps(ours)  # float16 and bfloat16: two of their steps at least
+    atol, rtol = max(atol, LOW_PRECISION_STEPS * ulp), max(rtol, LOW_PRECISION_STEPS * ulp)
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         d = np.where(_same(a, b), 0.0, np.abs(a - b))  # the same inf: 0, not inf - inf
         d = np.where(np.isnan(d), np.inf, d)
         rel = np.where(d == 0, 0.0, d / np.abs(a))
         rel = np.where(np.isnan(rel), np.inf, rel)  # inf / inf: ours inf, theirs not
     exceeds = bool(_excess(a, b, atol, rtol).any())
-    return Comparison(name, peer, float(d.max()), float(rel.max()), exceeds)
+    return Comparison(name, peer, float(d.max()), float(rel.max()), exceeds, widened=ulp > 0)
+
+
+#: an output of a float type of 16 bits or fewer differs beyond ``atol`` and ``rtol``
+#: widened to this many of its machine epsilons (a bfloat16 result rounded once from
+#: float32 against a peer's computed in bfloat16, step by step: 1-2 of them off)
+LOW_PRECISION_STEPS = 2
+
+
+def low_precision_eps(value: Any) -> float:
+    """The machine epsilon of ``value``'s element type where it is a float of 16 bits
+    or fewer (float16, ml_dtypes' bfloat16 and float8s), else 0."""
+    dtype = getattr(value, "dtype", None)
+    if dtype is None or dtype.itemsize > 2 or (dtype.kind != "f" and dtype not in _ML_FLOATS):
+        return 0.0
+    return float(ml_dtypes.finfo(dtype).eps)
 
 
 #: float types of ml_dtypes (NumPy's kind 'V'), compared as numbers
