@@ -468,9 +468,18 @@ def _destroy_kernel(kernel: int) -> None:
 
 
 def _slow_marked(kernel: int, context: int, done: int) -> int:
-    status = _slow(kernel, context)
-    ctypes.c_int64.from_address(done).value = 1
-    return status
+    try:
+        return _slow(kernel, context)
+    except BaseException as e:  # a Ctrl-C outside compute's guard: escaping a ctypes
+        record(e)  # callback, it was printed ("Exception ignored") and the status lost
+        k = _KERNELS.get(kernel)
+        if k is None:
+            return 0
+        return _api(int(k.block[0])).status(
+            ORT_FAIL, f"onnx-recurrent: {_reason(k.node.label, e)}"
+        )
+    finally:
+        ctypes.c_int64.from_address(done).value = 1
 
 
 _SLOW = _COMPUTE(_slow)
