@@ -658,6 +658,31 @@ def test_a_dim_that_a_given_input_contradicts_is_refused(tmp_path):
     assert done.returncode == 0, done.stderr
 
 
+def test_a_ctrl_c_swallowed_in_a_finalizer_still_stops_the_command(monkeypatch, capsys):
+    # a Ctrl-C landing in distributed's Future.__del__ was printed as "Exception ignored"
+    # and lost: vad --workers went on to the end, status 0
+    from onnx_recurrent.tools import arguments, cli
+
+    class Finalized:
+        def __del__(self):
+            raise KeyboardInterrupt
+
+    def command(args):
+        Finalized()  # collected at once: its KeyboardInterrupt cannot be raised
+        return 0
+
+    monkeypatch.setattr(cli, "cmd_run", command)
+    assert cli.main(["run"]) == 130
+    assert capsys.readouterr().err == "onnx-recurrent run: interrupted\n"
+    before = sys.unraisablehook
+    with arguments.lost_interrupts():
+        Finalized()
+        with pytest.raises(KeyboardInterrupt):
+            arguments.raise_lost_interrupt()
+        arguments.raise_lost_interrupt()  # raised once
+    assert sys.unraisablehook is before
+
+
 def test_ctrl_c_is_one_line_and_status_130_with_the_old_output_kept(tmp_path):
     # was: Python's traceback of KeyboardInterrupt
     import signal

@@ -57,6 +57,10 @@ ALLOWED = {
         "onnxruntime",
         "test_onnxruntime_core_session",
     ),
+    ("tools/vad/command.py", "distributed.deploy.spec.SpecCluster._instances"): (
+        "distributed",
+        "test_distributed_cluster_instances",
+    ),
     ("runtime/loop.py", "onnx.reference.ops.op_loop.Loop._run"): (
         "onnx",
         "test_onnx_reference_hooks",
@@ -552,6 +556,25 @@ def test_onnxruntime_core_session():
     np.testing.assert_array_equal(got, session.run(None, feeds)[0])
     with pytest.raises(Exception, match="b"):  # a missing input: the C++ session says so
         core.run(["c"], {"a": feeds["a"]}, None)
+
+
+def test_distributed_cluster_instances():
+    """tools/vad/command.py takes a local cluster interrupted while it starts out of
+    ``SpecCluster._instances``, the set that distributed's exit hook
+    (``close_clusters``) closes: a cluster made is in it, and the hook reads it."""
+    pytest.importorskip("distributed")
+    import inspect
+
+    from distributed.deploy import spec
+
+    instances = getattr(spec.SpecCluster, "_instances", None)
+    what = "SpecCluster._instances (the clusters the exit hook closes) is gone or changed"
+    change = "onnx_recurrent/tools/vad/command.py's _local_cluster"
+    assert callable(getattr(instances, "discard", None)), _broken("distributed", what, change)
+    hook = getattr(spec, "close_clusters", None)
+    assert hook is not None and "SpecCluster._instances" in inspect.getsource(hook), _broken(
+        "distributed", what, change
+    )
 
 
 def test_onnx_reference_hooks():

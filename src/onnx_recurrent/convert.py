@@ -510,8 +510,9 @@ def _torch_values(torch: Any, module: Any, parameters: dict[str, np.ndarray]) ->
     from torch.nn.utils import parametrize
 
     values, seen = {}, {}
+    held = dict(module.named_parameters(recurse=False, remove_duplicate=False))  # tied too
     for name, value in parameters.items():
-        own = module._parameters.get(name)
+        own = held.get(name)
         if own is None:
             hooked = any(
                 getattr(h, "name", getattr(h, "_tensor_name", None)) == name

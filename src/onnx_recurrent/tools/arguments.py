@@ -18,6 +18,7 @@ import os
 import re
 import stat
 import sys
+import threading
 import tokenize
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -365,6 +366,40 @@ def number(
 
     parse.__name__ = kind.__name__  # argparse names the type in its messages
     return parse
+
+
+#: a Ctrl-C that Python could not raise where it landed (in a finalizer: distributed's
+#: ``Future.__del__`` printed "Exception ignored ... KeyboardInterrupt", and ``vad
+#: --workers`` went on to the end, status 0): kept by :func:`lost_interrupts`
+_lost = threading.Event()
+
+
+@contextmanager
+def lost_interrupts() -> Iterator[None]:
+    """A command's block in which a KeyboardInterrupt that Python swallows (an
+    unraisable exception) is kept for :func:`raise_lost_interrupt`, not printed; other
+    unraisable exceptions go to the hook before."""
+    previous = sys.unraisablehook
+
+    def hook(unraisable: Any) -> None:
+        if unraisable.exc_type is not None and issubclass(unraisable.exc_type, KeyboardInterrupt):
+            _lost.set()
+        else:
+            previous(unraisable)
+
+    _lost.clear()
+    sys.unraisablehook = hook
+    try:
+        yield
+    finally:
+        sys.unraisablehook = previous
+
+
+def raise_lost_interrupt() -> None:
+    """Raise the KeyboardInterrupt that :func:`lost_interrupts` kept, if any."""
+    if _lost.is_set():
+        _lost.clear()
+        raise KeyboardInterrupt
 
 
 def file_name(text: str) -> str:

@@ -35,9 +35,11 @@ from .arguments import (
     add_model_inputs,
     external_data_files,
     file_name,
+    lost_interrupts,
     model_feeds,
     note_first_use,
     parse_pairs,
+    raise_lost_interrupt,
     same_file,
     saving,
     writable,
@@ -284,8 +286,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         warnings.showwarning = warn
         try:
             _quiet_onnxruntime()  # (imports onnxruntime: Ctrl-C there is one line too)
-            with _named_stdout():
+            with _named_stdout(), lost_interrupts():
                 status = args.handler(args)
+                raise_lost_interrupt()  # swallowed where it landed (a finalizer)
                 sys.stdout.flush()  # a reader gone away shows here, not at exit
             return status
         except BrokenPipeError:  # `onnx-recurrent ... | head`: stop quietly

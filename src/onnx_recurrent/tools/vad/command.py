@@ -36,6 +36,7 @@ from ..arguments import (
     file_name,
     file_name_or_stdout,
     number,
+    raise_lost_interrupt,
     same_file,
     saving,
     writable,
@@ -480,6 +481,7 @@ def cmd_vad(args: argparse.Namespace) -> int:
 
         failed = 0
         for path, found, probs in results:
+            raise_lost_interrupt()  # a Ctrl-C that landed in a finalizer (a Dask future's)
             if isinstance(found, BaseException):
                 failed += 1
                 rows.error(path, _reason(found))
