@@ -453,11 +453,9 @@ def writable(path: str, option: str) -> None:
             raise RecurrentError(f"{option} {path}: not writable")
         return
     try:
-        folder = os.path.dirname(output_file(path))
+        folder = os.path.dirname(output_file(path))  # there: output_file checked it
     except OSError as e:
         raise RecurrentError(f"{option} {path}: {e.strerror}") from None
-    if not os.path.isdir(folder):
-        raise RecurrentError(f"{option} {path}: no such directory {folder!r}")
     if not os.access(folder, os.W_OK):
         raise RecurrentError(f"{option} {path}: the directory {folder!r} is not writable")
     if os.path.exists(path) and not os.access(path, os.W_OK):
