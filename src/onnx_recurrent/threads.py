@@ -24,6 +24,7 @@ threads block on a condition (no CPU used). :func:`run` is the one way in:
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import contextvars
 import logging  # noqa: F401 (before COMPILING's fork hook: see there)
@@ -322,6 +323,27 @@ class _HeldLock:
 COMPILING = _HeldLock()
 
 
+def _exit_past_a_compile() -> None:
+    """At exit, where another thread still compiles (one that Ctrl-C left running on its
+    daemon thread, :func:`compiling`), have C's exit end with ``_exit`` before its
+    handlers: they destroy LLVM's global context under that compile, which then dies
+    (SIGABRT, SIGSEGV). Python's own finalization (its buffers flushed) is done by
+    then; glibc's ``on_exit`` hands ``_exit`` the status. Elsewhere nothing is done."""
+    if COMPILING.acquire(blocking=False):  # no other thread compiles
+        COMPILING.release()
+        return
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None)
+        on_exit, _exit = libc.on_exit, libc._exit
+    except (OSError, AttributeError):  # not glibc
+        return
+    on_exit.argtypes = (ctypes.c_void_p, ctypes.c_void_p)
+    on_exit(ctypes.cast(_exit, ctypes.c_void_p), None)  # the last added runs first
+
+
+atexit.register(_exit_past_a_compile)
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
     os.register_at_fork(
