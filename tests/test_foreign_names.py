@@ -57,6 +57,7 @@ ALLOWED = {
         "onnxruntime",
         "test_onnxruntime_core_session",
     ),
+    ("threads.py", "ctypes.CDLL()._exit"): ("python", "test_c_library_exit"),
     ("tools/vad/command.py", "distributed.deploy.spec.SpecCluster._instances"): (
         "distributed",
         "test_distributed_cluster_instances",
@@ -528,6 +529,31 @@ def test_signal_c_module():
         "signal._signal.signal is gone (the host falls back to signal.signal, slower)",
         "onnx_recurrent/runtime/hosts/onnxruntime.py's _signal",
     )
+
+
+def test_c_library_exit():
+    """threads.py hands C's ``_exit`` (POSIX; a C function, not a private name) to
+    glibc's ``on_exit`` at exit while a compile runs: both are in this C library, and a
+    process so armed ends with its own status, skipping the other exit handlers."""
+    import ctypes
+    import platform
+
+    if platform.libc_ver()[0] != "glibc":
+        pytest.skip("not glibc: threads.py arms nothing (no on_exit)")
+    libc = ctypes.CDLL(None)
+    assert callable(getattr(libc, "on_exit", None)), _broken(
+        "python", "glibc has no on_exit", "onnx_recurrent/threads.py's _exit_past_a_compile"
+    )
+    armed = (
+        "import atexit, ctypes; libc = ctypes.CDLL(None)\n"
+        "libc.on_exit.argtypes = (ctypes.c_void_p, ctypes.c_void_p)\n"
+        "atexit.register(print, 'python finalized')\n"
+        "libc.on_exit(ctypes.cast(libc.abort, ctypes.c_void_p), None)  # skipped\n"
+        "libc.on_exit(ctypes.cast(libc._exit, ctypes.c_void_p), None)\n"
+        "raise SystemExit(7)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", armed], capture_output=True, text=True)
+    assert (done.returncode, done.stdout) == (7, "python finalized\n"), done.stderr
 
 
 def test_onnxruntime_core_session():
