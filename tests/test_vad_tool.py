@@ -159,6 +159,26 @@ def test_find_audio_files(tmp_path):
         "missing.wav",
     ]
     assert vad.find_audio_files(str(tmp_path / "sub")) == [str(tmp_path / "sub" / "c.ogg")]
+    # a broken link is kept (reading it fails alone, named), a directory named .wav is not
+    # (its files are): it was skipped silently
+    (tmp_path / "sub" / "gone.wav").symlink_to(tmp_path / "nowhere.wav")
+    (tmp_path / "sub" / "dir.wav").mkdir()
+    (tmp_path / "sub" / "dir.wav" / "e.wav").write_bytes(b"")
+    assert vad.find_audio_files(str(tmp_path / "sub")) == [
+        str(tmp_path / "sub" / name) for name in ("c.ogg", "dir.wav/e.wav", "gone.wav")
+    ]
+
+
+def test_command_names_a_broken_link_in_a_directory(tmp_path):
+    shutil.copy(SPEECH, tmp_path / "a.wav")
+    (tmp_path / "b.wav").symlink_to(tmp_path / "moved.wav")
+    done = _vad(tmp_path)
+    assert done.returncode == 1, done.stderr
+    rows = done.stdout.strip().splitlines()
+    assert any(row.startswith(f"{tmp_path / 'a.wav'},") for row in rows)
+    assert [row for row in rows if "b.wav" in row] == [
+        f"{tmp_path / 'b.wav'},,,No such file or directory"
+    ]
 
 
 # --- batched streams ------------------------------------------------------------------
@@ -489,7 +509,9 @@ def test_an_earlier_output_survives_a_bad_model_and_ctrl_c(tmp_path, monkeypatch
         (["--workers", "2", "--scheduler", "tcp://x:1"], "not allowed with"),
         # 100000 local workers hung starting them
         (["--workers", "100000"], "--workers: expected a number of worker processes"),
-        (["--min-silence-duration-ms", "-1"], "min_silence_duration_ms"),
+        # named by the option given, not by the Python keyword
+        (["--min-silence-duration-ms", "-1"], "error: --min-silence-duration-ms must be"),
+        (["--threshold", "2"], "error: --threshold is a probability"),
         (["-o", "/nonexistent/rows.csv"], "-o /nonexistent/rows.csv: no such directory"),
         (["--plot", str(SPEECH)], f"--plot {SPEECH}: not a directory"),
     ],

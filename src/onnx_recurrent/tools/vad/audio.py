@@ -458,8 +458,8 @@ def find_audio_files(paths: str | os.PathLike[str] | list[Any] | tuple[Any, ...]
     paths : path or sequence of paths
         Files (kept as given, whatever their suffix, existing or not: reading them
         later reports what is wrong) and directories (walked recursively for files
-        whose suffix is one of :data:`AUDIO_SUFFIXES`, any case, sorted); str, bytes
-        or ``os.PathLike``.
+        whose suffix is one of :data:`AUDIO_SUFFIXES`, any case, sorted: files, and
+        broken links, which reading reports); str, bytes or ``os.PathLike``.
 
     Returns
     -------
@@ -477,8 +477,9 @@ def find_audio_files(paths: str | os.PathLike[str] | list[Any] | tuple[Any, ...]
             found = (
                 p
                 for p in Path(name).rglob("*")
-                if p.suffix.lower() in AUDIO_SUFFIXES and p.is_file()
-            )
+                if p.suffix.lower() in AUDIO_SUFFIXES
+                and (p.is_file() or (p.is_symlink() and not p.exists()))
+            )  # a broken link kept: reading it says so
             files.extend(sorted(str(p) for p in found))
         else:
             files.append(name)

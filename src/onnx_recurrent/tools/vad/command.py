@@ -427,8 +427,9 @@ def cmd_vad(args: argparse.Namespace) -> int:
     options = {name: getattr(args, name) for name in SEGMENT_OPTIONS}
     try:
         options = check_segment_options(options)
-    except (TypeError, ValueError) as e:
-        return _fail(str(e))
+    except (TypeError, ValueError) as e:  # named by its option, not the keyword
+        name, _, rest = str(e).partition(" ")
+        return _fail(f"--{name.replace('_', '-')} {rest}" if name in options else str(e))
     # Every time written rounded alike, here: speech_segments rounds as silero does,
     # which leaves an end at the end of a recording unrounded.
     decimals, options["time_resolution"] = options["time_resolution"], None
