@@ -621,6 +621,15 @@ sys.exit(script.load()(["vad", "x.wav"]))
     assert (done.returncode, done.stderr) == (130, "onnx-recurrent vad: interrupted\n")
 
 
+def test_the_console_script_names_every_command_as_the_parser_does():
+    # tools.main names the command in its one line without importing cli (Ctrl-C while
+    # it loads): its list must be cli's
+    from onnx_recurrent import tools
+    from onnx_recurrent.tools import cli
+
+    assert tools._COMMANDS == tuple(cli.COMMANDS)
+
+
 def test_bfloat16_inputs_and_outputs_go_through_files(tmp_path):
     # numpy.save writes ml_dtypes' bfloat16 as raw bytes, |V2: -o saved outputs so, and
     # -i refused such a file ("got |V2"): no bfloat16 input could be given as a file
