@@ -89,18 +89,38 @@ def _as(feeds, dtype):
 
 
 @pytest.mark.parametrize("backend", ["numpy", "numba"])
-@pytest.mark.parametrize("op", FUNCTIONS)
-def test_input_size_zero(op, backend):
+@pytest.mark.parametrize(
+    ("op", "attributes", "dtype"),
+    [(op, {}, np.float32) for op in FUNCTIONS]
+    + [("GRU", {"linear_before_reset": 1}, dt) for dt in (np.float32, np.float64, np.float16)],
+)
+def test_input_size_zero(op, attributes, dtype, backend):
     """``input_size`` 0 (``X W^T`` is zero): the same as one input of zeros, on every
-    backend (the NumPy one reshaped an empty block with ``-1`` and failed)."""
-    feeds = random_inputs(op, T=6, N=5, I=1, H=7, D=2, seed=3)
+    backend (the NumPy one reshaped an empty block with ``-1`` and failed). GRU with
+    ``linear_before_reset`` failed most calls as "no memory": its empty panels of ``W``
+    were not aligned (:func:`layout.empty_panels`), and the kernel refused them."""
+    feeds = random_inputs(op, T=6, N=5, I=1, H=7, D=2, seed=3, dtype=dtype)
     feeds["X"] = np.zeros_like(feeds["X"])
     empty = {**feeds, "X": feeds["X"][..., :0], "W": feeds["W"][..., :0]}
     with backends.use(backend):
-        expected = FUNCTIONS[op](**feeds, direction="bidirectional")
-        got = FUNCTIONS[op](**empty, direction="bidirectional")
+        expected = FUNCTIONS[op](**feeds, direction="bidirectional", **attributes)
+        got = FUNCTIONS[op](**empty, direction="bidirectional", **attributes)
+    tolerance = {"rtol": 1e-6, "atol": 1e-7} if dtype != np.float16 else {"atol": 2e-3}
     for g, e in zip(got, expected, strict=True):
-        np.testing.assert_allclose(g, e, rtol=1e-6, atol=1e-7)
+        np.testing.assert_allclose(g, e, **tolerance)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_empty_panels_are_aligned(dtype):
+    """Panels with no rows or none at all start on a cache line too, as the kernels check:
+    an empty slice of the raw buffer pointed at its start."""
+    from onnx_recurrent.backends import layout
+
+    for count, K in [(3, 0), (0, 5), (0, 0), (2, 4)]:
+        for _ in range(4):  # a few allocations, at a few offsets
+            panels = layout.empty_panels(count, K, dtype)
+            assert panels.shape == (count, K, layout.panel_width(dtype))
+            assert panels.ctypes.data % layout.ALIGN == 0, (count, K)
 
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float64, ml_dtypes.bfloat16])

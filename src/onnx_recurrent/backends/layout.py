@@ -41,7 +41,8 @@ def empty_panels(count: int, K: int, dtype: np.dtype) -> np.ndarray:
     L = panel_width(dtype)
     raw = np.empty(count * K * L + ALIGN // dtype.itemsize, dtype)
     start = (-raw.ctypes.data % ALIGN) // dtype.itemsize
-    return raw[start : start + count * K * L].reshape(count, K, L)
+    # raw[start:] first: an empty slice raw[a:a] points at raw's start, not at a
+    return raw[start:][: count * K * L].reshape(count, K, L)
 
 
 def pack(B: np.ndarray, columns: np.ndarray, out: np.ndarray, k0: int = 0) -> None:
