@@ -329,6 +329,19 @@ def test_x_given_as_a_list_takes_ws_dtype(op):
             np.testing.assert_array_equal(a, b)
     with pytest.raises(TypeError, match=r"W must have X's dtype float32, got float64"):
         fn(**{**feeds, "W": feeds["W"].astype(np.float64)})
+    # a list of anything but numbers was converted without a word: None to NaN, complex
+    # to its real part, numeric strings parsed, bools taken; words gave numpy's error
+    for value, kind in [(None, "object"), (1 + 5j, "complex128"), ("1.5", "<U"),
+                        (True, "bool"), ("a", "<U")]:  # fmt: skip
+        X = np.full(feeds["X"].shape, 0.5 if value is not True else True).tolist()
+        X[0][0][0] = value
+        with pytest.raises(TypeError, match=rf"X as a list must hold numbers, got {kind}"):
+            fn(**{**feeds, "X": X})
+        with pytest.raises(TypeError, match=rf"X as a list must hold numbers, got {kind}"):
+            orc.Layer(op, feeds["W"], feeds["R"])(X)
+    layer = orc.Layer(op, feeds["W"], feeds["R"])  # a list of numbers: the layer's dtype
+    for a, b in zip(layer(feeds["X"].tolist()), layer(feeds["X"]), strict=True):
+        np.testing.assert_array_equal(a, b)
 
 
 @pytest.mark.parametrize("ragged", [False, True])

@@ -132,6 +132,14 @@ def test_bad_input(change, match):
             {"initial_hidden_state": np.zeros((3, 4), np.float64)},
             r"initial_hidden_state must have X's dtype float32, got float64",
         ),
+        # were taken as no clipping (clip == 0 asked first), or numpy's "truth value of
+        # an array ... is ambiguous"
+        ({"clip": False}, r"clip must be a float, got False"),
+        ({"clip": 0j}, r"clip must be a float, got 0j"),
+        ({"clip": np.array([1.0, 2.0])}, r"clip must be a float, got array"),
+        # were a shape error ("got []"), and initial_hidden_state blamed for a list X
+        ({"R": "abc"}, r"R must have a float dtype .* got <U3"),
+        ({"X": [["a", "b", "c", "d", "e"]] * 3}, r"X as a list must hold numbers, got <U1"),
     ],
 )
 def test_bad_types_name_the_argument(change, match):
@@ -139,6 +147,14 @@ def test_bad_types_name_the_argument(change, match):
     args = {"X": X, "initial_hidden_state": h, "W": W, "R": R, "B": B, "hidden_size": 4, **change}
     with pytest.raises(TypeError, match=match):
         orc.gru_cell(**args)
+
+
+def test_x_given_as_a_list_takes_ws_dtype():
+    X, h, W, R, B = _inputs()
+    np.testing.assert_array_equal(
+        orc.gru_cell(X.tolist(), h, W, R, B, hidden_size=4),
+        orc.gru_cell(X, h, W, R, B, hidden_size=4),
+    )
 
 
 def test_activations_none_are_the_defaults():

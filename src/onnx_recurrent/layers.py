@@ -31,6 +31,7 @@ from .spec import (
     check_weights,
     check_X,
     compute_dtype,
+    list_in_dtype,
     make_spec,
 )
 
@@ -342,7 +343,8 @@ class Layer:
         Parameters
         ----------
         X : (seq_length, batch_size, input_size) ndarray
-            ``(batch_size, seq_length, input_size)`` if ``layout=1``; the layer's dtype.
+            ``(batch_size, seq_length, input_size)`` if ``layout=1``; the layer's dtype (a
+            list or tuple of numbers is taken in it).
         sequence_lens : (batch_size,) integer ndarray, optional
             Valid length of each sequence, in ``[0, seq_length]``; full length if absent.
         initial_h, initial_c : (num_directions, batch_size, hidden_size) ndarray, optional
@@ -394,7 +396,7 @@ class Layer:
             states.append(("initial_c", initial_c))
         elif initial_c is not None:
             raise RecurrentError(f"initial_c is for LSTM only, this layer is a {self.op}")
-        X = check_X(spec, X)
+        X = check_X(spec, list_in_dtype("X", X, self))  # a list: the layer's dtype
         x = check_call(
             spec, X, sequence_lens, states, dtype=self.dtype, input_size=self.input_size
         )

@@ -9,7 +9,7 @@ import numpy as np
 
 from . import cells, prepared
 from .errors import RecurrentError, RecurrentTypeError
-from .spec import as_array, as_float_array, check_dtype, check_flag
+from .spec import as_float_array, check_dtype, check_flag, list_in_dtype
 
 _COMMON_DOC = """
     X : (seq_length, batch_size, input_size) ndarray
@@ -299,8 +299,8 @@ def gru_cell(
         ``clip`` or activation parameter that is not a number; ``hidden_size`` not an
         integer; ``activations`` a string (not a list of names).
     """
-    X = as_float_array("X", X)
-    R = as_array("R", R)
+    X = as_float_array("X", list_in_dtype("X", X, W))
+    R = as_float_array("R", R)
     H = hidden_size
     if isinstance(H, bool) or not isinstance(H, int | np.integer):
         raise RecurrentTypeError(f"hidden_size must be an integer, got {H!r}")
@@ -320,7 +320,7 @@ def gru_cell(
         "R": ((3 * H, H), "[3*hidden_size, hidden_size]"),
     }
     state = check_dtype("initial_hidden_state", initial_hidden_state, X.dtype, "X's")
-    given = {"initial_hidden_state": state, "W": as_array("W", W), "R": R}
+    given = {"initial_hidden_state": state, "W": as_float_array("W", W), "R": R}
     for name, (shape, dims) in expected.items():
         if given[name].shape != shape:
             raise RecurrentError(
@@ -340,7 +340,8 @@ def gru_cell(
         Wb = B[: 3 * H]
         if linear_before_reset:
             Rb = np.concatenate([np.zeros(2 * H, B.dtype), B[3 * H :]])
-    if clip == 0:
+    number = isinstance(clip, int | float | np.integer | np.floating)
+    if number and not isinstance(clip, bool) and clip == 0:  # a bad clip: gru says so
         clip = None
     try:
         _, Y_h = gru(

@@ -20,7 +20,15 @@ import numpy as np
 
 from .cells import Cell
 from .layers import Layer
-from .spec import RecSpec, as_array, check_weights, check_X, compute_dtype, make_spec
+from .spec import (
+    RecSpec,
+    as_array,
+    check_weights,
+    check_X,
+    compute_dtype,
+    list_in_dtype,
+    make_spec,
+)
 
 #: layers kept, at most (least recently used dropped first)
 MAX_ENTRIES = 16
@@ -113,11 +121,11 @@ def for_call(
         disagrees with the attributes or the other inputs (expected and actual given).
     TypeError
         (``onnx_recurrent.RecurrentTypeError``) a non-float ``X``, or weights of
-        another dtype than ``X``'s (``X`` given as a list or tuple takes ``W``'s).
+        another dtype than ``X``'s (``X`` given as a list or tuple of numbers takes
+        ``W``'s; of anything else, strings, None, complex or bools, is refused).
     """
     spec = make_spec(cell, as_array("R", R), **attributes)
-    if isinstance(X, list | tuple) and compute_dtype(getattr(W, "dtype", None)) is not None:
-        X = as_array("X", X).astype(W.dtype)  # a list has no dtype of its own: W's
+    X = list_in_dtype("X", X, W)  # a list has no dtype of its own: W's
     X = check_X(spec, X)
     W, R, B, P = check_weights(spec, W, R, B, P, dtype=X.dtype, input_size=X.shape[2])
     return X, layer(spec, attributes, W, R, B, P)

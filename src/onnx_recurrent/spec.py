@@ -299,6 +299,19 @@ def as_array(name: str, value: Any) -> np.ndarray:
         ) from None
 
 
+def list_in_dtype(name: str, value: Any, like: Any) -> Any:
+    """``value`` given as a list or tuple: an array in ``like``'s float dtype (a list has
+    no dtype of its own), or a TypeError where it holds anything but numbers (strings,
+    None, complex, bools); any other ``value``, or a ``like`` of no float dtype, as
+    given."""
+    if not isinstance(value, list | tuple) or compute_dtype(getattr(like, "dtype", None)) is None:
+        return value
+    array = as_array(name, value)
+    if array.dtype.kind not in "iuf":
+        raise RecurrentTypeError(f"{name} as a list must hold numbers, got {array.dtype} values")
+    return array.astype(like.dtype)
+
+
 def as_float_array(name: str, value: Any) -> np.ndarray:
     """``value`` as an array of one of the T types (:func:`native_order`), or a clear
     TypeError (:func:`as_array`)."""
