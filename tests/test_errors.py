@@ -375,6 +375,12 @@ try:
     orc.gru(X, np.full((1, 12, 1), 0.1, np.float32), np.full((1, 12, 4), 0.1, np.float32))
 except MemoryError as e:
     print(e)
+X = np.broadcast_to(np.float32(1), (1, 2**24, 1))  # Y_h: 4 GiB, with no Y asked for
+W, R = np.full((1, 192, 1), 0.1, np.float32), np.full((1, 192, 64), 0.1, np.float32)
+try:
+    orc.gru(X, W, R, output_sequence=False)
+except MemoryError as e:
+    print(e)
 """
 
 
@@ -386,7 +392,12 @@ def test_no_memory_for_a_weight_copy_or_y_names_it():
         [sys.executable, "-c", NO_MEMORY_CHILD], capture_output=True, text=True, timeout=300
     )
     assert run.returncode == 0, run.stderr
-    copy, y = run.stdout.splitlines()
+    copy, y, y_h = run.stdout.splitlines()
     assert copy.startswith("onnx-recurrent: no memory to copy R (shape [1, 393216, 131072]")
     assert y.startswith("onnx-recurrent: no memory for Y, the GRU output of shape [65536, 1,")
     assert "output_sequence=False" in y
+    # the final states' too (NumPy's, which the hint about Y led to)
+    assert y_h == (
+        "onnx-recurrent: no memory for Y_h, the GRU output of shape [1, 16777216, 64] "
+        "(float32: 4 GiB)"
+    )

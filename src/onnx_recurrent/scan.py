@@ -25,7 +25,7 @@ import numpy as np
 from . import backends, interrupts, threads
 from .backends import tuning
 from .cells import Weights
-from .spec import Inputs, RecSpec
+from .spec import Inputs, RecSpec, allocate
 
 #: bytes of gate inputs of one block (at least MIN_BLOCK steps)
 BLOCK_BYTES = 8 << 20
@@ -444,18 +444,14 @@ class Scan:
         if output_sequence:
             shape = (N, T, D, H) if spec.layout else (T, D, N, H)
             make = np.zeros if x.ragged and not self.compiled else np.empty
-            try:
-                self.Y = make(shape, x.dtype)
-            except MemoryError:  # NumPy's names the shape only
-                raise MemoryError(
-                    f"onnx-recurrent: no memory for Y, the {spec.cell.name} output of shape "
-                    f"{list(shape)} ({x.dtype}: "
-                    f"{np.prod(shape, dtype=float) * x.dtype.itemsize / 2**30:.3g} GiB); "
-                    "output_sequence=False computes no Y"
-                ) from None
+            hint = "; output_sequence=False computes no Y"
+            self.Y = allocate(f"Y, the {spec.cell.name} output", shape, x.dtype, make, hint)
             self.Y_tm = self.Y.transpose(1, 2, 0, 3) if spec.layout else self.Y
         shape = (N, D, H) if spec.layout else (D, N, H)
-        self.finals = [np.empty(shape, x.dtype) for _ in spec.cell.state_names]
+        self.finals = [
+            allocate(f"{name}, the {spec.cell.name} output", shape, x.dtype)
+            for name in ("Y_h", "Y_c")[: len(spec.cell.state_names)]
+        ]
         self.finals_tm = [f.transpose(1, 0, 2) if spec.layout else f for f in self.finals]
         self.block = block_steps(spec, N, I, x.compute_dtype)
         self.abort = np.zeros(1, np.int64)  # read by compiled units between blocks

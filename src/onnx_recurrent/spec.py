@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import math
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -299,6 +299,26 @@ def as_array(name: str, value: Any) -> np.ndarray:
         ) from None
 
 
+def allocate(
+    what: str,
+    shape: tuple[int, ...],
+    dtype: Any,
+    make: Callable[..., np.ndarray] = np.empty,
+    hint: str = "",
+) -> np.ndarray:
+    """``make(shape, dtype)``, or a MemoryError naming ``what`` with its size (NumPy's
+    names a shape only) and ``hint``, what the caller can do about it."""
+    try:
+        return make(shape, dtype)
+    except MemoryError:
+        dtype = np.dtype(dtype)
+        size = math.prod(shape) * dtype.itemsize / 2**30
+        raise MemoryError(
+            f"onnx-recurrent: no memory for {what} of shape {list(shape)} ({dtype}: "
+            f"{size:.3g} GiB){hint}"
+        ) from None
+
+
 def list_in_dtype(name: str, value: Any, like: Any) -> Any:
     """``value`` given as a list or tuple: an array in ``like``'s float dtype (a list has
     no dtype of its own), or a TypeError where it holds anything but numbers (strings,
@@ -429,7 +449,8 @@ def check_lengths(sequence_lens: Any, N: int, T: int) -> np.ndarray:
             f"sequence_lens must have an integer dtype (int32 in ONNX), got {given.dtype}"
         )
     _check_shape("sequence_lens", given, (N,), "[batch_size]")
-    lens = given.astype(np.int64)
+    lens = allocate("sequence_lens as int64", given.shape, np.int64)
+    lens[...] = given
     low, high = (int(lens.min()), int(lens.max())) if N else (T, T)
     if low < 0 or high > T:  # (uint64 past int64's range wraps to negative)
         b = int(np.argmax((given < 0) | (given > T)))
@@ -465,7 +486,8 @@ def check_call(
         )
 
     if sequence_lens is None:
-        lens, ragged = np.full(N, T, np.int64), False
+        lens, ragged = allocate(f"the lengths of {N} rows", (N,), np.int64), False
+        lens[:] = T
     else:
         lens = check_lengths(sequence_lens, N, T)
         ragged = bool(N) and int(lens.min()) < T
