@@ -245,6 +245,14 @@ def test_a_layer_and_its_copies_cannot_part_ways():
     assert layer.attributes == {"linear_before_reset": 1, "clip": 0.5}
     with pytest.raises(ValueError):
         layer.W.setflags(write=True)
+    # layer.W = W + 1 was taken: the layer computed with its old W, its copies with the
+    # new one (1.48 apart); layer.W = "nonsense" failed at the next call
+    for name in ("op", "spec", "W", "R", "B", "P", "dtype", "addresses"):
+        with pytest.raises(AttributeError, match=rf"Layer\.{name} is fixed"):
+            setattr(layer, name, W + 1)
+        with pytest.raises(AttributeError, match=rf"Layer\.{name} is fixed"):
+            delattr(layer, name)
+    layer.note = "a caller's own attribute"  # others are the caller's
     for other in (copy.copy(layer), copy.deepcopy(layer), pickle.loads(pickle.dumps(layer))):
         np.testing.assert_array_equal(other(x)[0], want)
         assert repr(other) == repr(layer)

@@ -103,7 +103,9 @@ class Layer:
         first call (a session's layers whose nodes run as native nodes: :meth:`prepare`).
 
     The weights are copied (read-only) and prepared once: changing the arrays passed
-    afterwards does not change the layer. Calls may come from several threads at once.
+    afterwards does not change the layer, and its ``op``, ``spec``, ``W``, ``R``, ``B``,
+    ``P``, ``dtype`` and ``addresses`` cannot be set again (AttributeError; a layer of
+    other weights: :meth:`replace`). Calls may come from several threads at once.
 
     Raises
     ------
@@ -166,6 +168,27 @@ class Layer:
             spec, W, R, B, P, dtype=W.dtype, input_size=W.shape[2], owner="W's"
         )
         self._set(spec, attributes, W, R, B, P, prepare)
+
+    #: what the layer was made of: set once (it computes with what it prepared from them)
+    _FIXED = frozenset({"op", "spec", "W", "R", "B", "P", "dtype", "addresses"})
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in Layer._FIXED and name in self.__dict__:
+            other = (
+                f"layer.replace({name}=...)"
+                if name in ("op", "W", "R", "B", "P")
+                else "Layer(...)"
+            )
+            raise AttributeError(
+                f"Layer.{name} is fixed when the layer is made (it computes with what it "
+                f"prepared from it): make another layer, {other}"
+            )
+        object.__setattr__(self, name, value)
+
+    def __delattr__(self, name: str) -> None:
+        if name in Layer._FIXED:
+            raise AttributeError(f"Layer.{name} is fixed when the layer is made")
+        object.__delattr__(self, name)
 
     def _set(self, spec: RecSpec, attributes: dict, W, R, B, P, prepare: bool = True) -> None:
         threads.num_threads()  # a bad variable named here, not at a first large call
