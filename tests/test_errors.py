@@ -344,6 +344,20 @@ def test_x_given_as_a_list_takes_ws_dtype(op):
         np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.parametrize("op", ["GRU", "LSTM", "RNN"])
+def test_x_and_w_at_odds_on_input_size_are_both_named(op):
+    # the functions blamed W alone for X's last axis ("W must have shape [1, 12, 4]")
+    fn = {"GRU": orc.gru, "LSTM": orc.lstm, "RNN": orc.rnn}[op]
+    feeds = random_inputs(op, T=4, N=2, I=3, H=5, full=False)
+    X = np.zeros((4, 2, 4), np.float32)
+    with pytest.raises(
+        ValueError, match=r"X and W disagree on input_size: X's last axis is 4, W's is 3"
+    ):
+        fn(**{**feeds, "X": X})
+    with pytest.raises(ValueError, match=r"X must have input_size=3 \(W's last axis\)"):
+        orc.Layer(op, feeds["W"], feeds["R"])(X)
+
+
 @pytest.mark.parametrize("ragged", [False, True])
 def test_no_rows_over_a_huge_seq_length_allocates_nothing_per_step(ragged):
     # X of shape (2**34, 0, I) holds nothing, yet a schedule of 2**34 steps was

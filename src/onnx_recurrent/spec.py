@@ -398,6 +398,11 @@ def check_weights(
     w = _shape_error(
         "W", W, (D, G * H, input_size), f"[num_directions, {G}*hidden_size, input_size]"
     )
+    if w and owner == "X's" and W.ndim == 3 and W.shape[:2] == (D, G * H):  # both named
+        w = (
+            f"X and W disagree on input_size: X's last axis is {input_size}, W's is "
+            f"{W.shape[2]} ({w})"
+        )
     r = _shape_error("R", R, (D, G * H, H), f"[num_directions, {G}*hidden_size, hidden_size]")
     # R alone where it is at odds with itself (hidden_size is its last axis, so W is not
     # to blame); else each of W and R that is wrong, in the specification's order
