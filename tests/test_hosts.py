@@ -585,6 +585,57 @@ def test_onnxruntimes_refusal_names_the_models_node_not_ours(name):
     assert "OnnxRecurrent" not in message and "onnx_recurrent::" not in message, message
 
 
+@pytest.mark.parametrize("dead", ["FooBar", "Relu2", "nowhere"])
+def test_a_dead_invalid_node_is_refused_as_onnxruntime_refuses_it(dead):
+    # the onnxruntime host pruned nodes that nothing uses before onnxruntime saw them:
+    # a model onnxruntime refuses (an unregistered op, a node with inputs its schema
+    # has not, an input from nowhere) ran; a node the rewrite leaves dead (the one
+    # transposing W, bound into the native node) is still pruned
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    feeds = random_inputs("GRU", T=5, N=3, I=4, H=6, D=1)
+    bad = {
+        "FooBar": helper.make_node("FooBar", ["Yh"], ["unused"]),
+        "Relu2": helper.make_node("Relu", ["Yh", "Yh"], ["unused"]),
+        "nowhere": helper.make_node("Relu", ["nowhere"], ["unused"]),
+    }[dead]
+    nodes = [
+        helper.make_node("Transpose", ["Wt"], ["W"], perm=[0, 2, 1]),
+        helper.make_node("GRU", ["X", "W", "R"], ["", "Yh"], hidden_size=6),
+        bad,
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [5, 3, 4])],
+        [helper.make_tensor_value_info("Yh", TensorProto.FLOAT, None)],
+        [
+            numpy_helper.from_array(np.ascontiguousarray(feeds["W"].transpose(0, 2, 1)), "Wt"),
+            numpy_helper.from_array(feeds["R"], "R"),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+    with pytest.raises(Exception) as theirs:
+        ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    with pytest.raises(type(theirs.value), match="onnxruntime refuses the model"):
+        orc.InferenceSession(model, host="onnxruntime")
+    del model.graph.node[2]  # valid: the Transpose, dead once W is bound, is pruned
+    session = orc.InferenceSession(model, host="onnxruntime")
+    (Yh,) = session.run(None, {"X": feeds["X"]})
+    np.testing.assert_allclose(Yh, orc.gru(feeds["X"], feeds["W"], feeds["R"])[1], atol=1e-6)
+    # what the rewrite does: the GRU no longer reads W; the Transpose dies with it, and
+    # Wt; a node dead in the model as given stays
+    from onnx_recurrent.runtime import graph as graphs
+
+    dead = graphs.dead_nodes(graph)
+    assert dead == {("unused",)}
+    graph.node[1].input[1] = "W_bound"
+    graphs.prune(graph, dead)
+    assert [n.op_type for n in graph.node] == ["GRU", bad.op_type]
+    assert [t.name for t in graph.initializer] == ["R"]
+
+
 def test_sequence_lens_computed_as_int64_is_refused_by_the_reference_host():
     # onnxruntime refuses the model (tensor(int32) only); the reference host ran it, so
     # host="auto" fell back and gave outputs

@@ -4,6 +4,7 @@ profiling, session and provider options, set_providers, under both hosts."""
 from __future__ import annotations
 
 import os
+import re
 import textwrap
 import threading
 import warnings
@@ -62,6 +63,10 @@ def test_io_binding_and_ort_values_give_runs_outputs(session_and_feeds):
 
 
 def test_a_nodes_error_and_bad_values_are_worded_as_by_run(session_and_feeds):
+    # run_with_ort_values' errors were not onnxruntime's InvalidArgument (run's were),
+    # run_with_iobinding's node error not a RuntimeError (onnxruntime's is)
+    from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument
+
     session, feeds = session_and_feeds
     bad = {**feeds, "sequence_lens": np.array([9, 1], np.int32)}
     node_error = r"LSTM node .*sequence_lens must lie in \[0, seq_length=6\]"
@@ -69,28 +74,27 @@ def test_a_nodes_error_and_bad_values_are_worded_as_by_run(session_and_feeds):
     for name, value in bad.items():
         binding.bind_cpu_input(name, value)
     binding.bind_output("Y_h")
-    with pytest.raises(ValueError, match=node_error):
+    with pytest.raises(ValueError, match=node_error) as caught:
         session.run_with_iobinding(binding)
+    assert isinstance(caught.value, RuntimeError)  # as onnxruntime's for a node's error
+
+    def refused(kind, match, *args):  # as run's: also onnxruntime's InvalidArgument
+        with pytest.raises(kind, match=match) as caught:
+            session.run_with_ort_values(*args)
+        assert isinstance(caught.value, InvalidArgument), type(caught.value).__mro__
+
     values = {n: ort.OrtValue.ortvalue_from_numpy(v) for n, v in bad.items()}
-    with pytest.raises(ValueError, match=node_error):
-        session.run_with_ort_values(None, values)
+    refused(ValueError, node_error, None, values)
     wide = {**feeds, "X": np.zeros((6, 2, 5), np.float32)}
-    with pytest.raises(ValueError, match=r"input 'X': expected shape \[6, 2, 3\]"):
-        session.run_with_ort_values(
-            None, {n: ort.OrtValue.ortvalue_from_numpy(v) for n, v in wide.items()}
-        )
+    wide = {n: ort.OrtValue.ortvalue_from_numpy(v) for n, v in wide.items()}
+    refused(ValueError, r"input 'X': expected shape \[6, 2, 3\]", None, wide)
     double = {n: ort.OrtValue.ortvalue_from_numpy(v.astype(np.float64)) for n, v in feeds.items()}
     double["sequence_lens"] = ort.OrtValue.ortvalue_from_numpy(feeds["sequence_lens"])
-    with pytest.raises(TypeError, match=r"input 'X': expected element type tensor\(float\)"):
-        session.run_with_ort_values(None, double)
-    with pytest.raises(TypeError, match=r"input 'X': expected an onnxruntime.OrtValue, got nd"):
-        session.run_with_ort_values(None, feeds)
-    with pytest.raises(ValueError, match=r"missing input\(s\) \['sequence_lens', "):
-        session.run_with_ort_values(None, {"X": values["X"]})
-    with pytest.raises(ValueError, match=r"unknown output name\(s\) \['Z'\]"):
-        session.run_with_ort_values(["Z"], values)
-    with pytest.raises(TypeError, match="must be a dict of input name to OrtValue"):
-        session.run_with_ort_values(None, [values["X"]])
+    refused(TypeError, r"input 'X': expected element type tensor\(float\)", None, double)
+    refused(TypeError, r"input 'X': expected an onnxruntime.OrtValue, got nd", None, feeds)
+    refused(ValueError, r"missing input\(s\) \['sequence_lens', ", None, {"X": values["X"]})
+    refused(ValueError, r"unknown output name\(s\) \['Z'\]", ["Z"], values)
+    refused(TypeError, "must be a dict of input name to OrtValue", None, [values["X"]])
     # the session lives on
     good = {n: ort.OrtValue.ortvalue_from_numpy(v) for n, v in feeds.items()}
     np.testing.assert_array_equal(
@@ -210,7 +214,7 @@ def test_set_providers_refused_leaves_the_session_as_it_was(monkeypatch):
 
     monkeypatch.setattr(ort, "InferenceSession", refuse)
     with pytest.raises(RuntimeError, match="no such provider here"):
-        session.set_providers(["SomeExecutionProvider"])
+        session.set_providers(["CPUExecutionProvider"])
     monkeypatch.undo()
     assert session.get_providers() == ["CPUExecutionProvider"]
     for got, expected in zip(session.run(None, feeds), want, strict=True):
@@ -435,6 +439,58 @@ def test_errors_are_also_onnxruntimes_classes(tmp_path, host):
     with pytest.raises(state.Fail, match="host must be one of") as e:  # not the file's
         orc.InferenceSession(model, host="nope")
     assert not isinstance(e.value, state.InvalidProtobuf)
+    # an empty file, or a model without a graph: onnxruntime's InvalidArgument ("No graph
+    # was found in the protobuf"), not InvalidProtobuf
+    (tmp_path / "empty.onnx").write_bytes(b"")
+    no_graph = onnx.ModelProto(ir_version=8).SerializeToString()
+    for given in (str(tmp_path / "empty.onnx"), no_graph):
+        for make in (ort.InferenceSession, lambda m: orc.InferenceSession(m, host=host)):
+            with pytest.raises(state.InvalidArgument):
+                make(given)
+    # the reference host took any run_options and ran with terminate set
+    stop = ort.RunOptions()
+    stop.terminate = True
+    with pytest.raises(state.Fail, match="Exiting due to terminate flag being set to true"):
+        session.run(None, feeds, stop)
+    with pytest.raises(TypeError):
+        session.run(None, feeds, "nonsense")
+
+
+@pytest.mark.parametrize("host", ["reference", "onnxruntime"])
+def test_output_names_as_an_iterator_under_either_host(host):
+    # an iterator that yields nothing: every output under the reference host, onnxruntime's
+    # "At least one output should be requested" under its host
+    model, feeds = _model_and_feeds()
+    session = orc.InferenceSession(model, host=host)
+    want = session.run(None, feeds)
+    for names, expected in ((iter([]), want), (iter(["Y_h"]), want[1:2])):
+        got = session.run(names, feeds)
+        assert len(got) == len(expected)
+        for a, b in zip(got, expected, strict=True):
+            np.testing.assert_array_equal(a, b)
+    with pytest.raises(TypeError, match="output_names must be a list of names or None, got int"):
+        session.run(5, feeds)
+
+
+def test_set_providers_refuses_as_onnxruntimes_without_falling_back():
+    # ours made the session anew through onnxruntime's constructor, which falls back to
+    # the CPU: an unknown provider, or provider_options of another length, were taken
+    model, feeds = _model_and_feeds("RNN")
+    session = orc.InferenceSession(model, host="onnxruntime")
+    example = os.path.join(os.path.dirname(orc.__file__), "data", "example_gru.onnx")
+    plain = ort.InferenceSession(example, providers=["CPUExecutionProvider"])
+    for args, kind in (
+        ((["FooExecutionProvider"],), RuntimeError),
+        ((["CPUExecutionProvider"], [{}, {}]), ValueError),
+    ):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # onnxruntime's "not in available providers"
+            with pytest.raises(kind) as theirs:
+                plain.set_providers(*args)
+            with pytest.raises(kind, match=re.escape(str(theirs.value))):
+                session.set_providers(*args)
+    assert session.get_providers() == ["CPUExecutionProvider"]
+    session.run(None, feeds)
 
 
 def test_a_refusal_is_onnxruntimes_own_class():

@@ -732,13 +732,12 @@ def element_types(model: onnx.ModelProto) -> dict[str, int]:
     return types
 
 
-def prune(graph: onnx.GraphProto) -> set[str]:
-    """Remove, in place, the nodes whose outputs nothing uses and the initializers no
-    node uses (a bound layer's weights and the nodes that computed them), in ``graph``
-    and its subgraphs; return the names it reads (outer-scope ones included).
+def _liveness(
+    graph: onnx.GraphProto, keep: frozenset[tuple[str, ...]]
+) -> tuple[set[int], set[str]]:
+    """The indices of ``graph``'s nodes that :func:`prune` keeps, and the names they
+    and the graph's outputs read (outer-scope ones included); nothing is changed.
 
-    Nodes with subgraphs, random ones and those of other domains stay; so do the graph
-    inputs (the model's signature: streaming's rewrite drops those it replaced).
     Passes from the outputs back until none keeps another node: one, and one to
     confirm it, where the nodes are in topological order (a main graph may list them
     in any order: onnxruntime sorts it)."""
@@ -756,20 +755,48 @@ def prune(graph: onnx.GraphProto) -> set[str]:
                 subs
                 or is_random(node)
                 or not is_default_domain(node.domain)
+                or tuple(node.output) in keep
                 or any(o in used for o in node.output)
             ):
                 kept.add(index)
                 grown = True
                 used.update(node.input)
                 for sub in subs:
-                    used |= prune(sub)
+                    used |= _liveness(sub, keep)[1]
+    return kept, used
+
+
+def dead_nodes(graph: onnx.GraphProto) -> frozenset[tuple[str, ...]]:
+    """The nodes of ``graph`` and its subgraphs whose outputs nothing uses (those
+    :func:`prune` removes), named by their outputs; ``graph`` is not changed."""
+    kept, _ = _liveness(graph, frozenset())
+    dead = {tuple(node.output) for index, node in enumerate(graph.node) if index not in kept}
+    for index in kept:
+        for sub in subgraphs(graph.node[index]):
+            dead |= dead_nodes(sub)
+    return frozenset(dead)
+
+
+def prune(graph: onnx.GraphProto, keep: frozenset[tuple[str, ...]] = frozenset()) -> set[str]:
+    """Remove, in place, the nodes whose outputs nothing uses and the initializers no
+    node uses (a bound layer's weights and the nodes that computed them), in ``graph``
+    and its subgraphs; return the names it reads (outer-scope ones included).
+
+    Nodes with subgraphs, random ones, those of other domains and those named in
+    ``keep`` by their outputs (:func:`dead_nodes` of the model as given: onnxruntime
+    checks those) stay; so do the graph inputs (the model's signature: streaming's
+    rewrite drops those it replaced)."""
+    kept, used = _liveness(graph, keep)
+    for index in kept:
+        for sub in subgraphs(graph.node[index]):
+            prune(sub, keep)
     if len(kept) < len(graph.node):
-        keep = [node for index, node in enumerate(graph.node) if index in kept]
+        keep_nodes = [node for index, node in enumerate(graph.node) if index in kept]
         del graph.node[:]
-        graph.node.extend(keep)
+        graph.node.extend(keep_nodes)
     fed = {i.name for i in graph.input}
-    kept = [t for t in graph.initializer if t.name in used or t.name in fed]
-    if len(kept) < len(graph.initializer):
+    kept_tensors = [t for t in graph.initializer if t.name in used or t.name in fed]
+    if len(kept_tensors) < len(graph.initializer):
         del graph.initializer[:]
-        graph.initializer.extend(kept)
+        graph.initializer.extend(kept_tensors)
     return used

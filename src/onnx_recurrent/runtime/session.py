@@ -157,15 +157,20 @@ def load_model(model: str | os.PathLike | bytes | onnx.ModelProto) -> onnx.Model
 
 
 def _parse(data: bytes, name: str) -> onnx.ModelProto:
+    no_graph = None
     if not data:
-        raise RecurrentError(f"model {name} is empty (0 bytes), not an ONNX model")
-    try:
-        model = onnx.load_from_string(data)
-    except Exception as e:  # protobuf's DecodeError, and what else its versions raise
-        why = one_line(e, typed=False)
-        raise RecurrentError(f"model {name} is not an ONNX model ({why})") from None
-    if not model.HasField("graph"):
-        raise RecurrentError(f"model {name} is not an ONNX model (it has no graph)")
+        no_graph = RecurrentError(f"model {name} is empty (0 bytes), not an ONNX model")
+    else:
+        try:
+            model = onnx.load_from_string(data)
+        except Exception as e:  # protobuf's DecodeError, and what else its versions raise
+            why = one_line(e, typed=False)
+            raise RecurrentError(f"model {name} is not an ONNX model ({why})") from None
+        if not model.HasField("graph"):
+            no_graph = RecurrentError(f"model {name} is not an ONNX model (it has no graph)")
+    if no_graph is not None:  # onnxruntime's "No graph was found in the protobuf"
+        no_graph.onnxruntime_type = "InvalidArgument"  # type: ignore[attr-defined]
+        raise no_graph
     return model
 
 
@@ -255,9 +260,9 @@ def _feed(t: onnx.TypeProto, name: str, outer: str) -> _Feed:
         shape = [
             d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in t.shape.dim
         ]
-    fixed = None
-    if shape is not None:
-        fixed = [(axis, d) for axis, d in enumerate(shape) if isinstance(d, int) and d > 0]
+    fixed = None  # a declared scalar, shape [], checks nothing: as onnxruntime (Silero's
+    if shape:  # sr is fed as [16000]); a dim of 0 is fixed, as there
+        fixed = [(axis, d) for axis, d in enumerate(shape) if isinstance(d, int) and d >= 0]
     return _Tensor(text, dtype, shape, fixed)
 
 
@@ -713,7 +718,9 @@ class InferenceSession:
         except FileNotFoundError as e:
             raise _flavoured(e, "NoSuchFile")  # noqa: B904 (its own cause kept)
         except (RecurrentError, RecurrentTypeError) as e:
-            raise _flavoured(e, "InvalidProtobuf" if loading else "Fail")  # noqa: B904
+            theirs = getattr(e, "onnxruntime_type", None)
+            theirs = theirs or ("InvalidProtobuf" if loading else "Fail")
+            raise _flavoured(e, theirs)  # noqa: B904
         except RuntimeError as e:
             raise _flavoured(e, getattr(e, "onnxruntime_type", None) or "Fail")  # noqa: B904
 
@@ -864,8 +871,15 @@ class InferenceSession:
         ------
         RuntimeError, TypeError, ValueError
             As the constructor, for the host (``host="onnxruntime"`` where onnxruntime
-            refuses these providers...); the session is then unchanged.
+            refuses these providers...); under the onnxruntime host also a provider
+            not available here or ``provider_options`` of another length, as
+            onnxruntime's ``set_providers`` (which, unlike its constructor, does not
+            fall back). The session is then unchanged.
         """
+        if self._host.name == "onnxruntime" and providers is not None:
+            if isinstance(providers, (str, bytes)):
+                self._make_host(providers, provider_options)  # its TypeError
+            type(self._host).check_providers(providers, provider_options)
         self._make_host(providers, provider_options)
 
     def end_profiling(self) -> str:
@@ -963,13 +977,18 @@ class InferenceSession:
         TypeError
             ``iobinding`` is not an ``IOBinding``.
         ValueError
-            ``iobinding`` was made by another session; a recurrent node's error.
+            ``iobinding`` was made by another session; a recurrent node's error (also a
+            RuntimeError, as onnxruntime raises a node's).
         RuntimeError
             The reference host runs this session; onnxruntime refuses the bound values.
         KeyboardInterrupt
             Ctrl-C during the call; the session stays usable.
         """
-        self._onnxruntime_host("run_with_iobinding").run_with_iobinding(iobinding, run_options)
+        host = self._onnxruntime_host("run_with_iobinding")
+        try:
+            host.run_with_iobinding(iobinding, run_options)
+        except (RecurrentError, RecurrentTypeError) as e:  # a node's: RuntimeError there
+            raise _flavoured(e, RuntimeError)  # noqa: B904 (its own cause kept)
 
     def run_with_ort_values(
         self,
@@ -1006,14 +1025,6 @@ class InferenceSession:
             Ctrl-C during the call; the session stays usable.
         """
         host = self._onnxruntime_host("run_with_ort_values")
-        self._check_names(input_dict_ort_values, "input_dict_ort_values", "OrtValue")
-        for name, value in input_dict_ort_values.items():
-            if type(value).__name__ != "OrtValue":
-                raise RecurrentTypeError(
-                    f"input {name!r}: expected an onnxruntime.OrtValue, got "
-                    f"{type(value).__name__} (run() takes arrays)"
-                )
-        feeds = dict(input_dict_ort_values)
 
         def refused(feeds: dict[str, Any]) -> None:  # onnxruntime's refusal, as run's
             try:
@@ -1022,9 +1033,20 @@ class InferenceSession:
                 return
             self._check_feeds(arrays)
 
-        return host.run_with_ort_values(
-            self._output_list(output_names), feeds, run_options, refused
-        )
+        try:  # onnxruntime's class for a bad call too, as run's (:func:`_flavoured`)
+            self._check_names(input_dict_ort_values, "input_dict_ort_values", "OrtValue")
+            for name, value in input_dict_ort_values.items():
+                if type(value).__name__ != "OrtValue":
+                    raise RecurrentTypeError(
+                        f"input {name!r}: expected an onnxruntime.OrtValue, got "
+                        f"{type(value).__name__} (run() takes arrays)"
+                    )
+            feeds = dict(input_dict_ort_values)
+            return host.run_with_ort_values(
+                self._output_list(output_names), feeds, run_options, refused
+            )
+        except (RecurrentError, RecurrentTypeError) as e:
+            raise _flavoured(e, "InvalidArgument")  # noqa: B904 (its own cause kept)
 
     def run_async(
         self,
@@ -1127,14 +1149,21 @@ class InferenceSession:
     def _output_list(self, output_names: Sequence[str] | None) -> list[str]:
         """The outputs asked for: all where ``output_names`` is None or empty."""
         names = self._output_names
-        if not output_names:  # None or empty: every output, as onnxruntime's run
+        if output_names is None:  # None or empty: every output, as onnxruntime's run
             return names
         if isinstance(output_names, (str, bytes)):
             raise RecurrentTypeError(
                 f"output_names must be a list of names or None, got the string "
                 f"{output_names!r} (write [{output_names!r}])"
             )
-        output_names = list(output_names)
+        try:
+            output_names = list(output_names)  # an iterator too: once, under either host
+        except TypeError:
+            raise RecurrentTypeError(
+                f"output_names must be a list of names or None, got {type(output_names).__name__}"
+            ) from None
+        if not output_names:
+            return names
         unknown = [n for n in output_names if n not in names]
         if unknown:
             raise RecurrentError(
@@ -1179,7 +1208,8 @@ class InferenceSession:
             initializer (:meth:`get_overridable_initializers`), checked against its
             graph input's type, which replaces the initializer for this call.
         run_options : onnxruntime.RunOptions, optional
-            Passed to onnxruntime under its host; ignored by the reference host.
+            Passed to onnxruntime under its host; the reference host honours only its
+            ``terminate`` flag (the call fails, as onnxruntime's: ``Fail``).
 
         Returns
         -------
@@ -1225,4 +1255,5 @@ class InferenceSession:
                 return host.run(output_names, checked, run_options)
             return host.run(output_names, checked, run_options, refused)
         except (RecurrentError, RecurrentTypeError) as e:
-            raise _flavoured(e, "InvalidArgument")  # noqa: B904 (its own cause kept)
+            theirs = getattr(e, "onnxruntime_type", None) or "InvalidArgument"
+            raise _flavoured(e, theirs)  # noqa: B904 (its own cause kept)

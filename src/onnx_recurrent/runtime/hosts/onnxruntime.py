@@ -38,7 +38,15 @@ from ... import threads
 from ...errors import RecurrentError, RecurrentTypeError, one_line
 from ...threads import interrupts_held
 from ..bound import BoundNode, node_key
-from ..graph import INPUTS, WEIGHTS, element_types, is_custom_node, prune, subgraphs
+from ..graph import (
+    INPUTS,
+    WEIGHTS,
+    dead_nodes,
+    element_types,
+    is_custom_node,
+    prune,
+    subgraphs,
+)
 from . import native
 from .native import DOMAIN, OP_TYPES
 
@@ -166,6 +174,7 @@ def rewrite(
     """
     out = onnx.ModelProto()
     out.CopyFrom(model)
+    dead = dead_nodes(model.graph)  # kept: onnxruntime checks them (and runs them)
     types = element_types(model)
     counter = itertools.count()
 
@@ -202,7 +211,7 @@ def rewrite(
         graph.node.extend(nodes)
 
     replace(out.graph)
-    prune(out.graph)
+    prune(out.graph, dead)
     if not any(o.domain == DOMAIN for o in out.opset_import):
         out.opset_import.append(helper.make_opsetid(DOMAIN, 1))
     return out
@@ -549,6 +558,22 @@ class OnnxruntimeHost:
 
     def providers(self) -> list[str]:
         return self._session.get_providers()
+
+    @staticmethod
+    def check_providers(providers: Any, provider_options: Any) -> None:
+        """Refuse what onnxruntime's ``set_providers``, which has no fall back, refuses:
+        ``provider_options`` of another length (ValueError), a provider that is not
+        available here (RuntimeError); a new session from them would fall back."""
+        import onnxruntime as ort
+        from onnxruntime.capi.onnxruntime_inference_collection import (
+            check_and_normalize_provider_args,
+        )
+
+        available = ort.get_available_providers()
+        names, _ = check_and_normalize_provider_args(providers, provider_options, available)
+        for name in names:
+            if name not in available:
+                raise RuntimeError(f"Unknown Provider Type: {name}")
 
     # onnxruntime's own session, for the entry points that hand its objects out
     def session_options(self) -> Any:

@@ -115,6 +115,16 @@ class ReferenceHost:
     def run(
         self, output_names: Sequence[str], feeds: dict[str, np.ndarray], run_options: Any
     ) -> list[np.ndarray]:
+        if run_options is not None:  # its type, and its terminate flag, as onnxruntime
+            if type(run_options).__name__ != "RunOptions":
+                raise RecurrentTypeError(
+                    f"run_options must be an onnxruntime.RunOptions or None, got "
+                    f"{type(run_options).__name__}"
+                )
+            if getattr(run_options, "terminate", False):
+                stop = RecurrentError("Exiting due to terminate flag being set to true.")
+                stop.onnxruntime_type = "Fail"  # type: ignore[attr-defined]
+                raise stop
         try:
             fed = [f for f in feeds.values() if isinstance(f, np.ndarray)]
             return [_owned(r, fed) for r in self._evaluator.run(list(output_names), feeds)]
