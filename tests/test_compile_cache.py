@@ -208,6 +208,16 @@ from onnx_recurrent.backends.jit_cache import jit
 @jit()
 def triple(x):
     return x * 3
+
+
+@jit()
+def twice(x):
+    return x * 2
+
+
+@jit()
+def sextuple(x):
+    return twice(triple(x))
 """
 
 TINY_RUN = """
@@ -246,6 +256,46 @@ def test_a_cache_file_cut_short_compiles_without_it(tmp_path, damage):
     again = run()
     assert again.returncode == 0 and again.stdout.split() == ["6.0"], again.stderr
     assert "compilation cache failed for triple" in again.stderr
+    # written anew: the process after is quiet (every later one warned and compiled)
+    after = run()
+    assert after.returncode == 0 and after.stdout.split() == ["6.0"], after.stderr
+    assert "compilation cache failed" not in after.stderr
+
+
+SEXTUPLE_RUN = """
+import sys
+sys.path.insert(0, sys.argv[1])
+import numba
+from onnx_recurrent.backends.jit_cache import prepare
+from tiny import sextuple, triple, twice
+for kernel in {kernels}:
+    prepare(kernel, (numba.float64,))
+print(sextuple(2.0) if sextuple in {kernels} else triple(2.0))
+"""
+
+
+def test_a_damaged_cache_file_of_a_callee_is_written_anew(tmp_path):
+    """A callee's index emptied (a full disk, a crash before the write reached it): the
+    next kernel to compile loads it, and numba's EOFError escaped the fall back (which
+    turned off the cache of the kernel prepared only), in every process for good."""
+    (tmp_path / "tiny.py").write_text(TINY)
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
+
+    def run(kernels):
+        code = SEXTUPLE_RUN.format(kernels=kernels)
+        return subprocess.run(
+            [sys.executable, "-c", code, str(tmp_path)],
+            capture_output=True, text=True, timeout=300, env=env,
+        )  # fmt: skip
+
+    first = run("[triple, twice]")  # cached, and so is the callee...
+    assert first.returncode == 0 and first.stdout.split() == ["6.0"], first.stderr
+    for path in (tmp_path / "__pycache__").glob("tiny.triple-*.nbi"):
+        path.write_bytes(b"")  # ... cut short
+    for _ in range(2):
+        done = run("[sextuple]")  # compiles, calling triple
+        assert done.returncode == 0 and done.stdout.split() == ["12.0"], done.stderr
+    assert "compilation cache failed" not in done.stderr  # written anew by the first
 
 
 def test_no_memory_to_load_a_kernel_is_a_memory_error_not_a_cache_fault(tmp_path, monkeypatch):

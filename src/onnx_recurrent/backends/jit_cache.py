@@ -176,14 +176,49 @@ def _compile(dispatcher, signature: tuple) -> None:
                 raise
             # a cache file cut short (a process killed while writing it, a full
             # disk) or one that cannot be written: numba raises EOFError, an
-            # unpickling error or OSError, in every process. Compiled without it.
-            dispatcher._cache = caching.NullCache()
+            # unpickling error or OSError, in every process, for this kernel or a
+            # callee's. Each kernel whose files cannot be read has its index emptied
+            # (compiled again and written anew, here and in later processes); what
+            # still fails is compiled without the cache.
             _warn_fault(dispatcher, e)
-            dispatcher.compile(signature)
+            if _heal():
+                try:
+                    dispatcher.compile(signature)
+                except MemoryError:
+                    raise
+                except Exception:
+                    pass
+            if signature not in dispatcher.signatures:
+                dispatcher._cache = caching.NullCache()
+                dispatcher.compile(signature)
     finally:
         if dispatcher.signatures:  # numba asserts there is one (it hid the error)
             dispatcher.disable_compile(True)
     _prepared.add((dispatcher, signature))
+
+
+def _heal() -> bool:
+    """Empty the cache index of each kernel decorated so far whose index or data files
+    cannot be read (numba compiles it again and writes them anew); where the index
+    cannot be written either, that kernel goes without a cache in this process.
+    Whether any was found."""
+    found = False
+    for dispatcher in _cached:
+        cache = dispatcher._cache
+        if isinstance(cache, caching.NullCache):
+            continue
+        try:
+            for key in cache_index(dispatcher):
+                cache._cache_file.load(key)
+        except MemoryError:
+            raise
+        except Exception:
+            found = True
+            try:
+                cache.flush()
+            except Exception:
+                dispatcher._cache = caching.NullCache()
+    return found
 
 
 def cache_state() -> tuple[bool, str | None]:
@@ -250,8 +285,8 @@ def _warn_fault(function: Any, error: BaseException) -> None:
     name = getattr(function, "__name__", None) or getattr(function, "py_func", function)
     warnings.warn(
         f"numba's compilation cache failed for {name} ({type(error).__name__}: {error}; "
-        "a file cut short, or a full disk): compiled without it. Delete the cache "
-        "directory to rebuild it.",
+        "a file cut short, or a full disk): the kernels whose cache files cannot be read "
+        "are compiled again, and cached anew where the cache can be written.",
         CompileCacheWarning,
         stacklevel=4,
     )
