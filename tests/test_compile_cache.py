@@ -218,6 +218,10 @@ def twice(x):
 @jit()
 def sextuple(x):
     return twice(triple(x))
+
+
+def sextuple_c(x):  # for a cfunc (native code)
+    return twice(triple(x))
 """
 
 TINY_RUN = """
@@ -296,6 +300,21 @@ def test_a_damaged_cache_file_of_a_callee_is_written_anew(tmp_path):
         done = run("[sextuple]")  # compiles, calling triple
         assert done.returncode == 0 and done.stdout.split() == ["12.0"], done.stderr
     assert "compilation cache failed" not in done.stderr  # written anew by the first
+    # the native code's build (a cfunc over the cached callees) likewise
+    for path in (tmp_path / "__pycache__").glob("tiny.triple-*.nbi"):
+        path.write_bytes(b"")
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1])\n"
+        "from onnx_recurrent.backends.jit_cache import cfunc_code\n"
+        "from tiny import sextuple_c\n"
+        "print(cfunc_code('float64(float64)', sextuple_c)[1].startswith('cfunc'))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)],
+        capture_output=True, text=True, timeout=300, env=env,
+    )  # fmt: skip
+    assert done.returncode == 0 and done.stdout.split() == ["True"], done.stderr[-2000:]
+    assert "compilation cache failed for sextuple_c" in done.stderr
 
 
 def test_no_memory_to_load_a_kernel_is_a_memory_error_not_a_cache_fault(tmp_path, monkeypatch):

@@ -95,7 +95,21 @@ def cfunc_code(signature, func: Callable, **options) -> tuple[str, str]:
     be read back), out of Ctrl-C's reach (:func:`~onnx_recurrent.threads.compiling`);
     its callees come from the cache (:mod:`.native_code` keeps the result as machine
     code)."""
-    compiled = compiling(lambda: numba.cfunc(signature, cache=False, **options)(func))
+
+    def build():
+        return numba.cfunc(signature, cache=False, **options)(func)
+
+    def once_more():  # a callee's cache files damaged, or not written (a full disk)
+        try:
+            return build()
+        except (MemoryError, numba.core.errors.NumbaError):
+            raise  # no memory, or the code's fault: not the cache's
+        except Exception as e:
+            _warn_fault(func, e)
+            _heal()  # then the callees compiled so far are kept, in memory
+            return build()
+
+    compiled = compiling(once_more)
     return compiled.inspect_llvm(), compiled.native_name
 
 

@@ -170,11 +170,18 @@ def measure_tiles() -> dict[str, int]:
     import itertools
 
     import numpy as np
+    from numba import types
 
     from . import layout, packed
+    from .jit_cache import prepare
 
     rng = np.random.default_rng(0)
     dt = np.dtype(np.float32)
+    # compiled (or loaded) as the kernels are: a cache that cannot be written (a full
+    # disk) failed the first call, from inside numba, in every process
+    f32 = types.float32
+    arrays = (types.Array(f32, 2, "C"), types.Array(f32, 3, "C"), types.Array(f32, 2, "C"))
+    prepare(packed.time_mm, (*arrays, *(types.int64,) * 4))
     pairs = list(itertools.product(packed.ROWS, packed.DEPTHS))
     steps = [(32, 384, 768), (64, 1024, 1536), BUCKET_STEP]
     searches = (  # (names, candidates (rows, span, depth), shapes)
