@@ -409,3 +409,29 @@ print(os.waitstatus_to_exitcode(status), tuning.planned(("rows",), slow))
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.split(None, 1) == ["0", "{'rows': 8}\n"], out.stdout
+
+
+FULL_DISK = """
+import errno, warnings
+from numba.core import caching
+
+def full(self, *args, **kwargs):  # every cache write finds the disk full
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+caching.IndexDataCacheFile._save_data = full
+caching.IndexDataCacheFile._save_index = full
+warnings.simplefilter("ignore")
+from onnx_recurrent.backends import packed, tuning
+tiles = tuning.measure_tiles()
+print(tiles["rows"] in packed.ROWS)
+"""
+
+
+def test_a_full_cache_disk_does_not_fail_the_planner(tmp_path):
+    # the timing kernel was compiled by its first call, outside the cache's fall back:
+    # numba's OSError (ENOSPC) failed a first use, in every process while the disk was full
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "numba"))
+    done = subprocess.run(
+        [sys.executable, "-c", FULL_DISK], capture_output=True, text=True, env=env, timeout=600
+    )
+    assert done.returncode == 0 and done.stdout.split() == ["True"], done.stderr[-2000:]
