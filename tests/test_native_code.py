@@ -105,6 +105,44 @@ def test_another_functions_file_or_a_pipe_is_rebuilt(cache, monkeypatch):
     assert builds == ["answer_mine"] * 3
 
 
+def test_stale_objects_of_other_keys_are_dropped_beyond_a_few(cache, monkeypatch):
+    # each upgrade or edit of the package (a new key) left another object of every
+    # kernel behind, never removed; a few are kept (installs sharing a user's cache)
+    builds = []
+    stale = [cache / f"answer_old-{i:032x}.o" for i in range(5)]
+    for age, path in enumerate(stale):
+        path.write_bytes(b"old")
+        os.utime(path, (1000 + age, 1000 + age))
+    other = cache / f"answer_older-{0:032x}.o"  # another kernel's: not this one's to drop
+    other.write_bytes(b"old")
+    assert _function(cache, "answer_old", builds)(4) == 8
+    kept = sorted(p.name for p in cache.glob("answer_old-*.o"))
+    (new,) = [n for n in kept if n not in {p.name for p in stale}]
+    assert kept == sorted([new, stale[4].name, stale[3].name])  # the newest two besides
+    assert other.exists()
+
+
+def test_a_dangling_link_or_an_editors_file_in_the_package_is_no_module(tmp_path, monkeypatch):
+    # Emacs' lock file ".#layers.py", a dangling link, failed every session (host "auto"
+    # too) with FileNotFoundError from the key's hash of the package's sources
+    import shutil
+    from pathlib import Path
+
+    package = tmp_path / "onnx_recurrent"
+    source = Path(native_code.__file__).resolve().parent.parent
+    shutil.copytree(source, package, ignore=shutil.ignore_patterns("__pycache__", "*.nb?"))
+    copy = package / "backends" / "native_code.py"
+    monkeypatch.setattr(native_code, "__file__", str(copy))
+    native_code._key.cache_clear()  # (once a process)
+    before = native_code._key("answer")
+    (package / ".#layers.py").symlink_to("root@host.1234:1733000000")
+    (package / "gone.py").symlink_to(tmp_path / "nowhere.py")
+    native_code._key.cache_clear()
+    assert native_code._key("answer") == before
+    native_code._key.cache_clear()
+    monkeypatch.undo()  # the real package's key again, for the tests after
+
+
 def test_no_writable_cache_compiles_with_one_warning(monkeypatch):
     monkeypatch.setattr(native_code, "first_usable", lambda kind: (None, ["/nowhere"]))
     monkeypatch.setattr(native_code, "_loaded", {})

@@ -24,6 +24,7 @@ renamed); a cache that cannot be written costs a compile per process, said once
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import importlib.metadata
@@ -204,8 +205,14 @@ def _key(name: str) -> str:
     h = hashlib.sha256(name.encode())
     package = Path(__file__).resolve().parent.parent
     for source in sorted(package.rglob("*.py")):
+        if not source.stem.isidentifier():  # no module (an editor's ".#layers.py" link)
+            continue
+        try:
+            data = source.read_bytes()
+        except OSError:  # a dangling link, a file going away: not a module either
+            continue
         h.update(str(source.relative_to(package)).encode())
-        h.update(source.read_bytes())
+        h.update(data)
     versions = (_version("numba"), llvmlite.__version__, ll.get_host_cpu_name())
     h.update(repr((versions, ll.get_host_cpu_features().flatten())).encode())
     return h.hexdigest()[:32]
@@ -252,3 +259,26 @@ def _write(path: Path, symbol: str, obj: bytes) -> None:
     header = json.dumps({"symbol": symbol, "sha256": digest, "file": path.name})
     if not write_atomic(path, MAGIC + header.encode() + b"\n" + obj):
         _uncached(f"could not write its native code cache in {path.parent} (full?)")
+        return
+    _drop_stale(path)
+
+
+#: the objects kept of one kernel, newest first: an upgrade or an edit of the package
+#: gives a new key (a few installs sharing a user's cache each keep theirs)
+KEEP = 3
+
+
+def _drop_stale(path: Path) -> None:
+    """Remove all but the :data:`KEEP` newest objects of ``path``'s kernel (other keys:
+    the cache grew by one each upgrade); what cannot be removed stays."""
+    name = path.name.rsplit("-", 1)[0]
+    pattern = re.compile(re.escape(name) + r"-[0-9a-f]{32}\.o")
+    try:
+        found = [p for p in path.parent.iterdir() if pattern.fullmatch(p.name)]
+        found.sort(key=lambda p: p.stat().st_mtime, reverse=True)
+    except OSError:  # one removed meanwhile, by another process
+        return
+    for stale in found[KEEP:]:
+        if stale.name != path.name:  # this one stays, whatever the clock says
+            with contextlib.suppress(OSError):
+                stale.unlink()
