@@ -10,7 +10,9 @@ it.
 
 from __future__ import annotations
 
+import os
 import threading
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
@@ -40,6 +42,19 @@ from .spec import (
 #: GMAC/s, or 20-50 ms of the smallest cells; larger calls go block by block)
 ONE_CALL_MACS = 1 << 27
 ONE_CALL_STEPS = 1 << 20
+
+#: the layers alive, for a forked child: its layers' first-call locks may be held by a
+#: thread it does not have (one preparing a layer as the fork came: the child hung)
+_alive: weakref.WeakSet = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for layer in list(_alive):
+        object.__setattr__(layer, "_preparing", threading.RLock())
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _remade(cls: type, op: str, W, R, B, attributes: dict, P, prepared: bool) -> Layer:
@@ -206,6 +221,7 @@ class Layer:
         self._directions: tuple[Weights, ...] | None = None
         # a first call from several threads at once: one prepares, the others wait
         self._preparing = threading.RLock()
+        _alive.add(self)
         self._counted = False  # prepared.evict_to_fit: its memory counted after a first call
         # small calls of full-length sequences: one compiled call, prepared with the
         # layer (the backend's small_call), with the backend it belongs to

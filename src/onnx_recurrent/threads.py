@@ -24,6 +24,7 @@ threads block on a condition (no CPU used). :func:`run` is the one way in:
 
 from __future__ import annotations
 
+import _thread
 import atexit
 import contextlib
 import contextvars
@@ -343,13 +344,66 @@ def _exit_past_a_compile() -> None:
     on_exit(ctypes.cast(_exit, ctypes.c_void_p), None)  # the last added runs first
 
 
+#: while a fork waits for :data:`COMPILING`: the SIGINT handler it replaced, and the
+#: interrupts that came meanwhile
+_fork_handler: list[Any] = []
+_fork_interrupts: list[int] = []
+
+
+def _before_fork() -> None:
+    """Take :data:`COMPILING` for the fork, with Ctrl-C recorded meanwhile, not raised:
+    os.fork drops a hook's exception, so an interrupt while it waited here let the fork
+    go on without the lock (the child could hang on the locks the compiling thread
+    held) and was lost. It is raised in the parent once the fork is done."""
+    if threading.current_thread() is threading.main_thread():
+        try:
+            previous = signal.getsignal(signal.SIGINT)
+            if previous is not None and previous != signal.SIG_IGN:
+                signal.signal(signal.SIGINT, lambda signum, frame: _fork_interrupts.append(1))
+                _fork_handler.append(previous)
+        except (ValueError, OSError):  # not the main interpreter
+            pass
+    COMPILING.acquire()
+
+
+def _handler_back() -> Any:
+    """The SIGINT handler :func:`_before_fork` replaced, back; it, where an interrupt
+    came meanwhile (else None)."""
+    came = bool(_fork_interrupts)
+    _fork_interrupts.clear()
+    if not _fork_handler:
+        return None
+    handler = _fork_handler.pop()
+    signal.signal(signal.SIGINT, handler)
+    return handler if came else None
+
+
+def _after_fork_in_parent() -> None:
+    COMPILING.release()
+    handler = _handler_back()
+    if handler is None:
+        return
+    # raised here (any call checks for it), it would be dropped as the hook's: sent
+    # again a moment later, once os.fork has returned (a signal: it ends a sleep)
+    main = threading.main_thread().ident
+    try:
+        threading.Timer(POLL, signal.pthread_kill, (main, signal.SIGINT)).start()
+    except RuntimeError:  # no thread to be had
+        _thread.interrupt_main()
+
+
+def _after_fork_in_child_released() -> None:
+    _handler_back()
+    COMPILING.release()
+
+
 atexit.register(_exit_past_a_compile)
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
     os.register_at_fork(
-        before=COMPILING.acquire,
-        after_in_parent=COMPILING.release,
-        after_in_child=COMPILING.release,
+        before=_before_fork,
+        after_in_parent=_after_fork_in_parent,
+        after_in_child=_after_fork_in_child_released,
     )
 
 
