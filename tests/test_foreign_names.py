@@ -455,6 +455,12 @@ def test_numba_cache_index(tmp_path):
     assert jit_cache.cache_index(dispatcher), _broken(
         "numba", "the index of a compiled function is empty", change
     )
+    # _load_all (jit_cache's repair of damaged files): IndexDataCacheFile.load(key)
+    jit_cache._load_all(dispatcher)
+    (index,) = Path(dispatcher.stats.cache_path).glob("*.nbi")
+    index.write_bytes(b"")
+    with pytest.raises(EOFError):  # what _heal takes for a damaged file
+        jit_cache._load_all(dispatcher)
     assert Path(dispatcher.stats.cache_path).is_relative_to(tmp_path / "numba")
 
 

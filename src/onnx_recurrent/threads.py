@@ -24,7 +24,6 @@ threads block on a condition (no CPU used). :func:`run` is the one way in:
 
 from __future__ import annotations
 
-import _thread
 import atexit
 import contextlib
 import contextvars
@@ -385,11 +384,11 @@ def _after_fork_in_parent() -> None:
         return
     # raised here (any call checks for it), it would be dropped as the hook's: sent
     # again a moment later, once os.fork has returned (a signal: it ends a sleep)
-    main = threading.main_thread().ident
+    again = (threading.main_thread().ident, signal.SIGINT)
     try:
-        threading.Timer(POLL, signal.pthread_kill, (main, signal.SIGINT)).start()
-    except RuntimeError:  # no thread to be had
-        _thread.interrupt_main()
+        threading.Timer(POLL, signal.pthread_kill, again).start()
+    except RuntimeError:  # no thread to be had: now (dropped, but said)
+        signal.pthread_kill(*again)
 
 
 def _after_fork_in_child_released() -> None:

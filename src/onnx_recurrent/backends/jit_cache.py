@@ -222,8 +222,7 @@ def _heal() -> bool:
         if isinstance(cache, caching.NullCache):
             continue
         try:
-            for key in cache_index(dispatcher):
-                cache._cache_file.load(key)
+            _load_all(dispatcher)
         except MemoryError:
             raise
         except Exception:
@@ -255,6 +254,13 @@ def cache_index(dispatcher: Dispatcher) -> dict:
     its private index, guarded by tests/test_foreign_names.py.
     """
     return dispatcher._cache._cache_file._load_index()
+
+
+def _load_all(dispatcher: Dispatcher) -> None:
+    """Read every kernel in ``dispatcher``'s cache (numba's private files, as
+    :func:`cache_index`): an error where one cannot be read."""
+    for key in cache_index(dispatcher):
+        dispatcher._cache._cache_file.load(key)
 
 
 def _cache_root(func: Callable) -> str | None:
