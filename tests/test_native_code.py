@@ -37,6 +37,7 @@ def cache(tmp_path, monkeypatch):
     root = tmp_path / "native"
     root.mkdir()
     monkeypatch.setattr(native_code, "first_usable", lambda kind: (str(root), [str(root)]))
+    monkeypatch.setattr(native_code, "readable_roots", lambda kind: [str(root)])
     monkeypatch.setattr(native_code, "_loaded", {})
     return root
 
@@ -143,8 +144,39 @@ def test_a_dangling_link_or_an_editors_file_in_the_package_is_no_module(tmp_path
     monkeypatch.undo()  # the real package's key again, for the tests after
 
 
+def test_a_warm_cache_shipped_read_only_is_loaded_not_built(cache, monkeypatch):
+    # a cache that cannot be written (a container image's, a read-only mount) was
+    # passed over for the first writable directory: everything built again, unsaid
+    builds = []
+    _function(cache, "answer_shipped", builds)
+    empty = cache.parent / "writable"
+    empty.mkdir()
+    monkeypatch.setattr(native_code, "first_usable", lambda kind: (str(empty), [str(empty)]))
+    monkeypatch.setattr(native_code, "readable_roots", lambda kind: [str(cache), str(empty)])
+    monkeypatch.setattr(native_code, "_loaded", {})
+    assert native_code.cached("answer_shipped") == (True, str(empty))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert _function(cache, "answer_shipped", builds)(6) == 12
+    assert builds == ["answer_shipped"] and not list(empty.iterdir())
+
+
+def test_read_roots_are_the_unwritable_ones_before_the_first_writable(tmp_path, monkeypatch):
+    from onnx_recurrent.backends import cache_dirs
+
+    shipped, writable, after = (tmp_path / n for n in ("shipped", "writable", "after"))
+    for d in (shipped, writable, after):
+        d.mkdir()
+    roots = [(str(shipped), False), (str(writable), False), (str(after), False)]
+    monkeypatch.setattr(cache_dirs, "our_roots", lambda kind: roots)
+    monkeypatch.setattr(cache_dirs, "writable", lambda path: path != str(shipped))
+    assert cache_dirs.readable_roots("native") == [str(shipped), str(writable)]
+    assert cache_dirs.first_usable("native")[0] == str(writable)
+
+
 def test_no_writable_cache_compiles_with_one_warning(monkeypatch):
     monkeypatch.setattr(native_code, "first_usable", lambda kind: (None, ["/nowhere"]))
+    monkeypatch.setattr(native_code, "readable_roots", lambda kind: [])
     monkeypatch.setattr(native_code, "_loaded", {})
     monkeypatch.setattr(native_code, "_warned", False)
     builds = []

@@ -128,6 +128,25 @@ def test_unwritable_cache_plans_for_the_process(fresh, monkeypatch):
     assert tuning.state() == (True, None)
 
 
+def test_a_plan_shipped_read_only_is_read(fresh, monkeypatch):
+    # a warm cache that cannot be written (a container image's, a read-only mount) was
+    # passed over for the first writable directory, and the plan measured again
+    from onnx_recurrent.backends import cache_dirs
+
+    measure, calls = _counting({"rows": 12, "span": 1})
+    tuning.planned(("rows", "span"), measure)
+    shipped = str(fresh / "onnx-recurrent" / "tuning")
+    writable = cache_dirs.writable
+    monkeypatch.setattr(cache_dirs, "writable", lambda path: path != shipped and writable(path))
+    elsewhere = fresh / "elsewhere"
+    monkeypatch.setattr(
+        cache_dirs, "our_roots", lambda kind: [(shipped, False), (str(elsewhere), False)]
+    )
+    tuning.forget()  # as a new process
+    assert tuning.planned(("rows", "span"), measure) == {"rows": 12, "span": 1}
+    assert len(calls) == 1
+
+
 def test_a_plan_that_cannot_be_written_is_said_once(fresh, monkeypatch):
     # a directory where the plan file goes: each process measured again, unsaid
     measure, calls = _counting({"rows": 4, "span": 4})

@@ -93,6 +93,22 @@ def first_usable(kind: str) -> tuple[str | None, list[str]]:
     return None, tried
 
 
+def readable_roots(kind: str) -> list[str]:
+    """Where a cache of ``kind`` is read: :func:`first_usable`'s directory, after those
+    of :func:`our_roots` preferred to it that are there but cannot be written (a warm
+    cache shipped read-only: a container image's, a read-only mount); one in a shared
+    directory only where it is the user's alone (what it holds is loaded as code)."""
+    found = []
+    for root, shared in our_roots(kind):
+        if shared and not private(os.path.dirname(root)):
+            continue
+        if writable(root):
+            return [*found, root]
+        if os.path.isdir(root):
+            found.append(root)
+    return found
+
+
 #: the signals whose default action ends the process (``kill``, ``timeout``, a closed
 #: terminal): while one of them is left at that action, :func:`replacing` removes its
 #: temporary file before the process ends

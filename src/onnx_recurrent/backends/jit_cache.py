@@ -38,7 +38,7 @@ import numba
 from numba.core import caching, config
 
 from ..threads import compiling
-from .cache_dirs import CompileCacheWarning, first_usable
+from .cache_dirs import CompileCacheWarning, first_usable, readable_roots
 
 if TYPE_CHECKING:
     from numba.core.dispatcher import Dispatcher
@@ -276,6 +276,15 @@ def _cache_root(func: Callable) -> str | None:
         root, ours = first_usable("numba")
         if root is None:
             _warn(_numba_dirs(source) + ours, stacklevel=4)
+        shipped = [r for r in readable_roots("numba") if r != root and os.listdir(r)]
+        if shipped:  # numba cannot read a cache it cannot write: compiled again, said
+            warnings.warn(
+                f"the kernels' cache in {shipped[0]} cannot be written, and numba uses "
+                f"only a cache it can write: they are compiled again (1-3 minutes) and "
+                f"cached in {root or 'none'}",
+                CompileCacheWarning,
+                stacklevel=4,
+            )
     _cache_roots[directory] = root
     return root
 

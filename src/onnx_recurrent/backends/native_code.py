@@ -38,7 +38,13 @@ import llvmlite
 import llvmlite.binding as ll
 
 from .. import threads
-from .cache_dirs import CompileCacheWarning, first_usable, read_regular, write_atomic
+from .cache_dirs import (
+    CompileCacheWarning,
+    first_usable,
+    read_regular,
+    readable_roots,
+    write_atomic,
+)
 
 MAGIC = b"onnx-recurrent native code 1\n"
 #: symbols the code names that only numba's runtime defines: given a trapping body
@@ -79,11 +85,11 @@ def address(name: str, build: Callable[[], tuple[str, str]]) -> int:
 
 
 def _load_or_build(name: str, build: Callable[[], tuple[str, str]]) -> int:
-    path = _path(name)
-    if path is not None:
-        kept = _read(path)
+    for kept_at in _candidates(name):  # a cache that cannot be written is read too
+        kept = _read(kept_at)
         if kept is not None:
             return _load(*kept)
+    path = _path(name)
     symbol, obj = _compile(*build())
     if path is not None:
         _write(path, symbol, obj)
@@ -168,12 +174,16 @@ def noop() -> int:
 
 
 def cached(name: str) -> tuple[bool, str | None]:
-    """Whether ``name``'s machine code is in the cache (not checked), and the cache's
+    """Whether ``name``'s machine code is in a cache (not checked), and the cache's
     directory (None: none can be written)."""
     root, _ = first_usable("native")
-    if root is None:
-        return False, None
-    return (Path(root) / f"{name}-{_key(name)}.o").is_file(), root
+    return any(p.is_file() for p in _candidates(name)), root
+
+
+def _candidates(name: str) -> list[Path]:
+    """Where ``name``'s object may be kept: in each of our cache directories that is
+    there, written to or not (a warm cache shipped read-only), in order."""
+    return [Path(root) / f"{name}-{_key(name)}.o" for root in readable_roots("native")]
 
 
 def _path(name: str) -> Path | None:

@@ -39,7 +39,13 @@ import llvmlite.binding as ll
 
 from .. import threads
 from ..errors import RecurrentError
-from .cache_dirs import CompileCacheWarning, first_usable, read_regular, write_atomic
+from .cache_dirs import (
+    CompileCacheWarning,
+    first_usable,
+    read_regular,
+    readable_roots,
+    write_atomic,
+)
 
 #: the environment variable (see the module)
 ENV = "ONNX_RECURRENT_PLAN"
@@ -258,18 +264,22 @@ def _read() -> dict[str, int]:
     global _kept
     if _kept is None:
         _kept = {}
-        path = _path()
-        try:
-            text = read_regular(path, 1 << 16) if path is not None else None
-            data = json.loads(text) if text is not None else {}
-        except (OSError, ValueError, RecursionError):  # nested past Python's stack
-            data = {}
-        if isinstance(data, dict) and data.get("key") == _identity():
-            for name, values in FIELDS.items():
-                # an int, as written: 27.0 or true compare equal to 27 and 1, and broke
-                # every large call (a shift by a float)
-                if type(data.get(name)) is int and data[name] in values:
-                    _kept[name] = data[name]
+        # each of our cache directories that is there, written to or not (a warm cache
+        # shipped read-only), the first file that checks out
+        for root in readable_roots("tuning"):
+            try:
+                text = read_regular(Path(root) / _file_name(), 1 << 16)
+                data = json.loads(text) if text is not None else {}
+            except (OSError, ValueError, RecursionError):  # nested past Python's stack
+                data = {}
+            if isinstance(data, dict) and data.get("key") == _identity():
+                for name, values in FIELDS.items():
+                    # an int, as written: 27.0 or true compare equal to 27 and 1, and
+                    # broke every large call (a shift by a float)
+                    if type(data.get(name)) is int and data[name] in values:
+                        _kept[name] = data[name]
+                if _kept:
+                    break
     return _kept
 
 
@@ -302,10 +312,12 @@ def _identity() -> str:
 
 def _path() -> Path | None:
     root, _ = first_usable("tuning")
-    if root is None:
-        return None
+    return None if root is None else Path(root) / _file_name()
+
+
+def _file_name() -> str:
     digest = hashlib.sha256(_identity().encode()).hexdigest()[:16]
-    return Path(root) / f"plan-{ll.get_host_cpu_name()}-{digest}.json"
+    return f"plan-{ll.get_host_cpu_name()}-{digest}.json"
 
 
 def forget() -> None:
