@@ -157,21 +157,31 @@ def load_model(model: str | os.PathLike | bytes | onnx.ModelProto) -> onnx.Model
 
 
 def _parse(data: bytes, name: str) -> onnx.ModelProto:
-    no_graph = None
     if not data:
-        no_graph = RecurrentError(f"model {name} is empty (0 bytes), not an ONNX model")
-    else:
-        try:
-            model = onnx.load_from_string(data)
-        except Exception as e:  # protobuf's DecodeError, and what else its versions raise
-            why = one_line(e, typed=False)
-            raise RecurrentError(f"model {name} is not an ONNX model ({why})") from None
-        if not model.HasField("graph"):
-            no_graph = RecurrentError(f"model {name} is not an ONNX model (it has no graph)")
-    if no_graph is not None:  # onnxruntime's "No graph was found in the protobuf"
-        no_graph.onnxruntime_type = "InvalidArgument"  # type: ignore[attr-defined]
-        raise no_graph
+        raise _no_graph(f"model {name} is empty (0 bytes), not an ONNX model")
+    try:
+        model = onnx.load_from_string(data)
+    except Exception as e:  # protobuf's DecodeError, and what else its versions raise
+        why = one_line(e, typed=False)
+        raise RecurrentError(f"model {name} is not an ONNX model ({why})") from None
+    if not model.HasField("graph"):
+        raise _no_graph(f"model {name} is not an ONNX model (it has no graph)")
     return model
+
+
+def _check_providers_type(providers: Any) -> None:
+    if isinstance(providers, (str, bytes)):  # onnxruntime takes each letter for one
+        raise RecurrentTypeError(
+            f"providers must be a list of execution providers, got the string "
+            f"{providers!r} (write [{providers!r}])"
+        )
+
+
+def _no_graph(message: str) -> RecurrentError:
+    """onnxruntime's "No graph was found in the protobuf" (``InvalidArgument``)."""
+    error = RecurrentError(message)
+    error.onnxruntime_type = "InvalidArgument"  # type: ignore[attr-defined]
+    return error
 
 
 # -- what a feed must be: a tensor, or a sequence, optional or map of them -------------
@@ -760,11 +770,7 @@ class InferenceSession:
         self._make_host(providers, provider_options, stacklevel=4)  # the caller of __init__
 
     def _make_host(self, providers: Any, provider_options: Any, stacklevel: int = 3) -> None:
-        if isinstance(providers, (str, bytes)):  # onnxruntime takes each letter for one
-            raise RecurrentTypeError(
-                f"providers must be a list of execution providers, got the string "
-                f"{providers!r} (write [{providers!r}])"
-            )
+        _check_providers_type(providers)
         self._host, why = make_host(
             self._choice,
             self._hosted,
@@ -876,9 +882,8 @@ class InferenceSession:
             onnxruntime's ``set_providers`` (which, unlike its constructor, does not
             fall back). The session is then unchanged.
         """
+        _check_providers_type(providers)
         if self._host.name == "onnxruntime" and providers is not None:
-            if isinstance(providers, (str, bytes)):
-                self._make_host(providers, provider_options)  # its TypeError
             type(self._host).check_providers(providers, provider_options)
         self._make_host(providers, provider_options)
 
