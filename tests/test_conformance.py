@@ -70,7 +70,7 @@ def test_gru1_foward_spelling_and_output_sequence():
 @pytest.mark.parametrize("host", ["onnxruntime", "reference"])
 def test_gru1_foward_in_any_case_and_output_sequence_0_or_1(host):
     # direction is case-insensitive ('Forward'), and so is GRU-1's spelling ('Foward'
-    # was refused); output_sequence 2 or -1 was taken, where linear_before_reset=2 is not
+    # was refused); output_sequence 2 or -1 is true, as linear_before_reset=2 is
     feeds = random_inputs("GRU")
     expected = orc.gru(*feeds.values())
     for spelling in ("Foward", "FOWARD"):
@@ -79,10 +79,11 @@ def test_gru1_foward_in_any_case_and_output_sequence_0_or_1(host):
         np.testing.assert_array_equal(got[1], expected[1])
     for value in (2, -1):
         model = node_model("GRU", feeds, {"output_sequence": value}, opset=3)
-        with pytest.raises(
-            ValueError, match=rf"output_sequence must be an integer, 0 or 1, got {value}"
-        ):
-            orc.InferenceSession(model, host=host).run(None, feeds)
+        got = orc.InferenceSession(model, host=host).run(None, feeds)
+        np.testing.assert_array_equal(got[0], expected[0])
+    model = node_model("GRU", feeds, {"output_sequence": 0.5}, opset=3)
+    with pytest.raises(ValueError, match=r"'output_sequence' must be of type INT"):
+        orc.InferenceSession(model, host=host).run(None, feeds)
 
 
 @pytest.mark.parametrize(("op", "version"), [("GRU", 3), ("GRU", 22), ("LSTM", 22), ("RNN", 14)])

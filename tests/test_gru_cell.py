@@ -175,7 +175,7 @@ def test_bias_dtype_and_flag_are_checked():
     with pytest.raises(TypeError, match=r"B must have a float dtype .* got int32"):
         orc.gru_cell(X, h, W, R, np.zeros(12, np.int32), hidden_size=4)
     with pytest.raises(
-        ValueError, match=r"linear_before_reset must be an integer, 0 or 1, got 'no'"
+        ValueError, match=r"linear_before_reset must be an integer \(nonzero: true\), got 'no'"
     ):
         orc.gru_cell(X, h, W, R, hidden_size=4, linear_before_reset="no")
     with pytest.raises(TypeError, match=r"clip must be a float, got '3'"):

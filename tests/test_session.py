@@ -6,6 +6,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import onnx
+import onnxruntime
 import pytest
 
 import onnx_recurrent as orc
@@ -163,6 +164,25 @@ def test_arrays_in_the_other_byte_order_are_read_by_value(host, model_and_feeds)
         assert v.dtype == copies[k].dtype and np.array_equal(v, copies[k])
 
 
+@pytest.mark.parametrize(
+    ("op", "flag"), [("GRU", "linear_before_reset"), ("LSTM", "input_forget")]
+)
+def test_flags_other_than_0_or_1_are_true_as_onnxruntime_has_them(host, op, flag):
+    """``linear_before_reset != 0`` (SEMANTICS.md): onnxruntime runs 2 and -1 as 1; they
+    were refused (a model onnxruntime runs)."""
+    feeds = random_inputs(op, full=False)
+    size = {"hidden_size": feeds["R"].shape[-1]}  # onnxruntime asks for it
+    model = node_model(op, feeds, {flag: 1} | size)
+    one = orc.InferenceSession(model, host=host).run(None, feeds)
+    for value in (2, -1):
+        model = node_model(op, feeds, {flag: value} | size)
+        got = orc.InferenceSession(model, host=host).run(None, feeds)
+        expected = onnxruntime.InferenceSession(model.SerializeToString()).run(None, feeds)
+        for a, b, c in zip(got, one, expected, strict=True):
+            np.testing.assert_array_equal(a, b)
+            np.testing.assert_allclose(a, c, rtol=1e-5, atol=1e-6)
+
+
 def test_unknown_output_and_bad_model(host):
     model = node_model("RNN", random_inputs("RNN", full=False), {})
     with pytest.raises(ValueError, match=r"unknown output name\(s\) \['Z'\]"):
@@ -182,7 +202,7 @@ def test_unknown_output_and_bad_model(host):
         ),
         ({"clip": 3}, r"attribute 'clip' must be of type FLOAT \(the GRU-22 schema\), got INT"),
         ({"hidden_size": 3.0}, r"attribute 'hidden_size' must be of type INT .*got FLOAT"),
-        ({"linear_before_reset": 2}, r"linear_before_reset must be an integer, 0 or 1, got 2"),
+        ({"linear_before_reset": 0.5}, r"attribute 'linear_before_reset' must be of type INT"),
         ({"direction": 1}, r"attribute 'direction' must be of type STRING .*got INT"),
         ({"activations": "Sigmoid"}, r"attribute 'activations' must be of type STRINGS"),
     ],

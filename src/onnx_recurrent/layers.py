@@ -131,8 +131,9 @@ class Layer:
     ValueError
         (``onnx_recurrent.RecurrentError``) an unknown ``op`` or attribute, a bad
         attribute value of the right type (an unknown direction or activation,
-        ``clip <= 0``...; ``layout``, ``linear_before_reset`` or ``input_forget`` other
-        than 0 or 1, whatever its type), weights whose shapes disagree (expected and
+        ``clip <= 0``...; ``layout`` other than 0 or 1, whatever its type;
+        ``linear_before_reset`` or ``input_forget`` not an integer, whose nonzero
+        values are true), weights whose shapes disagree (expected and
         actual in the message), P for a GRU or RNN;
         ``ONNX_RECURRENT_NUM_THREADS`` set to what it does not take (checked here,
         although only large calls read it).

@@ -46,8 +46,10 @@ _RAISES_DOC = """
     ValueError
         (``onnx_recurrent.RecurrentError``) a shape that disagrees with the others
         (the message gives expected and actual), an unknown direction or activation,
-        ``layout`` (and GRU's ``linear_before_reset``, LSTM's ``input_forget``) other
-        than 0 or 1, ``'1'`` and ``1.0`` included, an activation list of the wrong length,
+        ``layout`` other than 0 or 1, ``'1'`` and ``1.0`` included (GRU's
+        ``linear_before_reset`` and LSTM's ``input_forget`` take any integer, nonzero
+        true, as onnxruntime does; not a string or a float), an activation list of the
+        wrong length,
         ``clip <= 0``, ``sequence_lens`` outside ``[0, seq_length]``, an input that is
         a ragged nested list; ``ONNX_RECURRENT_BACKEND`` set to an unknown backend.
     TypeError
@@ -293,7 +295,7 @@ def gru_cell(
         A shape that disagrees (expected and actual in the message), a bias whose
         length is not ``3*hidden_size`` (with ``linear_before_reset``,
         ``4*hidden_size``: GRUCell-3's shapes), an unknown activation, ``clip < 0``,
-        ``linear_before_reset`` other than a bool, 0 or 1.
+        ``linear_before_reset`` not an integer (nonzero: true).
     TypeError
         A non-float X or an input (``B`` included) whose dtype differs from X's; a
         ``clip`` or activation parameter that is not a number; ``hidden_size`` not an

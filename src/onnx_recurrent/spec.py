@@ -85,22 +85,28 @@ class RecSpec:
 
 
 def check_flag(name: str, value: Any) -> bool:
-    """An int attribute that is 0 or 1 (``linear_before_reset``, ``input_forget``)."""
+    """An int attribute read as a flag, nonzero true, as onnxruntime reads it
+    (``linear_before_reset != 0``, SEMANTICS.md; ``input_forget``, ``output_sequence``).
+
+    Raises
+    ------
+    ValueError
+        (``RecurrentError``) ``value`` is not an integer (a string, a float, None).
+    """
     if isinstance(value, bool | np.bool_):
         return bool(value)
-    if isinstance(value, int | np.integer) and value in (0, 1):
-        return bool(value)
-    raise RecurrentError(f"{name} must be an integer, 0 or 1, got {value!r}")
+    if isinstance(value, int | np.integer):
+        return value != 0
+    raise RecurrentError(f"{name} must be an integer (nonzero: true), got {value!r}")
 
 
 def check_bool(name: str, value: Any) -> bool:
     """A flag argument: a bool, NumPy bool or 0/1 (a string such as 'no' is true)."""
-    try:
-        return check_flag(name, value)
-    except RecurrentError:
-        raise RecurrentTypeError(
-            f"{name} must be a bool, got {type(value).__name__} {value!r}"
-        ) from None
+    if isinstance(value, bool | np.bool_) or (
+        isinstance(value, int | np.integer) and value in (0, 1)
+    ):
+        return bool(value)
+    raise RecurrentTypeError(f"{name} must be a bool, got {type(value).__name__} {value!r}")
 
 
 def _real(name: str, value: Any) -> float:
