@@ -152,8 +152,8 @@ def test_flags_nonzero_are_true(value):
 @pytest.mark.parametrize(("attributes", "match"), ATTRIBUTE_CASES)
 def test_bad_attributes(op, attributes, match):
     n = {"GRU": 2, "RNN": 1, "LSTM": 3}[op]
-    if attributes.get("activations") == "one too many":
-        attributes = {"activations": ["Tanh"] * (n + 1)}
+    if attributes.get("activations") == "one too many":  # RNN: two is the schema's default
+        attributes = {"activations": ["Tanh"] * (n + 1 + (op == "RNN"))}
     elif attributes.get("activations") == "Swish":
         attributes = {"activations": ["Swish"] * n}
     with pytest.raises(ValueError, match=match):
@@ -164,6 +164,28 @@ def test_activation_list_length_message_gives_the_count():
     f = random_inputs("GRU")
     with pytest.raises(ValueError, match=r"must list 4 functions .* got 2"):
         orc.gru(*f.values(), direction="bidirectional", activations=["Sigmoid", "Tanh"])
+
+
+@pytest.mark.parametrize("direction", ["forward", "reverse"])
+def test_a_one_direction_rnn_takes_the_first_of_two_activations(direction):
+    """RNN's schema lists two activations by default, ``[Tanh, Tanh]``; onnxruntime takes
+    the first for one direction (they were refused). Each consumes its own alpha."""
+    f = random_inputs("RNN")
+    one = orc.rnn(
+        *f.values(), direction=direction, activations=["LeakyRelu"], activation_alpha=[0.3]
+    )
+    two = orc.rnn(
+        *f.values(),
+        direction=direction,
+        activations=["LeakyRelu", "Elu"],
+        activation_alpha=[0.3, 2.0],
+    )
+    for a, b in zip(one, two, strict=True):
+        np.testing.assert_array_equal(a, b)
+    with pytest.raises(ValueError, match=r"must list 1 functions .* got 3"):
+        orc.rnn(*f.values(), direction=direction, activations=["Tanh"] * 3)
+    with pytest.raises(ValueError, match=r"must list 2 functions .* got 3"):
+        orc.rnn(*f.values(), direction="bidirectional", activations=["Tanh"] * 3)
 
 
 def test_non_contiguous_and_read_only_inputs_just_work():

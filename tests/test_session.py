@@ -183,6 +183,23 @@ def test_flags_other_than_0_or_1_are_true_as_onnxruntime_has_them(host, op, flag
             np.testing.assert_allclose(a, c, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize(
+    ("activations", "extra"),
+    [(["Relu", "Tanh"], {}), (["HardSigmoid", "Affine"], {"activation_alpha": [0.4, 2.0]})],
+)
+def test_a_one_direction_rnn_of_two_activations_runs_as_onnxruntime_runs_it(
+    host, activations, extra
+):
+    """The schema's default lists two for RNN; onnxruntime takes the first (refused)."""
+    feeds = random_inputs("RNN", full=False)
+    size = {"hidden_size": feeds["R"].shape[-1]}
+    model = node_model("RNN", feeds, {"activations": activations} | extra | size)
+    got = orc.InferenceSession(model, host=host).run(None, feeds)
+    expected = onnxruntime.InferenceSession(model.SerializeToString()).run(None, feeds)
+    for a, c in zip(got, expected, strict=True):
+        np.testing.assert_allclose(a, c, rtol=1e-5, atol=1e-6)
+
+
 def test_unknown_output_and_bad_model(host):
     model = node_model("RNN", random_inputs("RNN", full=False), {})
     with pytest.raises(ValueError, match=r"unknown output name\(s\) \['Z'\]"):

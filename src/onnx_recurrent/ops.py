@@ -28,7 +28,9 @@ _COMMON_DOC = """
     activations : sequence of str, optional
         Activation names (case-insensitive; Relu, Tanh, Sigmoid, Affine, LeakyRelu,
         ThresholdedRelu, ScaledTanh, HardSigmoid, Elu, Softsign, Softplus), one list
-        per direction, the forward direction's first.
+        per direction, the forward direction's first (a one-direction RNN also takes
+        two, the schema's default ``["Tanh", "Tanh"]``, and uses the first, as
+        onnxruntime does).
     activation_alpha, activation_beta : sequence of float, optional
         Consumed in order by the activations that take them; ONNX defaults when the
         lists run out.

@@ -231,7 +231,7 @@ def _parse(
     else:
         names = _strings("activations", activations)
         expected = cell.n_activations * num_directions
-        if len(names) != expected:
+        if len(names) != expected and not _first_of_two(cell, expected, names):
             raise RecurrentError(
                 f"activations must list {expected} functions for {cell.name} with "
                 f"direction={direction!r} ({cell.n_activations} per direction), "
@@ -242,6 +242,7 @@ def _parse(
         None if activation_alpha is None else _reals("activation_alpha", activation_alpha),
         None if activation_beta is None else _reals("activation_beta", activation_beta),
     )
+    bound = bound[:expected] if activations is not None else bound
     n = cell.n_activations
     per_direction = tuple(bound[d * n : (d + 1) * n] for d in range(num_directions))
     return RecSpec(
@@ -254,6 +255,12 @@ def _parse(
         linear_before_reset=check_flag("linear_before_reset", linear_before_reset),
         input_forget=check_flag("input_forget", input_forget),
     )
+
+
+def _first_of_two(cell: CellTraits, expected: int, names: list[str]) -> bool:
+    """A one-direction RNN given two activations, the schema's default ``[Tanh, Tanh]``:
+    onnxruntime takes the first (each consumes its alpha and beta as listed)."""
+    return cell.name == "RNN" and expected == 1 and len(names) == 2
 
 
 @functools.lru_cache(maxsize=256)
