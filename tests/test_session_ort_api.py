@@ -114,6 +114,20 @@ def test_a_binding_of_another_session_or_no_binding_is_refused(session_and_feeds
         session.run_with_iobinding({})
 
 
+@pytest.mark.parametrize("left", ["X", "initial_h"])
+def test_an_input_left_unbound_is_named(session_and_feeds, left):
+    """onnxruntime's custom-op API worded it (``the ort_value must contain a constructed
+    tensor``), naming no input; onnxruntime's own node says ``Missing Input: W``."""
+    session, feeds = session_and_feeds
+    binding = session.io_binding()
+    for name, value in feeds.items():
+        if name != left:
+            binding.bind_cpu_input(name, value)
+    binding.bind_output("Y")
+    with pytest.raises(RuntimeError, match=rf"LSTM node '': input {left} \('{left}'\) has no"):
+        session.run_with_iobinding(binding)
+
+
 def test_run_async_without_a_thread_says_so(session_and_feeds, no_thread_named):
     # the process at its limit of threads: threading's bare "can't start new thread"
     session, feeds = session_and_feeds

@@ -400,7 +400,7 @@ class Kernel:
                 raise KeyboardInterrupt
             count = ctypes.c_size_t()
             api.check(api.KernelContext_GetInputCount(context, ctypes.byref(count)))
-            given = [api.input(context, i) for i in range(count.value)]
+            given = [_given(api, context, i, node) for i in range(count.value)]
             given += [None] * (len(INPUTS) - len(given))
             X, lengths = given[_X], given[_LENS]
             if lengths is not None and lengths.size == 0:
@@ -421,6 +421,19 @@ class Kernel:
             state.guarded = False
             record(e)
             return api.status(ORT_FAIL, f"onnx-recurrent: {_reason(node.label, e)}")
+
+
+def _given(api: _Api, context: int, index: int, node: BoundNode) -> np.ndarray | None:
+    """Input ``index``, or an error that names it where onnxruntime holds no tensor for
+    it (an input left unbound in an ``IOBinding``: its own message names nothing)."""
+    try:
+        return api.input(context, index)
+    except RuntimeError as e:
+        names = node.node.node.input
+        name = f" ({names[index]!r})" if index < len(names) else ""
+        raise RuntimeError(
+            f"{node.label}: input {INPUTS[index]}{name} has no value: {e}"
+        ) from None
 
 
 def _reason(label: str, error: BaseException) -> str:

@@ -33,7 +33,7 @@ WEIGHT_WORDS = 3 + WEIGHT_DIMS
 # FUNCTIONS: the address of the OrtApi functions used, in this order
 (CREATE_STATUS, GET_INPUT_COUNT, GET_INPUT, GET_OUTPUT, GET_DATA, GET_TYPE_AND_SHAPE,
  GET_DIMENSIONS_COUNT, GET_DIMENSIONS, RELEASE_TYPE_AND_SHAPE, PARALLEL_FOR,
- SHAPE_REFERENCE) = range(11)  # fmt: skip
+ SHAPE_REFERENCE, RELEASE_STATUS) = range(12)  # fmt: skip
 FUNCTION_NAMES = (
     "CreateStatus",
     "KernelContext_GetInputCount",
@@ -46,6 +46,7 @@ FUNCTION_NAMES = (
     "ReleaseTensorTypeAndShapeInfo",
     "KernelContext_ParallelFor",
     "GetTensorElementTypeAndShapeDataReference",  # 0 before onnxruntime 1.24
+    "ReleaseStatus",
 )
 #: hidden units from which a large one-row call runs on the pool, its threads sharing
 #: the units (faster-whisper's Silero, H=128, 312 steps: 19.0 ms on the pool, 18.7 ms on

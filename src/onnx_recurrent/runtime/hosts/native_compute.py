@@ -50,6 +50,7 @@ from .native_block import (  # the block's words
     PARALLEL_FOR,
     PLAN0,
     PLAN1,
+    RELEASE_STATUS,
     RELEASE_TYPE_AND_SHAPE,
     REVERSE,
     SHAPE_REFERENCE,
@@ -212,6 +213,14 @@ def _python(k, fn, kernel, context, done):
 
 
 @_jit
+def _unread(k, fn, kernel, context, done, out):
+    """An input onnxruntime holds no tensor for (one left unbound in an IOBinding): its
+    status (``out[1]``) dropped for the Python path's error, which names the input."""
+    c_call(fn[RELEASE_STATUS], out[1], 0, 0, 0, 0, 0)
+    return _python(k, fn, kernel, context, done)
+
+
+@_jit
 def _failed(k, fn, result):
     """The status of a call that stopped (``result``: :func:`run_node`'s)."""
     message = k[INTERRUPTED] if result == ABORTED else k[FAILED]
@@ -261,12 +270,12 @@ def _inputs(k, fn, kernel, context, dtype, own):
     if values[1] != 0:  # weights given per call: those this block was made for?
         same = same_weights(k, fn, values, out) if k[WEIGHTS] != 0 else 0
         if same < 0:
-            return out[1]
+            return _unread(k, fn, kernel, context, done, out)
         if same == 0:
             return _python(k, fn, kernel, context, done)
     n = _dims(fn, values[0], out)
     if n < 0:
-        return out[1]
+        return _unread(k, fn, kernel, context, done, out)
     layout, H, I, Dn = k[LAYOUT], k[HIDDEN], k[INPUT], k[D]
     if n != 3 or out[10] != I or out[8] < 0 or out[9] < 0:
         return _python(k, fn, kernel, context, done)
@@ -287,7 +296,7 @@ def _inputs(k, fn, kernel, context, dtype, own):
     if has_lens:
         n = _dims(fn, values[4], out)
         if n < 0:
-            return out[1]
+            return _unread(k, fn, kernel, context, done, out)
         if n != 1 or out[8] != N:
             return _python(k, fn, kernel, context, done)
         lp = _data(fn, values[4], out)
@@ -304,7 +313,7 @@ def _inputs(k, fn, kernel, context, dtype, own):
     for j in range(k[STATES]):
         ok = _state_ok(fn, values[5 + j], out, s0, s1, H, k[ZERO_STATES] != 0)
         if ok == -2:
-            return out[1]
+            return _unread(k, fn, kernel, context, done, out)
         if ok == -1:
             return _python(k, fn, kernel, context, done)
         if ok == 1:
