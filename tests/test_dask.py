@@ -459,3 +459,144 @@ def test_the_old_path_of_detect_is_the_vad_one():
 
     assert onnx_recurrent.dask.detect is cluster.detect
     assert ordask.__all__ == ["run"]
+
+
+# --- run: what the fourth probe found (twenty-sixth session) ------------------------------
+
+
+def _gru_graph(x_shape, outputs, extra_nodes=(), extra_inputs=(), initializers=(), H=4, I=3):
+    """A GRU ``g`` on X (``x_shape``), its weights initializers, and more nodes."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(2)
+    W = rng.standard_normal((1, 3 * H, I)).astype(np.float32)
+    R = rng.standard_normal((1, 3 * H, H)).astype(np.float32)
+    nodes = [helper.make_node("GRU", ["X", "W", "R"], ["Y", "Y_h"], hidden_size=H, name="g")]
+    graph = helper.make_graph(
+        [*nodes, *extra_nodes],
+        "m",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, x_shape), *extra_inputs],
+        outputs,
+        [numpy_helper.from_array(W, "W"), numpy_helper.from_array(R, "R"), *initializers],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)], ir_version=8)
+
+
+@pytest.mark.parametrize("fixed", [1, 2])
+def test_run_a_model_that_fixes_its_batch_in_blocks_of_that_batch(fixed):
+    """A model exported at batch 1 (no dynamic axes) could not run at all: the probe ran
+    it at batch 1 and 2, so one of them was refused, whatever the chunks."""
+    import dask
+    from onnx import TensorProto, helper
+
+    outputs = [
+        helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["T", 1, fixed, 4]),
+        helper.make_tensor_value_info("Y_h", TensorProto.FLOAT, [1, fixed, 4]),
+    ]
+    model = _gru_graph(["T", fixed, 3], outputs)
+    X = np.random.default_rng(0).standard_normal((7, 4, 3)).astype(np.float32)
+    session = onnx_recurrent.InferenceSession(model)
+    want = [session.run(None, {"X": X[:, b : b + fixed]}) for b in range(0, 4, fixed)]
+    with dask.config.set(scheduler="synchronous"):
+        Y, Y_h = ordask.run(model, {"X": da.from_array(X, chunks=(-1, fixed, -1))}, {"X": 1})
+        np.testing.assert_array_equal(Y.compute(), np.concatenate([w[0] for w in want], 2))
+        np.testing.assert_array_equal(Y_h.compute(), np.concatenate([w[1] for w in want], 1))
+        given = {"Y": 2, "Y_h": 1}
+        (Y, _) = ordask.run(model, {"X": da.from_array(X, chunks=(-1, fixed, -1))}, {"X": 1},
+                            output_batch_axes=given)  # fmt: skip
+        np.testing.assert_array_equal(Y.compute(), np.concatenate([w[0] for w in want], 2))
+        with pytest.raises(ValueError, match=rf"'Y': axis 3 is 4 .*not the batch of {fixed}"):
+            ordask.run(model, {"X": da.from_array(X, chunks=(-1, fixed, -1))}, {"X": 1},
+                       output_batch_axes={"Y": 3})  # fmt: skip
+        with pytest.raises(ValueError, match=rf"fixes axis 1 to {fixed} .*rechunk it"):
+            ordask.run(model, {"X": da.from_array(X, chunks=(-1, 3, -1))}, {"X": 1})
+
+
+def test_run_a_fixed_batch_whose_output_axis_inference_cannot_tell_asks_for_it():
+    import dask
+    from onnx import TensorProto, helper
+
+    # a Reshape to a shape fed at run time: shape inference knows nothing of "out"
+    model = _gru_graph(
+        ["T", 2, 3],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)],
+        [helper.make_node("Reshape", ["Y_h", "s"], ["out"])],
+        [helper.make_tensor_value_info("s", TensorProto.INT64, [2])],
+    )
+    X = np.zeros((5, 4, 3), np.float32)
+    feeds = {"X": da.from_array(X, chunks=(-1, 2, -1)), "s": np.array([2, 4])}
+    with dask.config.set(scheduler="synchronous"):
+        with pytest.raises(ValueError, match=r"'out' .*batch axis cannot be found.*axes \[0\]"):
+            ordask.run(model, feeds, {"X": 1})
+        (out,) = ordask.run(model, feeds, {"X": 1}, output_batch_axes={"out": 0})
+        assert out.compute().shape == (4, 4)
+
+
+def test_run_names_an_output_that_is_no_tensor():
+    """It was an AttributeError from the probe: ``'list' object has no attribute 'shape'``."""
+    import dask
+    from onnx import TensorProto, helper
+
+    model = _gru_graph(
+        ["T", "N", 3],
+        [
+            helper.make_tensor_value_info("Y_h", TensorProto.FLOAT, None),
+            helper.make_tensor_sequence_value_info("seq", TensorProto.FLOAT, None),
+        ],
+        [helper.make_node("SequenceConstruct", ["Y_h", "Y_h"], ["seq"])],
+    )
+    X = np.zeros((5, 4, 3), np.float32)
+    with dask.config.set(scheduler="synchronous"):
+        with pytest.raises(ValueError, match=r"output 'seq' is a seq\(tensor\(float\)\) .*tensor"):
+            ordask.run(model, {"X": da.from_array(X, chunks=(-1, 2, -1))}, {"X": 1})
+
+
+def test_run_takes_an_overridable_initializer_and_a_static_list():
+    """A feed for an initializer that is also a graph input was an unknown input (the
+    session and onnxruntime take it); a static input given as a list became float64."""
+    import dask
+    from onnx import TensorProto, helper, numpy_helper
+
+    shift = np.zeros((1, 1, 4), np.float32)
+    model = _gru_graph(
+        ["T", "N", 3],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, "N", 4])],
+        [
+            helper.make_node("Add", ["Y_h", "shift"], ["s"]),
+            helper.make_node("Add", ["s", "bias"], ["out"]),
+        ],
+        [
+            helper.make_tensor_value_info("shift", TensorProto.FLOAT, [1, 1, 4]),
+            helper.make_tensor_value_info("bias", TensorProto.FLOAT, [4]),
+        ],
+        [numpy_helper.from_array(shift, "shift")],
+    )
+    X = np.random.default_rng(1).standard_normal((5, 4, 3)).astype(np.float32)
+    bias = [0.5, 0.25, 0.0, -1.0]
+    session = onnx_recurrent.InferenceSession(model)
+    with dask.config.set(scheduler="synchronous"):
+        for fed in ({}, {"shift": shift + 1}):
+            feeds = {"X": da.from_array(X, chunks=(-1, 2, -1)), "bias": bias, **fed}
+            (out,) = ordask.run(model, feeds, {"X": 1})
+            want = session.run(None, {"X": X, "bias": np.array(bias, np.float32), **fed})
+            np.testing.assert_array_equal(out.compute(), want[0])
+        with pytest.raises(
+            ValueError, match=r"unknown input\(s\) \['W2'\].*override: \['shift'\]"
+        ):
+            ordask.run(model, {"X": da.from_array(X), "bias": bias, "W2": 1}, {"X": 1})
+
+
+def test_run_says_which_rows_a_failing_block_holds():
+    """The session's error named ``sequence_lens[0]``, the index in its block (row 4)."""
+    import dask
+
+    feeds = random_inputs("GRU", T=7, N=10, seed=4)
+    axes = {"X": 1, "sequence_lens": 0, "initial_h": 1}
+    feeds["sequence_lens"][4] = 99
+    model = free_batch(node_model("GRU", feeds, {"hidden_size": 3}), axes)
+    with dask.config.set(scheduler="synchronous"):
+        Y, _ = ordask.run(model, chunked(feeds, axes, 2), axes)
+        with pytest.raises(
+            ValueError, match=r"block of batch rows 4\.\.5 .*sequence_lens\[0\]=99"
+        ):
+            Y.compute()

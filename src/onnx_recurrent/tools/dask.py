@@ -68,14 +68,30 @@ def _probe(
     static: Mapping[str, np.ndarray],
     names: Sequence[str],
     axes: Sequence[int],
+    twice: bool,
     *firsts: np.ndarray,
-) -> tuple[list[tuple[int, ...]], list[tuple[int, ...]], list[str]]:
-    """The outputs' shapes at batch 1 and 2 (the first element, then twice) and dtypes."""
+) -> tuple[list[tuple[int, ...]], list[tuple[int, ...]] | None, list[str]]:
+    """The outputs' shapes for ``firsts`` (the first batch element, or a model's fixed
+    batch), then, where ``twice``, for two copies of it (None if not), and dtypes.
+
+    Raises
+    ------
+    ValueError
+        An output that is not a tensor (a sequence or a map), naming it.
+    """
     session = _session(model, key)
     one = session.run(None, _feeds(static, names, firsts))
-    twos = [np.concatenate([x, x], axis=a) for x, a in zip(firsts, axes, strict=True)]
-    two = session.run(None, _feeds(static, names, twos))
-    return [y.shape for y in one], [y.shape for y in two], [y.dtype.str for y in one]
+    for arg, y in zip(session.get_outputs(), one, strict=True):
+        if not isinstance(y, np.ndarray):
+            raise RecurrentError(
+                f"output {arg.name!r} is a {arg.type} ({type(y).__name__}), not a tensor: "
+                "dask.run splits tensor outputs over the batch only"
+            )
+    two = None
+    if twice:
+        twos = [np.concatenate([x, x], axis=a) for x, a in zip(firsts, axes, strict=True)]
+        two = [y.shape for y in session.run(None, _feeds(static, names, twos))]
+    return [y.shape for y in one], two, [y.dtype.str for y in one]
 
 
 def _run_block(
@@ -84,16 +100,26 @@ def _run_block(
     static: Mapping[str, np.ndarray],
     names: Sequence[str],
     out: Sequence[tuple[str, int, tuple[int, ...]]],
+    start: int,
     size: int,
     *blocks: np.ndarray,
 ) -> tuple[np.ndarray, ...]:
-    """One block of the batch through this process's session.
+    """One block of the batch (rows ``start`` to ``start + size - 1``) through this
+    process's session; an error of the session says which rows.
 
-    ``out`` is each output's name, batch axis and shape at batch 1 (the probe's): a
-    block's output must have that shape but ``size`` along its batch axis, as the Dask
-    array declares it (else its other dims depend on the data or on the batch).
+    ``out`` is each output's name, batch axis and shape as the probe had it: a block's
+    output must have that shape but ``size`` along its batch axis, as the Dask array
+    declares it (else its other dims depend on the data or on the batch).
     """
-    results = _session(model, key).run(None, _feeds(static, names, blocks))
+    where = f"the block of batch rows {start}..{start + size - 1}"
+    try:
+        results = _session(model, key).run(None, _feeds(static, names, blocks))
+    except (RecurrentError, RecurrentTypeError) as e:  # indices in it are the block's
+        raise type(e)(f"{where} (indices below count from {start}): {e}") from None
+    except Exception as e:
+        if hasattr(e, "add_note"):
+            e.add_note(f"onnx_recurrent.dask.run: in {where}")
+        raise
     for (name, axis, probed), y in zip(out, results, strict=True):
         want = tuple(size if k == axis else n for k, n in enumerate(probed))
         if y.shape == want:
@@ -159,8 +185,11 @@ def run(
     model : str, os.PathLike, bytes or onnx.ModelProto
         The model, as :class:`~onnx_recurrent.InferenceSession` takes it.
     feeds : dict of str to dask.array.Array or array_like
-        One value per graph input. The inputs named in ``batch_axes`` are Dask arrays;
-        the others are arrays (NumPy) given whole to every block.
+        One value per graph input (and, where wanted, per initializer that is also a
+        graph input: a default the feed overrides). The inputs named in ``batch_axes``
+        are Dask arrays; the others are arrays (NumPy, or lists, read in the input's
+        element type as the session reads them) given whole to every block, copied at
+        the call.
     batch_axes : dict of str to int
         The batch axis of each batched input (``{"X": 1, "initial_h": 1}`` for an LSTM
         of layout 0). Their chunks along it must agree; their other axes are made one
@@ -170,6 +199,9 @@ def run(
         first batch element and on two copies of it (where this runs, see Notes): the
         axis whose size follows the batch. Given, it is checked there. Every other axis
         of an output must keep the size it has for the first element, in every block.
+        A model that fixes its batch (a declared dim, say 1) takes blocks of that size
+        only; it runs once on the first block, and each output's batch axis is the one
+        ONNX shape inference finds carrying the batch (else it must be given here).
     host : {"auto", "onnxruntime", "reference"}, default "auto"
         Who runs the graph (see :class:`~onnx_recurrent.InferenceSession`).
     sess_options : onnxruntime.SessionOptions, optional
@@ -192,6 +224,7 @@ def run(
         array without a batch axis, chunks along the batch that differ between inputs
         (the message lists each input's), a model that fixes a batch axis to another
         size than a block's, an empty batch, an output whose batch axis cannot be found,
+        an output that is not a tensor (a sequence, a map),
         a Dask array of chunks of unknown size (``compute_chunk_sizes()`` first); an
         output with another dim that follows the batch (``[N, N]``).
     TypeError
@@ -205,7 +238,9 @@ def run(
         workers lack onnx_recurrent or have another version (named). When a block is
         computed (a ``ValueError`` too): an output whose shape is not the declared
         one (a dim that depends on the data, say the longest length in the block),
-        naming the output and both shapes; the Dask array's shape would be wrong.
+        naming the output and both shapes; the Dask array's shape would be wrong. A
+        block's error from the session is of its own class, and says which rows of the
+        batch the block holds (indices in the message count from its first).
 
     Notes
     -----
@@ -224,18 +259,23 @@ def run(
     digest = hashlib.sha256(data).hexdigest()
     graph = proto.graph
     initializers = {i.name for i in graph.initializer}
-    declared = {v.name: NodeArg.of(v) for v in graph.input if v.name not in initializers}
+    # an initializer listed as a graph input is a default a feed may override
+    inputs = {v.name: NodeArg.of(v) for v in graph.input}
+    required = [name for name in inputs if name not in initializers]
     output_names = [v.name for v in graph.output]
 
     if not isinstance(feeds, Mapping):
         raise TypeError(f"feeds must be a dict of input name to array, got {type(feeds)}")
-    unknown = sorted(set(feeds) - set(declared))
-    missing = [name for name in declared if name not in feeds]
+    unknown = sorted(set(feeds) - set(inputs))
+    missing = [name for name in required if name not in feeds]
     if unknown or missing:
+        overridable = [name for name in inputs if name in initializers]
+        also = f" (and initializers it may override: {overridable})" if overridable else ""
         raise RecurrentError(
             f"unknown input(s) {unknown}, missing input(s) {missing}; "
-            f"the model's inputs are {list(declared)}"
+            f"the model's inputs are {required}{also}"
         )
+    declared = {name: arg for name, arg in inputs.items() if name in feeds}
     for what, axes_given in (("batch_axes", batch_axes), ("output_batch_axes", output_batch_axes)):
         if axes_given is not None and not isinstance(axes_given, Mapping):
             raise RecurrentTypeError(
@@ -248,7 +288,7 @@ def run(
     if unknown:
         raise RecurrentError(f"batch_axes names input(s) {unknown} that feeds does not have")
 
-    names, axes, arrays = [], [], []
+    names, axes, arrays, fixed_batch = [], [], [], None
     for name in declared:  # graph order
         value = feeds[name]
         if name not in batch_axes:
@@ -272,12 +312,15 @@ def run(
         shape = declared[name].shape
         if shape is not None and len(shape) == value.ndim:
             fixed = shape[axis]
-            if isinstance(fixed, int) and fixed > 0 and set(value.chunks[axis]) != {fixed}:
-                raise RecurrentError(
-                    f"input {name!r}: the model fixes axis {axis} to {fixed} (shape {shape}), "
-                    f"so it cannot take blocks of {sorted(set(value.chunks[axis]))}; make the "
-                    "dim symbolic in the model"
-                )
+            if isinstance(fixed, int) and fixed > 0:
+                if set(value.chunks[axis]) != {fixed}:
+                    raise RecurrentError(
+                        f"input {name!r}: the model fixes axis {axis} to {fixed} (shape "
+                        f"{shape}), so it cannot take blocks of "
+                        f"{sorted(set(value.chunks[axis]))}: rechunk it to blocks of "
+                        f"{fixed}, or make the dim symbolic in the model"
+                    )
+                fixed_batch = fixed
         names.append(name)
         axes.append(axis)
         arrays.append(value.rechunk({a: -1 for a in range(value.ndim) if a != axis}))
@@ -293,7 +336,7 @@ def run(
     sizes = chunks[0]
     if sum(sizes) == 0:
         raise RecurrentError(f"the batch is empty (inputs {names} have 0 along their axis)")
-    static = {n: np.asarray(v) for n, v in feeds.items() if n not in batch_axes}
+    static = {n: _static(declared[n], v, n) for n, v in feeds.items() if n not in batch_axes}
 
     options = options_record(sess_options)
     client = _current_client()
@@ -305,22 +348,34 @@ def run(
     model_key = dask.delayed(data, name=f"onnx-model-{digest[:16]}")
     static_key = dask.delayed(static, name=f"onnx-static-{token}")
     key = (digest, host, options)
+    # the first batch element, or the batch a model fixes (every block of that size)
+    first = fixed_batch or 1
     firsts = [
-        x[tuple(slice(0, 1) if i == a else slice(None) for i in range(x.ndim))]
+        x[tuple(slice(0, first) if i == a else slice(None) for i in range(x.ndim))]
         for x, a in zip(arrays, axes, strict=True)
     ]
     probe = dask.delayed(_probe, pure=True)(
-        model_key, key, static_key, names, axes, *firsts, dask_key_name=f"onnx-probe-{token}"
+        *(model_key, key, static_key, names, axes, fixed_batch is None),
+        *firsts,
+        dask_key_name=f"onnx-probe-{token}",
     )
     ((shapes_one, shapes_two, dtypes),) = dask.compute(probe)
-    out_axes = _output_axes(output_names, shapes_one, shapes_two, output_batch_axes)
+    if shapes_two is None:
+        assert fixed_batch is not None
+        inferred = _inferred_batch_axes(proto, dict(zip(names, axes, strict=True)))
+        out_axes = _fixed_output_axes(
+            output_names, shapes_one, fixed_batch, inferred, output_batch_axes
+        )
+    else:
+        out_axes = _output_axes(output_names, shapes_one, shapes_two, output_batch_axes)
 
     outs = list(zip(output_names, out_axes, shapes_one, strict=True))
     pieces: list[list[Any]] = [[] for _ in output_names]
     blocks = [x.to_delayed().reshape(-1) for x in arrays]
+    starts = np.cumsum((0, *sizes[:-1]))
     for i, size in enumerate(sizes):
         result = dask.delayed(_run_block, pure=True, nout=len(output_names))(
-            *(model_key, key, static_key, names, outs, size),
+            *(model_key, key, static_key, names, outs, int(starts[i]), size),
             *[b[i] for b in blocks],
             dask_key_name=f"onnx-run-{token}-{i}",
         )
@@ -331,6 +386,91 @@ def run(
         da.concatenate(p, axis=axis) if len(p) > 1 else p[0]
         for p, axis in zip(pieces, out_axes, strict=True)
     ]
+
+
+def _static(arg: Any, value: Any, name: str) -> Any:
+    """An input given whole to every block, as the session would take it (a tensor fed
+    as a list in its declared element type), copied now: later changes to the caller's
+    value do not reach the blocks."""
+    if not arg.type.startswith("tensor(") or isinstance(value, np.ndarray):
+        return np.array(value, copy=True) if isinstance(value, np.ndarray) else value
+    from onnx.helper import tensor_dtype_to_np_dtype
+
+    from ..runtime.session import feed_array
+
+    try:
+        dtype = np.dtype(tensor_dtype_to_np_dtype(arg.elem_type))
+    except (KeyError, TypeError):
+        return np.asarray(value)
+    return np.array(feed_array(value, dtype, name), copy=True)
+
+
+def _inferred_batch_axes(proto: Any, batched: Mapping[str, int]) -> dict[str, list[int]]:
+    """Each output's axes that carry the batch by ONNX shape inference, the batched
+    inputs' batch dims made one symbol (for a model that fixes them; empty where
+    inference cannot tell)."""
+    import onnx
+
+    symbol = "onnx_recurrent_dask_batch"
+    model = onnx.ModelProto()
+    model.CopyFrom(proto)
+    for v in model.graph.input:
+        if v.name in batched and v.type.tensor_type.HasField("shape"):
+            dim = v.type.tensor_type.shape.dim[batched[v.name]]
+            dim.Clear()
+            dim.dim_param = symbol
+    for v in model.graph.output:  # their declared fixed dims would win
+        if v.type.HasField("tensor_type"):
+            v.type.tensor_type.ClearField("shape")
+    del model.graph.value_info[:]
+    try:
+        model = onnx.shape_inference.infer_shapes(model)
+    except Exception:  # an op inference does not know: no help, said by the caller
+        return {}
+    return {
+        v.name: [k for k, d in enumerate(v.type.tensor_type.shape.dim) if d.dim_param == symbol]
+        for v in model.graph.output
+    }
+
+
+def _fixed_output_axes(
+    names: Sequence[str],
+    shapes: Sequence[tuple[int, ...]],
+    fixed: int,
+    inferred: Mapping[str, list[int]],
+    given: Mapping[str, int] | None,
+) -> list[int]:
+    """Each output's batch axis for a model that fixes its batch to ``fixed`` (every
+    block of that size): given (checked), else the one axis shape inference finds
+    carrying the batch."""
+    given = dict(given or {})
+    unknown = sorted(set(given) - set(names))
+    if unknown:
+        raise RecurrentError(
+            f"output_batch_axes names output(s) {unknown}; the model's outputs are {names}"
+        )
+    axes = []
+    for name, shape in zip(names, shapes, strict=True):
+        candidates = [k for k, n in enumerate(shape) if n == fixed]
+        if name in given:
+            axis = _axis(name, given[name], len(shape), "output_batch_axes")
+            if axis not in candidates:
+                raise RecurrentError(
+                    f"output {name!r}: axis {axis} is {shape[axis]} (shape {list(shape)}), "
+                    f"not the batch of {fixed} the model fixes"
+                )
+        else:
+            found = [k for k in inferred.get(name, []) if k in candidates]
+            if len(found) != 1:
+                raise RecurrentError(
+                    f"output {name!r} (shape {list(shape)}): its batch axis cannot be found, "
+                    f"as the model fixes the batch to {fixed} (it cannot be run at another "
+                    f"batch to see which axis follows); give it in output_batch_axes (one "
+                    f"of axes {candidates})"
+                )
+            axis = found[0]
+        axes.append(axis)
+    return axes
 
 
 def _output_axes(
