@@ -344,12 +344,23 @@ def test_layer_and_run_layers_errors():
         run_layers([gru, onnx_layer("RNN")], x)
     with pytest.raises(ValueError, match=r"layers\[1\] is a GRU with layout=1"):
         run_layers([gru, Layer("GRU", W, R, attributes={"layout": 1})], x)
+    upper = Layer("GRU", np.zeros((1, 3 * H, H), np.float32), R)  # takes gru's Y
     with pytest.raises(ValueError, match=r"initial_h must have shape \[2, 3, 5\] \[num_layers"):
-        run_layers([gru, gru], x, np.zeros((1, N, H), np.float32))
+        run_layers([gru, upper], x, np.zeros((1, N, H), np.float32))
     # PyTorch's shape named, not a layer's batch-first slice ("[3, 1, 5] ... got [4, 1, 5]")
     batch_first = Layer("GRU", W, R, attributes={"layout": 1})
+    upper_first = Layer("GRU", upper.W, R, attributes={"layout": 1})
     with pytest.raises(ValueError, match=r"\[2, 6, 5\] .*X's batch_size is 6\), got \[2, 4, 5\]"):
-        run_layers([batch_first] * 2, np.zeros((6, T, I), np.float32), np.zeros((2, 4, H)))
+        run_layers(
+            [batch_first, upper_first], np.zeros((6, T, I), np.float32), np.zeros((2, 4, H))
+        )
+    # checked before any layer runs: NumPy's concatenate error after them all, or a
+    # layer's own terms for X (layers[1]'s input is layers[0]'s output)
+    wider = Layer("GRU", np.zeros((1, 3 * (H + 1), H)), np.zeros((1, 3 * (H + 1), H + 1)))
+    with pytest.raises(ValueError, match=r"layers\[1\] has hidden_size=6, layers\[0\] 5"):
+        run_layers([gru, wider], x)
+    with pytest.raises(ValueError, match=r"layers\[1\] has input_size=4 .*layers\[0\] gives"):
+        run_layers([gru, gru], x)
     with pytest.raises(ValueError, match=r"must have shape \[1, 3, 5\].*got \[1, 3, 2\]"):
         run_layers([gru], x, np.zeros((1, N, 2), np.float32))
     with pytest.raises(TypeError, match=r"layers\[1\] must be a Layer, got str"):
@@ -674,6 +685,30 @@ def test_to_torch_checks_every_parameter_before_writing_any(torch):
     del m.weight_ih_l1
     m.register_buffer("weight_ih_l1", torch.zeros(3 * H, 2 * H))
     refused(m, r"module.weight_ih_l1 is a Tensor, not a Parameter")
+    # an expanded parameter: torch's "more than one element of the written-to tensor
+    # refers to a single memory location", after three parameters were written
+    m = make_module(torch, "GRU", num_layers=2, bidirectional=True)
+    m.bias_hh_l0 = torch.nn.Parameter(torch.zeros(1).expand(3 * H))
+    refused(m, r"module.bias_hh_l0 holds elements that share memory \(strides \[0\]")
+    # two views of one tensor that overlap: the second write overwrote part of the
+    # first, silently (the module then computed 0.47 away from the layers)
+    m = make_module(torch, "GRU", num_layers=2, bidirectional=True)
+    base = torch.zeros(4 * H)
+    m.bias_ih_l0, m.bias_hh_l0 = torch.nn.Parameter(base[: 3 * H]), torch.nn.Parameter(base[H:])
+    refused(m, r"module.bias_hh_l0 overlaps module.bias_ih_l0 in memory")
+
+
+def test_to_torch_writes_parameters_that_interleave_in_one_tensor(torch):
+    """Column blocks of one matrix share a span of memory but no element: written."""
+    module = make_module(torch, "GRU")
+    layers = from_torch(module)
+    m = make_module(torch, "GRU")
+    both = torch.zeros(3 * H, I + H)
+    m.weight_ih_l0 = torch.nn.Parameter(both[:, :I])
+    m.weight_hh_l0 = torch.nn.Parameter(both[:, I:])
+    to_torch(layers, m)
+    for name, value in module.state_dict().items():
+        assert torch.equal(m.state_dict()[name], value), name
 
 
 def test_to_torch_refuses_what_the_module_dtype_cannot_hold(torch):

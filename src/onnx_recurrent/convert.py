@@ -34,6 +34,7 @@ Examples
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -129,7 +130,9 @@ def run_layers(
     Raises
     ------
     ValueError
-        No layers, layers of different ops or layouts, a state not of PyTorch's shape
+        No layers, layers of different ops, layouts or hidden sizes, a layer whose
+        ``input_size`` is not the features the one below gives it, a state not of
+        PyTorch's shape
         (the total number of directions, X's batch size, the hidden size),
         ``initial_c`` for a GRU or RNN; the layers' own errors.
     TypeError
@@ -147,6 +150,20 @@ def run_layers(
             raise RecurrentError(
                 f"layers[{k}] is a {layer.op} with layout={layer.layout}, layers[0] a {op} "
                 f"with layout={layout}: a stack has one op and one layout"
+            )
+    for k, (below, layer) in enumerate(itertools.pairwise(layers), start=1):
+        if layer.hidden_size != layers[0].hidden_size:
+            raise RecurrentError(
+                f"layers[{k}] has hidden_size={layer.hidden_size}, layers[0] "
+                f"{layers[0].hidden_size}: a stack has one hidden size (its final states "
+                "are stacked as PyTorch's h_n)"
+            )
+        fed = below.num_directions * below.hidden_size
+        if layer.input_size != fed:
+            raise RecurrentError(
+                f"layers[{k}] has input_size={layer.input_size} (W's last axis), but "
+                f"layers[{k - 1}] gives it {fed} features a step (num_directions * "
+                "hidden_size)"
             )
     ends = np.cumsum([0] + [layer.num_directions for layer in layers])
     initial = {"initial_h": initial_h}
@@ -542,12 +559,8 @@ def _torch_values(torch: Any, module: Any, parameters: dict[str, np.ndarray]) ->
                 f"module.{name} has shape {list(own.shape)}, expected {list(value.shape)} "
                 "(from the module's attributes and the layers)"
             )
-        if own.data_ptr() in seen and own.numel():
-            raise RecurrentError(
-                f"module.{name} is the same tensor as module.{seen[own.data_ptr()]}: "
-                "writing one would write the other"
-            )
-        seen[own.data_ptr()] = name
+        if own.numel():
+            _check_own_memory(own, name, seen)
         if value.dtype.kind != "f":  # bfloat16: torch.from_numpy does not know it
             value = value.astype(np.float32)
         cast = torch.from_numpy(np.ascontiguousarray(value)).to(own.dtype)
@@ -560,6 +573,53 @@ def _torch_values(torch: Any, module: Any, parameters: dict[str, np.ndarray]) ->
             )
         values[name] = own, cast
     return values
+
+
+def _check_own_memory(own: Any, name: str, seen: dict[tuple[int, int], tuple]) -> None:
+    """That writing ``own`` writes each of its elements once and no other parameter's
+    (``seen``: the byte spans of those checked before, their names and tensors)."""
+    extent = 1  # strides by size: each must step past the elements of those before it
+    for stride, size in sorted(
+        (st, n) for st, n in zip(own.stride(), own.shape, strict=True) if n > 1
+    ):
+        if stride < extent:
+            raise RecurrentError(
+                f"module.{name} holds elements that share memory (strides "
+                f"{list(own.stride())} for shape {list(own.shape)}: expanded or "
+                "as_strided): writing it would write one place for several; give it its "
+                f"own memory first (module.{name}.data = module.{name}.data.clone())"
+            )
+        extent += (size - 1) * stride
+    start = own.data_ptr()
+    end = start + extent * own.element_size()
+    for (a, b), (other, tensor) in seen.items():
+        if a == start and b == end and tensor.stride() == own.stride():
+            raise RecurrentError(
+                f"module.{name} is the same tensor as module.{other}: writing one would "
+                "write the other"
+            )
+        if a < end and start < b and _share_bytes(own, tensor):
+            raise RecurrentError(
+                f"module.{name} overlaps module.{other} in memory (views of one "
+                "tensor): writing one would write part of the other"
+            )
+    seen[(start, end)] = name, own
+
+
+def _share_bytes(one: Any, other: Any) -> bool:
+    """Whether two tensors whose spans meet hold a byte in common (interleaved views,
+    such as two column blocks of one matrix, do not)."""
+    if one.is_contiguous() and other.is_contiguous():
+        return True
+
+    def places(t: Any) -> np.ndarray:  # each byte's address
+        offsets = np.zeros((), np.int64)
+        for stride, size in zip(t.stride(), t.shape, strict=True):
+            offsets = np.add.outer(offsets, np.arange(size, dtype=np.int64) * stride)
+        first = t.data_ptr() + offsets.ravel() * t.element_size()
+        return np.add.outer(first, np.arange(t.element_size())).ravel()
+
+    return np.intersect1d(places(one), places(other)).size > 0
 
 
 def _keras_op(kind: str) -> str:
