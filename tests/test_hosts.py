@@ -636,6 +636,47 @@ def test_a_dead_invalid_node_is_refused_as_onnxruntime_refuses_it(dead):
     assert [t.name for t in graph.initializer] == ["R"]
 
 
+@pytest.mark.parametrize("bad", ["int32 shape", "declared double"])
+def test_an_invalid_node_computing_a_weight_is_refused_as_onnxruntime_refuses_it(bad):
+    """The rewrite folds W and drops the node that computed it, so onnxruntime never saw
+    it: a model it refuses ran (a Reshape to an int32 shape, a Cast whose output is
+    declared of another type); the same node also read elsewhere was refused."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    feeds = random_inputs("GRU", T=5, N=3, I=4, H=6, D=1)
+    W = feeds["W"]
+    if bad == "int32 shape":
+        node = helper.make_node("Reshape", ["W0", "shape"], ["W"])
+        tensors = [W.reshape(18, 4), np.array(W.shape, np.int32)]
+        declared = []
+    else:
+        node = helper.make_node("Cast", ["W0"], ["W"], to=TensorProto.FLOAT)
+        tensors = [W.astype(np.float64)]
+        declared = [helper.make_tensor_value_info("W", TensorProto.DOUBLE, None)]
+    graph = helper.make_graph(
+        [node, helper.make_node("GRU", ["X", "W", "R"], ["", "Yh"], hidden_size=6)],
+        "g",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [5, 3, 4])],
+        [helper.make_tensor_value_info("Yh", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(t, n) for t, n in zip(tensors, ["W0", "shape"], strict=False)]
+        + [numpy_helper.from_array(feeds["R"], "R")],
+        value_info=declared,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+    with pytest.raises(Exception) as theirs:
+        ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    with pytest.raises(type(theirs.value), match="onnxruntime refuses the model"):
+        orc.InferenceSession(model, host="onnxruntime")
+    if bad == "int32 shape":  # valid with an int64 shape: folded, dropped, run
+        model.graph.initializer[1].CopyFrom(numpy_helper.from_array(np.array(W.shape), "shape"))
+    else:
+        del model.graph.value_info[:]
+    session = orc.InferenceSession(model, host="onnxruntime")
+    (Yh,) = session.run(None, {"X": feeds["X"]})
+    np.testing.assert_allclose(Yh, orc.gru(feeds["X"], W, feeds["R"])[1], atol=1e-6)
+
+
 def test_sequence_lens_computed_as_int64_is_refused_by_the_reference_host():
     # onnxruntime refuses the model (tensor(int32) only); the reference host ran it, so
     # host="auto" fell back and gave outputs

@@ -211,10 +211,60 @@ def rewrite(
         graph.node.extend(nodes)
 
     replace(out.graph)
+    before = list(out.graph.node)
     prune(out.graph, dead)
+    left = {tuple(n.output) for n in out.graph.node}
+    check_dropped(model, [n for n in before if tuple(n.output) not in left])
     if not any(o.domain == DOMAIN for o in out.opset_import):
         out.opset_import.append(helper.make_opsetid(DOMAIN, 1))
     return out
+
+
+def check_dropped(model: onnx.ModelProto, dropped: Sequence[onnx.NodeProto]) -> None:
+    """The main graph's nodes the rewrite drops (they computed weights now folded into
+    a layer) checked as onnxruntime checks a model it loads, by ONNX's type inference
+    (strict): onnxruntime never sees them, and would refuse the model for them (a
+    ``Reshape`` of an int32 shape, a ``Cast`` to another type than its output's
+    declared one). Nodes of other domains, or that read what has no declared type, are
+    left unchecked.
+
+    Raises
+    ------
+    HostUnavailable
+        "onnxruntime refuses the model", with ONNX's reason (of onnxruntime's class:
+        ``InvalidGraph``, or ``Fail`` for an output against its declared type).
+    """
+    if not dropped or any(n.domain not in ("", "ai.onnx") for n in dropped):
+        return
+    graph = model.graph
+    made = {o for n in dropped for o in n.output}
+    needed = {i for n in dropped for i in n.input if i and i not in made}
+    tensors = [t for t in graph.initializer if t.name in needed]
+    typed = {v.name: v for v in (*graph.value_info, *graph.input, *graph.output)}
+    inputs = [typed[name] for name in needed - {t.name for t in tensors} if name in typed]
+    if len(inputs) + len(tensors) < len(needed):
+        return
+    declared = [typed[name] for name in made if name in typed]
+    mini = helper.make_model(
+        helper.make_graph(list(dropped), "dropped", inputs, [], tensors, value_info=declared),
+        opset_imports=list(model.opset_import),
+        ir_version=model.ir_version,
+    )
+    try:
+        onnx.shape_inference.infer_shapes(mini, check_type=True, strict_mode=True)
+    except onnx.shape_inference.InferenceError as e:
+        from onnxruntime.capi import onnxruntime_pybind11_state as ort_state
+
+        why = one_line(e, typed=False)
+        # onnxruntime: an input's type is INVALID_GRAPH; an output's, against the type
+        # declared for it, FAIL
+        kind = "FAIL" if "existing elem type" in why else "INVALID_GRAPH"
+        refusal = HostUnavailable(
+            f"onnxruntime refuses the model: {kind}: a node that computes a recurrent "
+            f"node's weight: {why}"
+        )
+        refusal.onnxruntime_type = ort_state.Fail if kind == "FAIL" else ort_state.InvalidGraph
+        raise refusal from None
 
 
 def _graphs(graph: onnx.GraphProto):
