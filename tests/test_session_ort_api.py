@@ -339,6 +339,46 @@ def test_optimized_model_filepath_holds_the_model_not_the_custom_nodes(tmp_path)
         np.testing.assert_array_equal(got[f"arr_{i}"], e)
 
 
+@pytest.mark.parametrize("how", ["suffix", "config"])
+def test_optimized_model_filepath_in_onnxruntimes_format_is_written_by_it(tmp_path, how):
+    """A ``.ort`` path (or ``session.save_model_format=ORT``) got ONNX's protobuf, which
+    onnxruntime then could not load ("ORT model verification failed")."""
+    model, feeds = _model_and_feeds()
+    path = tmp_path / ("optimized.ort" if how == "suffix" else "optimized.bin")
+    options = ort.SessionOptions()
+    options.optimized_model_filepath = str(path)
+    if how == "config":
+        options.add_session_config_entry("session.save_model_format", "ORT")
+    # onnxruntime's own LSTM needs hidden_size: it refuses the model, and says so
+    with pytest.raises(RuntimeError, match=r"in onnxruntime's format is written by onnxrun"):
+        orc.InferenceSession(model, options, host="onnxruntime")
+    model.graph.node[0].attribute.append(onnx.helper.make_attribute("hidden_size", 4))
+    expected = orc.InferenceSession(model, options, host="onnxruntime").run(None, feeds)
+    assert path.read_bytes()[4:8] == b"ORTM"
+    load = ort.SessionOptions()
+    load.add_session_config_entry("session.load_model_format", "ORT")  # any suffix
+    got = ort.InferenceSession(str(path), load, ["CPUExecutionProvider"]).run(None, feeds)
+    for a, e in zip(got, expected, strict=True):
+        np.testing.assert_allclose(a, e, rtol=1e-5, atol=1e-6)
+
+
+def test_an_optimized_model_filepath_that_cannot_be_written_is_onnxruntimes_error(tmp_path):
+    """Bare FileNotFoundError (flavoured NoSuchFile: the model's class) and
+    IsADirectoryError: onnxruntime raises InvalidArgument and RuntimeError there."""
+    model, _ = _model_and_feeds()
+    for path, theirs in ((tmp_path / "no" / "x.onnx", "InvalidArgument"), (tmp_path, None)):
+        options = ort.SessionOptions()
+        options.optimized_model_filepath = str(path)
+        with pytest.raises(OSError, match=r"optimized_model_filepath: cannot write") as caught:
+            orc.InferenceSession(model, options, host="onnxruntime")
+        state = ort.capi.onnxruntime_pybind11_state
+        if theirs is None:
+            assert isinstance(caught.value, RuntimeError)
+        else:
+            assert isinstance(caught.value, getattr(state, theirs))
+        assert not isinstance(caught.value, state.NoSuchFile)
+
+
 def test_a_model_holding_a_custom_node_is_refused():
     """Such a node (what onnxruntime wrote for an optimized_model_filepath before)
     names its weights by a key of another process: refused, naming the node."""

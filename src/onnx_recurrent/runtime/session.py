@@ -725,8 +725,11 @@ class InferenceSession:
             self._create(
                 loaded, sess_options, providers, provider_options, host, _zero_size_states
             )
-        except FileNotFoundError as e:
-            raise _flavoured(e, "NoSuchFile")  # noqa: B904 (its own cause kept)
+        except OSError as e:  # the model's file, or the optimized model's (its own)
+            theirs = getattr(e, "onnxruntime_type", None)
+            if theirs is None and not isinstance(e, FileNotFoundError):
+                raise
+            raise _flavoured(e, theirs or "NoSuchFile")  # noqa: B904 (its own cause kept)
         except (RecurrentError, RecurrentTypeError) as e:
             theirs = getattr(e, "onnxruntime_type", None)
             theirs = theirs or ("InvalidProtobuf" if loading else "Fail")

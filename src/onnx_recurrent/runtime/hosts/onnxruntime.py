@@ -495,22 +495,51 @@ def write_model(model: onnx.ModelProto, sess_options: Any) -> None:
     onnxruntime would write the rewritten model there: custom nodes that name their
     weights by a key of this process, which no other process can run (and which another
     session's process resolved to its own weights). What is written is the model as
-    the session loaded it, recurrent nodes and all, not optimized by onnxruntime.
+    the session loaded it, recurrent nodes and all, not optimized by onnxruntime; in
+    ONNX's format, or in onnxruntime's own where onnxruntime would write that (a path
+    ending in ``.ort``, or ``session.save_model_format`` set to ``ORT``), then by a
+    plain onnxruntime session of it, optimized as onnxruntime optimizes it.
 
     Raises
     ------
     OSError
-        The file cannot be written (the message names it).
+        The file cannot be written (the message names it), also of onnxruntime's class
+        (``InvalidArgument`` for a missing directory, as onnxruntime; else
+        ``RuntimeError``).
+    RuntimeError
+        ORT's format asked for, and onnxruntime refuses the model as given (its class).
     """
     path = getattr(sess_options, OPTIMIZED_MODEL_FILEPATH, "") if sess_options else ""
     if not path:
         return
     try:
+        chosen = sess_options.get_session_config_entry("session.save_model_format")
+    except Exception:  # not set: onnxruntime raises
+        chosen = ""
+    if chosen.upper() == "ORT" or (not chosen and str(path).lower().endswith(".ort")):
+        import onnxruntime as ort
+
+        try:  # onnxruntime writes it, as it would have
+            ort.InferenceSession(model.SerializeToString(), sess_options, ["CPUExecutionProvider"])
+        except Exception as e:
+            error = RuntimeError(
+                f"sess_options.optimized_model_filepath: {path!r} in onnxruntime's format "
+                "is written by onnxruntime, which refuses the model as given: "
+                f"{one_line(e, typed=False)}"
+            )
+            error.onnxruntime_type = type(e)  # type: ignore[attr-defined]
+            raise error from None
+        return
+    try:
         onnx.save(model, path)
     except OSError as e:
-        raise type(e)(
+        error = type(e)(
             e.errno, f"sess_options.optimized_model_filepath: cannot write {path!r}: {e.strerror}"
-        ) from None
+        )
+        # onnxruntime's: InvalidArgument for a missing directory, else RuntimeError
+        theirs = "InvalidArgument" if isinstance(e, FileNotFoundError) else RuntimeError
+        error.onnxruntime_type = theirs  # type: ignore[attr-defined]
+        raise error from None
 
 
 class OnnxruntimeHost:
