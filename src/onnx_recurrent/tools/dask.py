@@ -433,6 +433,17 @@ def _inferred_batch_axes(proto: Any, batched: Mapping[str, int]) -> dict[str, li
     }
 
 
+def _given_axes(names: Sequence[str], given: Mapping[str, int] | None) -> dict[str, int]:
+    """``output_batch_axes`` (None: none), every name one of the model's outputs."""
+    given = dict(given or {})
+    unknown = sorted(set(given) - set(names))
+    if unknown:
+        raise RecurrentError(
+            f"output_batch_axes names output(s) {unknown}; the model's outputs are {names}"
+        )
+    return given
+
+
 def _fixed_output_axes(
     names: Sequence[str],
     shapes: Sequence[tuple[int, ...]],
@@ -443,12 +454,7 @@ def _fixed_output_axes(
     """Each output's batch axis for a model that fixes its batch to ``fixed`` (every
     block of that size): given (checked), else the one axis shape inference finds
     carrying the batch."""
-    given = dict(given or {})
-    unknown = sorted(set(given) - set(names))
-    if unknown:
-        raise RecurrentError(
-            f"output_batch_axes names output(s) {unknown}; the model's outputs are {names}"
-        )
+    given = _given_axes(names, given)
     axes = []
     for name, shape in zip(names, shapes, strict=True):
         candidates = [k for k, n in enumerate(shape) if n == fixed]
@@ -480,12 +486,7 @@ def _output_axes(
     given: Mapping[str, int] | None,
 ) -> list[int]:
     """Each output's batch axis: given, else the one axis that followed the batch."""
-    given = dict(given or {})
-    unknown = sorted(set(given) - set(names))
-    if unknown:
-        raise RecurrentError(
-            f"output_batch_axes names output(s) {unknown}; the model's outputs are {names}"
-        )
+    given = _given_axes(names, given)
     axes = []
     for name, one, two in zip(names, shapes_one, shapes_two, strict=True):
         shapes = f"shape {list(one)} at batch 1, {list(two)} at batch 2"
