@@ -690,3 +690,102 @@ def test_output_dash_is_standard_output(tmp_path):
     assert done.returncode == 0, done.stderr
     assert done.stdout == _vad(SPEECH).stdout and done.stdout.count("\n") > 1
     assert list(tmp_path.iterdir()) == []
+
+
+# --- what the fourth probe found (twenty-sixth session) -----------------------------------
+
+
+def _on_a_terminal(args: list[str], stdin: Path | None = None, timeout: float = 120) -> tuple:
+    """``onnx-recurrent vad ARGS`` with stderr on a pseudo-terminal, as in a shell (the
+    progress bar shows), stdin a pipe from ``stdin``; (status, stdout)."""
+    import pty
+
+    _model_or_skip()
+    master, slave = pty.openpty()
+    feeder = None
+    if stdin is not None:
+        feeder = subprocess.Popen(["cat", str(stdin)], stdout=subprocess.PIPE)
+    try:
+        child = subprocess.Popen(
+            [sys.executable, "-m", "onnx_recurrent", "vad", *args],
+            stdin=feeder.stdout if feeder else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=slave,
+            cwd=ROOT,
+        )
+        os.close(slave)
+        try:
+            out, _ = child.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.communicate()
+            raise
+    finally:
+        os.close(master)
+        if feeder is not None:
+            feeder.stdout.close()
+            feeder.wait()
+    return child.returncode, out.decode()
+
+
+@pytest.mark.skipif(not hasattr(os, "openpty"), reason="needs a pseudo-terminal")
+def test_a_recording_piped_through_dev_stdin_in_a_terminal():
+    """The progress bar read each file's header for its total first: a pipe's header
+    was gone for the run ("not a readable audio file", status 1), the command the
+    README gives, whenever stderr was a terminal."""
+    status, out = _on_a_terminal(["/dev/stdin"], stdin=SPEECH)
+    expected = _vad(SPEECH).stdout.replace(str(SPEECH), "/dev/stdin")
+    assert status == 0 and out == expected, out
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs named pipes")
+def test_a_fifo_in_a_terminal_is_its_own_error_row_not_a_hang(tmp_path):
+    """With stderr a terminal, the progress bar opened a FIFO for its header: waiting for
+    a writer for good, before any file was processed."""
+    fifo = tmp_path / "pipe.wav"
+    os.mkfifo(fifo)
+    status, out = _on_a_terminal([str(SPEECH), str(fifo)], timeout=120)
+    rows = _csv_rows(out)
+    assert status == 1 and rows[-1]["file"] == str(fifo), out
+    assert "a named pipe (FIFO)" in rows[-1]["error"] and rows[0]["file"] == str(SPEECH)
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs named pipes")
+def test_a_fifo_or_socket_in_a_directory_is_listed_not_skipped(tmp_path):
+    """A walked directory's FIFO or socket with an audio suffix was skipped silently
+    (status 0, no row), where the same file given by name was an error row."""
+    import socket
+
+    shutil.copy(SPEECH, tmp_path / "a.wav")
+    os.mkfifo(tmp_path / "b.wav")
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(tmp_path / "c.wav"))
+    try:
+        assert vad.find_audio_files(tmp_path) == [
+            str(tmp_path / n) for n in "a.wav b.wav c.wav".split()
+        ]
+        from onnx_recurrent.tools.vad.audio import audio_duration
+
+        assert audio_duration(tmp_path / "b.wav") is None  # not opened
+        done = _vad(tmp_path)
+    finally:
+        server.close()
+    rows = _csv_rows(done.stdout)
+    assert done.returncode == 1, done.stderr
+    errors = {Path(r["file"]).name: r["error"] for r in rows if r["error"]}
+    assert errors["b.wav"].startswith("a named pipe (FIFO)"), errors
+    assert errors["c.wav"].startswith("a socket"), errors
+
+
+def test_workers_with_a_bad_model_fail_at_once_and_keep_an_earlier_output(tmp_path):
+    """With --workers the model was first loaded on the workers: every file became an
+    error row, status 1, an earlier -o replaced by them, each worker's traceback."""
+    pytest.importorskip("distributed")
+    out = tmp_path / "rows.csv"
+    out.write_text("earlier rows\n")
+    other = ROOT / "src" / "onnx_recurrent" / "data" / "example_gru.onnx"
+    for model in (tmp_path / "missing.onnx", other):  # none, and not Silero
+        done = _vad(SPEECH, SPEECH, "--workers", "2", "-o", out, "--model", model)
+        assert done.returncode == 2, done.stderr
+        assert len(done.stderr.splitlines()) == 1, done.stderr
+        assert out.read_text() == "earlier rows\n"

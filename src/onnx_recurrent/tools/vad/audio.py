@@ -416,8 +416,12 @@ def read_audio(path: str | os.PathLike[str]) -> Audio:
 
 
 def audio_duration(path: str | os.PathLike[str]) -> float | None:
-    """The duration in seconds from the file's header, or None if it cannot be read."""
+    """The duration in seconds from the file's header, or None if it cannot be read or
+    is no regular file (a pipe's header read here would be missing for the run; a
+    FIFO's open waits for a writer)."""
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return None
         return float(load_soundfile().info(os.fspath(path)).duration)
     except ImportError:
         raise
@@ -458,8 +462,9 @@ def find_audio_files(paths: str | os.PathLike[str] | list[Any] | tuple[Any, ...]
     paths : path or sequence of paths
         Files (kept as given, whatever their suffix, existing or not: reading them
         later reports what is wrong) and directories (walked recursively for files
-        whose suffix is one of :data:`AUDIO_SUFFIXES`, any case, sorted: files, and
-        broken links, which reading reports); str, bytes or ``os.PathLike``.
+        whose suffix is one of :data:`AUDIO_SUFFIXES`, any case, sorted: whatever is
+        not a directory, broken links, FIFOs and sockets included, which reading
+        reports); str, bytes or ``os.PathLike``.
 
     Returns
     -------
@@ -477,9 +482,8 @@ def find_audio_files(paths: str | os.PathLike[str] | list[Any] | tuple[Any, ...]
             found = (
                 p
                 for p in Path(name).rglob("*")
-                if p.suffix.lower() in AUDIO_SUFFIXES
-                and (p.is_file() or (p.is_symlink() and not p.exists()))
-            )  # a broken link kept: reading it says so
+                if p.suffix.lower() in AUDIO_SUFFIXES and not p.is_dir()
+            )  # a broken link, a FIFO, a socket kept: reading it says what it is
             files.extend(sorted(str(p) for p in found))
         else:
             files.append(name)

@@ -385,6 +385,19 @@ def _local_cluster(distributed: Any, workers: int) -> Any:
         raise
 
 
+def _check_model(args: argparse.Namespace) -> None:
+    """The model checked here as a local run checks it, before a cluster starts or
+    ``-o`` is touched: a bad ``--model`` is one line and status 2, not an error row for
+    every file from the workers (which replaced an earlier ``-o``)."""
+    from .audio import load_soundfile
+    from .model import open_session
+    from .streams import stream_probabilities
+
+    session = open_session(args.model, args.host)
+    load_soundfile()
+    stream_probabilities(session, [], batch=args.batch).close()
+
+
 def _dask_results(
     files: list[str],
     args: argparse.Namespace,
@@ -395,6 +408,8 @@ def _dask_results(
     distributed = import_optional("distributed", "--workers or --scheduler", INSTALL_EXTRA)
     from .detect import detect
 
+    if args.workers is not None or args.model is None or os.path.exists(args.model):
+        _check_model(args)  # a remote cluster's workers may hold a path this one lacks
     if args.workers is not None:
         workers = min(args.workers, len(files))  # one more would have no file
         # the cluster's own chatter (INFO lines and tracebacks as it closes on Ctrl-C)
