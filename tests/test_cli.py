@@ -423,6 +423,17 @@ def test_an_output_file_is_replaced_with_its_mode_through_its_link(tmp_path, mon
         writable(str(kept), "-o")
 
 
+def test_a_failed_rename_names_the_file_meant_not_the_temporary_one(tmp_path):
+    """A directory where the file goes: the error named ``.tmp-x3pgho9e``, gone since."""
+    from onnx_recurrent.backends import cache_dirs
+
+    (tmp_path / "out.png").mkdir()
+    with pytest.raises(IsADirectoryError) as caught, cache_dirs.replacing(tmp_path / "out.png"):
+        pass
+    assert caught.value.filename == str(tmp_path / "out.png")
+    assert [p.name for p in tmp_path.iterdir()] == ["out.png"]
+
+
 def test_a_cache_file_interrupted_leaves_no_temporary_file(tmp_path, monkeypatch):
     """The caches' write_atomic and the tools' saving share :func:`replacing`: a
     KeyboardInterrupt while writing removes the temporary file and propagates."""

@@ -789,3 +789,17 @@ def test_workers_with_a_bad_model_fail_at_once_and_keep_an_earlier_output(tmp_pa
         assert done.returncode == 2, done.stderr
         assert len(done.stderr.splitlines()) == 1, done.stderr
         assert out.read_text() == "earlier rows\n"
+
+
+def test_a_plot_name_taken_by_a_directory_gets_another(tmp_path):
+    """``--plot DIR`` where ``DIR/<recording>.png`` is a directory: the run stopped
+    there (status 2, -o's rows lost, later files never read), naming a temporary file."""
+    pytest.importorskip("matplotlib")
+    plots = tmp_path / "plots"
+    (plots / f"{SPEECH.name}.png").mkdir(parents=True)
+    out = tmp_path / "rows.csv"
+    done = _vad(SPEECH, BUNDLED[0], "--plot", plots, "-o", out)
+    assert done.returncode == 0, done.stderr
+    assert (plots / f"{SPEECH.name}-1.png").read_bytes()[:4] == b"\x89PNG"
+    assert (plots / f"{BUNDLED[0].name}.png").is_file()
+    assert {r["file"] for r in _csv_rows(out.read_text())} == {str(SPEECH), str(BUNDLED[0])}

@@ -153,7 +153,10 @@ def replacing(path: str | os.PathLike, mode: int | None = None) -> Iterator[Bina
                 yield f
             if mode is not None:
                 os.chmod(temporary, mode)
-            os.replace(temporary, path)
+            try:
+                os.replace(temporary, path)
+            except OSError as e:  # named by the file meant (a directory there, say)
+                raise type(e)(e.errno, e.strerror, os.fspath(path)) from None
             made.clear()
         except BaseException:
             with suppress(OSError):

@@ -317,7 +317,11 @@ class _Plotter:
     def _name(self, path: str) -> Path:
         base = Path(path).name or "recording"
         name, k = base + ".png", 1
-        while name in self._used or same_file(self.directory / name, self._keep):
+        while (
+            name in self._used
+            or same_file(self.directory / name, self._keep)
+            or (self.directory / name).is_dir()  # a directory of that name: not ours
+        ):
             name, k = f"{base}-{k}.png", k + 1
         self._used.add(name)
         return self.directory / name
