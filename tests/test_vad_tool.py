@@ -512,6 +512,11 @@ def test_an_earlier_output_survives_a_bad_model_and_ctrl_c(tmp_path, monkeypatch
         # named by the option given, not by the Python keyword
         (["--min-silence-duration-ms", "-1"], "error: --min-silence-duration-ms must be"),
         (["--threshold", "2"], "error: --threshold is a probability"),
+        # another script's digits were read (0.5, 3), as no other option reads them;
+        # an empty --model was "model '.' is a directory"
+        (["--threshold", "\u0660.\u0665"], "--threshold: expected a number, got '\u0660.\u0665'"),
+        (["--time-resolution", "\u0663"], "--time-resolution: expected a number"),
+        (["--model", ""], "--model: expected a file name, got ''"),
         (["-o", "/nonexistent/rows.csv"], "-o /nonexistent/rows.csv: no such directory"),
         (["--plot", str(SPEECH)], f"--plot {SPEECH}: not a directory"),
     ],

@@ -402,6 +402,23 @@ def raise_lost_interrupt() -> None:
         raise KeyboardInterrupt
 
 
+def ascii_number(kind: type) -> Any:
+    """An argparse type: a ``kind`` number (``int`` or ``float``, ``inf`` and ``nan``
+    taken, for a later check that names the option) written in ASCII: Python reads
+    another script's digits too (``٠.٥`` as 0.5)."""
+
+    def parse(text: str) -> Any:
+        try:
+            if text.isascii():
+                return kind(text)
+        except ValueError:
+            pass
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}")
+
+    parse.__name__ = kind.__name__  # argparse's "invalid float value"
+    return parse
+
+
 def file_name(text: str) -> str:
     """An argparse type: a file name (not empty: an empty one wrote nothing, silently;
     not ``-``, which wrote a file named ``-`` where standard output was meant)."""

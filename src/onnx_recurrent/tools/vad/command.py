@@ -32,6 +32,7 @@ from typing import IO, Any
 from ...errors import RecurrentError, import_optional, one_line
 from ..arguments import (
     add_host,
+    ascii_number,
     external_data_files,
     file_name,
     file_name_or_stdout,
@@ -102,49 +103,49 @@ def add_parser(sub: Any) -> None:
 
     option(
         "threshold",
-        type=float,
+        type=ascii_number(float),
         default=d["threshold"],
         metavar="P",
         help="probability at or above which a chunk is speech (default %(default)s)",
     )
     option(
         "neg_threshold",
-        type=float,
+        type=ascii_number(float),
         default=d["neg_threshold"],
         metavar="P",
         help="probability below which speech ends (default: threshold - 0.15)",
     )
     option(
         "min_speech_duration_ms",
-        type=float,
+        type=ascii_number(float),
         default=d["min_speech_duration_ms"],
         metavar="MS",
         help="drop shorter segments (default %(default)s)",
     )
     option(
         "max_speech_duration_s",
-        type=float,
+        type=ascii_number(float),
         default=d["max_speech_duration_s"],
         metavar="S",
         help="split longer segments (default: no limit)",
     )
     option(
         "min_silence_duration_ms",
-        type=float,
+        type=ascii_number(float),
         default=d["min_silence_duration_ms"],
         metavar="MS",
         help="silence that ends a segment (default %(default)s)",
     )
     option(
         "speech_pad_ms",
-        type=float,
+        type=ascii_number(float),
         default=d["speech_pad_ms"],
         metavar="MS",
         help="padding on each side of a segment (default %(default)s)",
     )
     option(
         "min_silence_at_max_speech",
-        type=float,
+        type=ascii_number(float),
         default=d["min_silence_at_max_speech"],
         metavar="MS",
         help="shortest silence to split a long segment at (default %(default)s)",
@@ -158,7 +159,7 @@ def add_parser(sub: Any) -> None:
     )
     option(
         "time_resolution",
-        type=int,
+        type=ascii_number(int),
         default=TIME_DECIMALS,
         metavar="DECIMALS",
         help="decimals of the times written (default %(default)s, milliseconds; "
@@ -174,7 +175,10 @@ def add_parser(sub: Any) -> None:
     )
     add_host(run)
     run.add_argument(
-        "--model", metavar="ONNX", help="the Silero model (default: the silero-vad package's)"
+        "--model",
+        type=file_name,
+        metavar="ONNX",
+        help="the Silero model (default: the silero-vad package's)",
     )
     cluster = run.add_mutually_exclusive_group()
     cluster.add_argument(
