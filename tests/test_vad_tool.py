@@ -808,3 +808,23 @@ def test_a_plot_name_taken_by_a_directory_gets_another(tmp_path):
     assert (plots / f"{SPEECH.name}-1.png").read_bytes()[:4] == b"\x89PNG"
     assert (plots / f"{BUNDLED[0].name}.png").is_file()
     assert {r["file"] for r in _csv_rows(out.read_text())} == {str(SPEECH), str(BUNDLED[0])}
+
+
+def test_workers_are_quiet_when_the_reader_goes_away(tmp_path):
+    """``vad --workers 2 ... | head -1``: the workers' log said "Async instruction ...
+    ended with CancelledError" after the command had ended quietly (status 141)."""
+    pytest.importorskip("distributed")
+    _model_or_skip()
+    for i in range(60):
+        (tmp_path / f"f{i:02d}.wav").symlink_to(SPEECH)
+    child = subprocess.Popen(
+        [sys.executable, "-m", "onnx_recurrent", "vad", str(tmp_path), "--workers", "2"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=ROOT,
+    )
+    assert child.stdout.readline().startswith(b"file,start,end")
+    child.stdout.close()  # as head -1 does
+    _, err = child.communicate(timeout=300)
+    assert child.returncode in (0, 141), err.decode()
+    assert err == b"", err.decode()
