@@ -748,3 +748,123 @@ def test_check_feeds_an_overridable_initializer(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "input W: [1, 9, 4] float32, given" in out
     assert _row(out, "Y", "onnx.reference").split()[2:] == ["0", "0", "ok"]
+
+
+# --- what the fifth probe found (twenty-sixth session): reports that were not true -------
+
+
+def test_openvino_is_not_run_on_an_empty_batch(tmp_path):
+    """OpenVINO 2026.4 ends its process (SIGFPE) on an RNN given a batch of 0: check
+    died with it (reachable since a dim declared 0 is no longer drawn as 8)."""
+    pytest.importorskip("openvino")
+    feeds = random_inputs("RNN", full=False)
+    feeds["X"] = feeds["X"][:, :0]
+    done = _check_child(_save(tmp_path, node_model("RNN", feeds, {}), feeds), "openvino")
+    assert "error: RuntimeError: not run: the input 'X' is empty" in done.stdout
+
+
+def test_a_dim_declared_0_is_fixed_not_drawn(tmp_path, capsys):
+    """X declared [5, 0, 3]: the 0 was taken as free, drawn as 8 ("pass --dim X:1=VALUE",
+    and --dim X:1=0 is refused); onnxruntime and the session hold it fixed."""
+    feeds = random_inputs("GRU", full=False)
+    feeds["X"] = feeds["X"][:, :0]
+    model = node_model("GRU", feeds, {"hidden_size": feeds["R"].shape[-1]})
+    (path,) = _save(tmp_path, model)
+    assert cli.main(["run", path]) == 0
+    assert "output Y_h: shape [1, 0," in capsys.readouterr().out
+    assert _main(path, "--peer", "onnx.reference") == 0
+
+
+def _stacked_gru():
+    """GRU ``first`` with clip (onnx.reference ignores it) feeding a plain GRU ``second``."""
+    rng = np.random.default_rng(3)
+    T, N, I, H = 4, 2, 3, 4
+
+    def w(*shape):
+        return onnx.numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32))
+
+    tensors = []
+    for name, shape in (("W1", (1, 3 * H, I)), ("R1", (1, 3 * H, H)), ("W2", (1, 3 * H, H)),
+                        ("R2", (1, 3 * H, H))):  # fmt: skip
+        t = w(*shape)
+        t.name = name
+        tensors.append(t)
+    nodes = [
+        helper.make_node("GRU", ["X", "W1", "R1"], ["Y1"], hidden_size=H, clip=0.3, name="first"),
+        helper.make_node("Squeeze", ["Y1", "one"], ["X2"]),
+        helper.make_node("GRU", ["X2", "W2", "R2"], ["Y2"], hidden_size=H, name="second"),
+    ]
+    tensors.append(onnx.numpy_helper.from_array(np.array([1]), "one"))
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [T, N, I])],
+        [helper.make_tensor_value_info("Y2", TensorProto.FLOAT, None)],
+        tensors,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+    return model, {"X": rng.standard_normal((T, N, I)).astype(np.float32) * 3}
+
+
+def test_trace_does_not_blame_a_node_whose_input_already_differs(tmp_path, capsys):
+    """The trace recomputed ``second`` from our X and blamed onnx.reference there ("no
+    known peer behaviour explains the step"), which computes ``second`` right from
+    its own X: the difference is ``first``'s."""
+    model, feeds = _stacked_gru()
+    assert _main(*_save(tmp_path, model, feeds), "--trace", "--peer", "onnx.reference") == 1
+    trace = capsys.readouterr().out.split("\ntrace:\n")[1]
+    assert "GRU 'first' vs onnx.reference: Y first differs" in trace
+    assert "computed without clip" in trace
+    assert "GRU 'second' vs onnx.reference: its input X ('X2') already differs" in trace
+    assert "no known peer behaviour" not in trace
+
+
+def test_trace_takes_the_tables_tolerance_for_16_bit_floats(tmp_path, capsys):
+    """Two float16 GRUs: the table called ``plain``'s outputs ok, while the trace
+    reported it differing (rounding) with nothing to explain it."""
+    feeds = random_inputs("GRU", T=6, N=2, full=False, seed=2, dtype=np.float16)
+    H = feeds["R"].shape[-1]
+    model = node_model("GRU", feeds, {"hidden_size": H, "clip": 0.3})
+    plain = onnx.helper.make_node("GRU", ["X", "W", "R"], ["Yp"], hidden_size=H, name="plain")
+    model.graph.node.append(plain)
+    model.graph.output.append(helper.make_tensor_value_info("Yp", TensorProto.FLOAT16, None))
+    assert _main(*_save(tmp_path, model, feeds), "--trace", "--peer", "onnx.reference") == 1
+    out = capsys.readouterr().out
+    assert "ok" in _row(out, "Yp", "onnx.reference")
+    assert "'plain'" not in out.split("\ntrace:\n")[1]
+
+
+def test_lint_and_trace_see_openvino_ignore_a_constant_p_beside_a_fed_w(tmp_path, capsys):
+    """The lint's probe fed P with W (refused there) where the model keeps P constant
+    (ignored): "does not support peepholes (refused)", though OpenVINO ran the model;
+    and the trace had no such hypothesis."""
+    pytest.importorskip("openvino")
+    feeds = random_inputs("LSTM", T=5, N=2, full=False, seed=4)
+    feeds["P"] = np.random.default_rng(4).standard_normal((1, 3 * 3)).astype(np.float32) * 2
+    model = node_model("LSTM", feeds, {"hidden_size": 3}, constants=["R", "B", "P"])
+    fed = {k: v for k, v in feeds.items() if k in ("X", "W")}
+    assert _main(*_save(tmp_path, model, fed), "--trace", "--peer", "openvino") == 1
+    out = capsys.readouterr().out
+    assert "openvino: ignores the peepholes (P) (probed with P constant" in out
+    assert "the peer's step equals ours with the peepholes (P) ignored" in out
+
+
+def test_trace_gives_a_layout_1_nodes_shapes_as_the_runtimes_made_them(tmp_path, capsys):
+    pytest.importorskip("openvino")
+    feeds = random_inputs("LSTM", T=5, N=2, full=False, seed=1)
+    feeds["X"] = np.ascontiguousarray(feeds["X"].transpose(1, 0, 2))  # [N, T, I]
+    model = node_model("LSTM", feeds, {"hidden_size": 3, "layout": 1})
+    assert _main(*_save(tmp_path, model, feeds), "--trace", "--peer", "openvino") == 1
+    out = capsys.readouterr().out
+    assert "Y has shape [2, 1, 5, 3], ours [2, 5, 1, 3]" in out.split("\ntrace:\n")[1], out
+
+
+def test_integer_outputs_must_be_equal():
+    """ids 30000 apart by 30 were "ok" within atol + rtol * |id|."""
+    from onnx_recurrent.tools.check.trace import compare
+
+    ids = np.array([30000, 7], np.int64)
+    assert compare("o", "p", ids, ids + np.array([30, 0]), 1e-4, 1e-3).exceeds
+    assert not compare("o", "p", ids, ids.copy(), 1e-4, 1e-3).exceeds
+    near = ids + np.array([1e-3, 0])
+    assert not compare("o", "p", ids.astype(float), near, 1e-4, 1e-3).exceeds

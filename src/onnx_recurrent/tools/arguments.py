@@ -85,8 +85,9 @@ def parse_pairs(pairs: Sequence[str], option: str) -> dict[str, str]:
 
 def dim_key(name: str, axis: int, dim: int | str | None) -> str | None:
     """How ``--dim`` names axis ``axis`` of input ``name``: its dim's name, ``NAME:AXIS``
-    for an unnamed free dim, None for a fixed one."""
-    if isinstance(dim, int) and dim > 0:
+    for an unnamed free dim, None for a fixed one (0 included, as onnxruntime has it:
+    drawn free, it failed the run, and ``--dim X:1=0`` is refused)."""
+    if isinstance(dim, int) and dim >= 0:
         return None
     return dim if isinstance(dim, str) else f"{name}:{axis}"
 

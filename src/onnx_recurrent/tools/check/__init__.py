@@ -261,7 +261,12 @@ def add_parser(subparsers: Any) -> None:
     )
     p.add_argument("model", help="path to an .onnx model")
     add_model_inputs(p)
-    p.add_argument("--atol", type=_tolerance, default=1e-4, help="absolute tolerance (1e-4)")
+    p.add_argument(
+        "--atol",
+        type=_tolerance,
+        default=1e-4,
+        help="absolute tolerance of float outputs (1e-4; integers and bools must be equal)",
+    )
     p.add_argument("--rtol", type=_tolerance, default=1e-3, help="relative tolerance (1e-3)")
     p.add_argument(
         "--trace",

@@ -289,7 +289,7 @@ def lint(model: onnx.ModelProto, peers: Sequence[str] | None = None) -> list[Fin
         if fixed is None or constants is None:
             fixed, constants = _fixed_shapes(model), is_constant(model)
         direction = str(attrs.get("direction", "forward"))
-        weights = [node.input[i] for i in (1, 2, 3, 7) if given[i]]
+        weights = [node.input[i] for i in (1, 2, 3) if given[i]]
         form = probes.Form(
             op,
             version,
@@ -298,6 +298,7 @@ def lint(model: onnx.ModelProto, peers: Sequence[str] | None = None) -> list[Fin
             int(attrs.get("linear_before_reset", 0)) if op == "GRU" else 0,
             static=fixed.get(node.input[0], False),
             constant=all(constants(w) for w in weights),
+            constant_peepholes=constants(node.input[7]) if given[7] else None,
         )
         for peer in peers:
             try:

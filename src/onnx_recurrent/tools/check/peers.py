@@ -75,18 +75,30 @@ def openvino_model(model: onnx.ModelProto, threads: int | None = None) -> Any:
 ENDS_ON_EMPTY = ("GRU", "LSTM")
 
 
-def _run_onnxruntime(model: onnx.ModelProto, feeds, names):
+#: the same for OpenVINO (2026.4: SIGFPE, an RNN node given a batch of 0)
+OPENVINO_ENDS_ON_EMPTY = ("GRU", "LSTM", "RNN")
+
+
+def _refuse_empty(model: onnx.ModelProto, feeds, ops: tuple[str, ...], why: str) -> None:
+    """Raise "not run" where an input is empty and the model holds one of ``ops``: the
+    peer would end this process (``why``), and check with it."""
     from ...runtime.graph import walk
 
     empty = [k for k, v in feeds.items() if isinstance(v, np.ndarray) and v.size == 0]
     if empty and any(
-        node.op_type in ENDS_ON_EMPTY and node.domain in ("", "ai.onnx")
-        for _, node in walk(model.graph)
+        node.op_type in ops and node.domain in ("", "ai.onnx") for _, node in walk(model.graph)
     ):
-        raise RuntimeError(
-            f"not run: the input {empty[0]!r} is empty, and onnxruntime (1.32) ends the "
-            "process on a GRU or LSTM node given a batch or a sequence of 0"
-        )
+        raise RuntimeError(f"not run: the input {empty[0]!r} is empty, and {why}")
+
+
+def _run_onnxruntime(model: onnx.ModelProto, feeds, names):
+    _refuse_empty(
+        model,
+        feeds,
+        ENDS_ON_EMPTY,
+        "onnxruntime (1.32) ends the process on a GRU or LSTM node given a batch or a "
+        "sequence of 0",
+    )
     return onnxruntime_session(model).run(list(names), dict(feeds))
 
 
@@ -104,6 +116,12 @@ def _run_openvino(model: onnx.ModelProto, feeds, names):
             "not run: the model has string tensors, and OpenVINO (2026.4) ends the process "
             "on them (free(): invalid pointer, as their outputs are freed)"
         )
+    _refuse_empty(
+        model,
+        feeds,
+        OPENVINO_ENDS_ON_EMPTY,
+        "OpenVINO (2026.4) ends the process (SIGFPE) on a recurrent node given a batch of 0",
+    )
     compiled = openvino_model(model)
     result = compiled(dict(feeds))
     outputs = []

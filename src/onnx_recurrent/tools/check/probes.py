@@ -75,8 +75,9 @@ class Form:
     """What a probe copies from the node it stands for.
 
     ``opset``: the version of the operator (the probe imports that opset). ``static``:
-    X's dims are all fixed numbers (else symbolic). ``constant``: the weights (W, R, B
-    and P) are constants (initializers), not graph inputs.
+    X's dims are all fixed numbers (else symbolic). ``constant``: the weights (W, R and
+    B) are constants (initializers), not graph inputs; ``constant_peepholes``: P is
+    (None: as ``constant``; OpenVINO ignores a constant P and refuses a fed one).
     """
 
     op: str
@@ -86,6 +87,7 @@ class Form:
     linear_before_reset: int = 0
     static: bool = True
     constant: bool = False
+    constant_peepholes: bool | None = None
 
     @property
     def D(self) -> int:
@@ -106,8 +108,11 @@ class Form:
         parts = []
         if not self.static:
             parts.append("X's dims symbolic")
+        peepholes = self.constant if self.constant_peepholes is None else self.constant_peepholes
         if self.constant:
-            parts.append("the weights constant")
+            parts.append("the weights constant" if peepholes else "W, R, B constant, P fed")
+        elif peepholes:
+            parts.append("P constant")
         return " and ".join(parts)
 
 
@@ -271,7 +276,8 @@ def _case(form: Form, feature: tuple) -> _Case:
 
 def _model(form: Form, case: _Case) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
     inputs = {n: case.inputs[n] for n in CELLS[form.op].inputs if n in case.inputs}
-    constants = [n for n in WEIGHTS if n in inputs] if form.constant else []
+    peepholes = form.constant if form.constant_peepholes is None else form.constant_peepholes
+    constants = [n for n in WEIGHTS if n in inputs and (peepholes if n == "P" else form.constant)]
     shapes = {}
     if not form.static:
         shapes = {"X": ["N", "T", I] if case.attrs.get("layout", 0) else ["T", "N", I]}

@@ -59,7 +59,8 @@ def _same(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def compare(name: str, peer: str, ours: Any, theirs: Any, atol: float, rtol: float) -> Comparison:
     """Max absolute and relative difference of one output (relative to ours): a tensor,
     or a sequence or map through its numbers, whose structure (lengths, keys, shapes)
-    and text must be equal."""
+    and text must be equal. An integer or bool tensor must be equal (ids 30000 apart
+    by 30 were within the float tolerances)."""
     if isinstance(ours, np.ndarray) and not isinstance(theirs, list | dict):
         theirs = np.asarray(theirs)
         if theirs.shape != ours.shape:
@@ -74,6 +75,8 @@ def compare(name: str, peer: str, ours: Any, theirs: Any, atol: float, rtol: flo
     a, b = ours_numbers, their_numbers
     ulp = low_precision_eps(ours)  # float16 and bfloat16: two of their steps at least
     atol, rtol = max(atol, LOW_PRECISION_STEPS * ulp), max(rtol, LOW_PRECISION_STEPS * ulp)
+    if isinstance(ours, np.ndarray) and ours.dtype.kind in "iub":
+        atol = rtol = 0.0
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         d = np.where(_same(a, b), 0.0, np.abs(a - b))  # the same inf: 0, not inf - inf
         d = np.where(np.isnan(d), np.inf, d)
@@ -243,14 +246,20 @@ class Divergence:
         return [f"{self.node} vs {self.peer}: {self.message}", *(f"  {d}" for d in self.details)]
 
 
-def _traced_model(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[str, list[str]]]:
-    """A copy whose main-graph recurrent nodes have every output named and a graph output."""
+def _traced_model(
+    model: onnx.ModelProto,
+) -> tuple[onnx.ModelProto, dict[str, list[str]], list[str]]:
+    """A copy whose main-graph recurrent nodes have every output named and a graph
+    output; also the nodes' inputs that other nodes compute, made graph outputs (a peer
+    may already differ there: then the node is not to blame)."""
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
     name = Namer(copy)
     types = element_types(copy)
     outputs = {o.name for o in copy.graph.output}
+    computed = {o for node in copy.graph.node for o in node.output if o}
     named: dict[str, list[str]] = {}
+    inputs: list[str] = []
     for index, node in enumerate(copy.graph.node):
         if node.op_type not in RECURRENT_OPS or node.domain not in ("", "ai.onnx"):
             continue
@@ -267,7 +276,14 @@ def _traced_model(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[str, li
                 copy.graph.output.append(helper.make_tensor_value_info(node.output[k], elem, None))
                 outputs.add(node.output[k])
         named[node.name] = list(node.output)
-    return copy, named
+        for name_in in node.input:
+            if name_in in computed and name_in not in outputs and name_in in types:
+                copy.graph.output.append(
+                    helper.make_tensor_value_info(name_in, types[name_in], None)
+                )
+                outputs.add(name_in)
+                inputs.append(name_in)
+    return copy, named, inputs
 
 
 def _spec_of(node: onnx.NodeProto, R: np.ndarray) -> RecSpec:
@@ -316,10 +332,11 @@ def _explain(
 ) -> tuple[str | None, list[str]]:
     """Which gate explains a one-step difference, testing the known peer behaviours.
 
-    ``step(overrides)`` runs :func:`cell_step` from the peer's previous state and
-    returns ``(gates, max |h - peer's h|)``. Each behaviour (no clip, the default
-    activations, 0 for an unset alpha/beta) is tried on every gate at once and on each
-    gate alone; the best one that halves the difference explains it, and
+    ``step(overrides, peepholes=True, coupled=True)`` runs :func:`cell_step` from the
+    peer's previous state and returns ``(gates, max |h - peer's h|)``. Each behaviour
+    (no clip, the default activations, 0 for an unset alpha/beta) is tried on every
+    gate at once and on each gate alone, and LSTM's peepholes or input_forget ignored
+    on the whole step; the best one that halves the difference explains it, and
     the gate it moves most is the gate that differs most. Returns that gate (None if
     nothing explains the step) and the lines that say so.
     """
@@ -334,6 +351,13 @@ def _explain(
         for scope, override in scopes:
             their_gates, r = step(override)
             candidates.append((r, f"{scope} computed {what}", their_gates))
+    if op == "LSTM":  # whole-step behaviours the lint probes too
+        if len(node.input) > 7 and node.input[7]:
+            their_gates, r = step(None, peepholes=False)
+            candidates.append((r, "the peepholes (P) ignored", their_gates))
+        if spec.input_forget:
+            their_gates, r = step(None, coupled=False)
+            candidates.append((r, "input_forget ignored", their_gates))
     candidates.sort(key=lambda cand: cand[0])
     if not candidates or candidates[0][0] >= 0.5 * base:
         spans = ", ".join(f"{g} [{p.min():.3g}, {p.max():.3g}]" for g, (p, _) in gates.items())
@@ -353,19 +377,44 @@ def _explain(
     ]
 
 
-def _trace_node(node, spec, values, ours, theirs, peer, atol, rtol) -> Divergence | None:
-    """Locate the first divergence of ``theirs`` (the peer's Y, Y_h[, Y_c]) from ours."""
+def _trace_node(
+    node, spec, values, ours, theirs, peer, atol, rtol, their_inputs=None
+) -> Divergence | None:
+    """Locate the first divergence of ``theirs`` (the peer's Y, Y_h[, Y_c]) from ours;
+    ``their_inputs``: the peer's values of the node's inputs that other nodes compute
+    (one that already differs is named, and the node not blamed)."""
     op, label = node.op_type, f"{node.op_type} {node.name!r}"
+    ulp = low_precision_eps(np.asarray(ours[0]))  # as compare() widens them
+    atol, rtol = max(atol, LOW_PRECISION_STEPS * ulp), max(rtol, LOW_PRECISION_STEPS * ulp)
+    if np.shape(ours[0]) != np.shape(theirs[0]):
+        return Divergence(
+            label, peer, f"Y has shape {list(np.shape(theirs[0]))}, ours {list(np.shape(ours[0]))}"
+        )
     tm = (lambda a: np.asarray(a).transpose(1, 2, 0, 3)) if spec.layout else np.asarray
     Y, Yp = tm(ours[0]).astype(np.float64), tm(theirs[0]).astype(np.float64)
-    if Y.shape != Yp.shape:
-        return Divergence(label, peer, f"Y has shape {list(Yp.shape)}, ours {list(Y.shape)}")
     bad = _excess(Y, Yp, atol, rtol)
     if not bad.any():
         for name, a, b in zip(("Y_h", "Y_c"), ours[1:], theirs[1:], strict=False):
             if np.asarray(a).shape != np.asarray(b).shape or _excess(a, b, atol, rtol).any():
                 return Divergence(label, peer, f"Y agrees at every step but {name} differs")
         return None
+    roles = CELLS[op].inputs
+    for role, name in zip(roles, node.input, strict=False):
+        if name and name in (their_inputs or {}):
+            mine, theirs_in = np.asarray(values[name]), np.asarray(their_inputs[name])
+            if mine.shape != theirs_in.shape or _excess(mine, theirs_in, atol, rtol).any():
+                with np.errstate(invalid="ignore"):
+                    gap = (
+                        f"max |diff| {float(np.nanmax(np.abs(mine - theirs_in))):.3g}"
+                        if mine.shape == theirs_in.shape and mine.size
+                        else f"shape {list(theirs_in.shape)}, ours {list(mine.shape)}"
+                    )
+                return Divergence(
+                    label,
+                    peer,
+                    f"its input {role} ({name!r}) already differs from ours ({gap}): the "
+                    "difference comes from before this node",
+                )
     inp = list(node.input) + [""] * 8
 
     def given(i: int) -> np.ndarray | None:
@@ -396,14 +445,18 @@ def _trace_node(node, spec, values, ours, theirs, peer, atol, rtol) -> Divergenc
         return np.zeros(H) if v is None else (v.transpose(1, 0, 2) if spec.layout else v)[d, b]
 
     h0 = initial(5)
-    c = initial(6) if op == "LSTM" else None
-    for j in range(k):  # LSTM: the cell state along the peer's hidden states
-        h_prev = h0 if j == 0 else Yp[order[j - 1], d, b]
-        _, _, c = cell_step(spec, d, X[order[j], b], h_prev, c, W, R, B, P)
     h_prev = h0 if k == 0 else Yp[order[k - 1], d, b]
 
-    def step(overrides):
-        gates, h_new, _ = cell_step(spec, d, X[t, b], h_prev, c, W, R, B, P, overrides)
+    def step(overrides, peepholes=True, coupled=True):
+        """Step t under a hypothesis (a gate's activation or clip; LSTM's peepholes or
+        input_forget ignored), the cell state along the peer's hidden states alike."""
+        s = spec if coupled else replace(spec, input_forget=False)
+        p = P if peepholes else None
+        c = initial(6) if op == "LSTM" else None
+        for j in range(k):
+            before = h0 if j == 0 else Yp[order[j - 1], d, b]
+            _, _, c = cell_step(s, d, X[order[j], b], before, c, W, R, B, p)
+        gates, h_new, _ = cell_step(s, d, X[t, b], h_prev, c, W, R, B, p, overrides)
         return gates, float(np.max(np.abs(h_new - Yp[t, d, b])))
 
     div.gate, lines = _explain(spec, node, d, step)
@@ -434,7 +487,7 @@ def trace(
     """
     from onnx.reference import ReferenceEvaluator
 
-    traced, named = _traced_model(model)
+    traced, named, computed_inputs = _traced_model(model)
     nested = [
         n.name or n.op_type
         for n, path, _ in walk_paths(model.graph)
@@ -446,7 +499,7 @@ def trace(
     values = ReferenceEvaluator(traced, new_ops=[*reference_ops(), *reference_fixes()]).run(
         None, dict(feeds), intermediate=True
     )
-    wanted = [n for outs in named.values() for n in outs]
+    wanted = [*(n for outs in named.values() for n in outs), *computed_inputs]
     found, errors = [], notes
     nodes = {n.name: n for n in traced.graph.node if n.name in named}
     for peer in peers:
@@ -467,6 +520,7 @@ def trace(
                 peer,
                 atol,
                 rtol,
+                {n: got[n] for n in node.input if n in got},
             )
             if div is not None:
                 found.append(div)
