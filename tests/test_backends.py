@@ -383,6 +383,32 @@ def test_two_threads_share_hidden_units(monkeypatch, direction, op, flag, H):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("H", [300, 520, 600])
+def test_shared_hidden_units_give_one_threads_bits(monkeypatch, dtype, H):
+    """A float64 LSTM's two shares of 300 units ended inside the cell loop's vector
+    width: its last units took the scalar tail, rounded otherwise than one thread's
+    vector body (1-3 ulp, 51000 of 84000 elements at H=600). Shares now start on
+    multiples of plans.SHARE_ALIGN units."""
+    from onnx_recurrent import scan
+    from onnx_recurrent.backends import plans
+
+    assert plans.share_bounds(600, 2) == [0, 304, 600]
+    rng = np.random.default_rng(H)
+    X = rng.standard_normal((4, 7, 32)).astype(dtype)
+    W = (rng.standard_normal((1, 4 * H, 32)) / 6).astype(dtype)
+    R = (rng.standard_normal((1, 4 * H, H)) / np.sqrt(H)).astype(dtype)
+    monkeypatch.setenv("ONNX_RECURRENT_NUM_THREADS", "1")
+    alone = orc.lstm(X, W, R)
+    monkeypatch.setattr(scan, "PARALLEL_MACS", 0)
+    monkeypatch.setenv("ONNX_RECURRENT_NUM_THREADS", "2")
+    spec, x = _spec_and_inputs("LSTM", {"X": X, "R": R, "sequence_lens": None}, 0, "forward")
+    assert scan._units(spec, x, 2)[2] == 2  # the two threads share the hidden units
+    shared = orc.lstm(X, W, R)
+    for a, b in zip(alone, shared, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
 @pytest.mark.parametrize("direction", ["forward", "reverse"])
 @pytest.mark.parametrize(("op", "flag"), [("GRU", 0), ("GRU", 1), ("LSTM", 0), ("LSTM", 1),
                                           ("RNN", 0)])  # fmt: skip

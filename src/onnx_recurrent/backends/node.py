@@ -23,6 +23,7 @@ from numba.core import types
 from ..scan import BLOCK_BYTES, BLOCK_MACS, MIN_BLOCK  # the skeleton's block, in compiled code
 from .jit_cache import jit, prepare
 from .numba_backend import PROJECT_BELOW, _block, block_scratch, load_plan
+from .plans import SHARE_ALIGN
 from .sync import ABORTED as ABORTED_AT
 from .sync import atomic_load, claim, cycles, finish, wait
 from .views import INTS, allocate, copy, part, release, unowned, view, zero
@@ -73,7 +74,7 @@ def shared_sizes(N, I, H, shares, lstm, split, steps):
     rows share (:func:`run_unit`): ``h``, its spare, ``c``, ``gz``, ``rh`` and the
     ``steps`` of a block's gathered inputs. Plain integer arithmetic: the skeleton
     sizes the buffer with the same function (its ``py_func``)."""
-    most = (H + shares - 1) // shares
+    most = (H + shares - 1) // shares + SHARE_ALIGN  # the widest (plans.share_bounds)
     nc, ns = N if lstm else 0, N if split else 0
     return (N * H, N * H, nc * H, shares * ns * 3 * most, ns * H, steps * N * I)
 

@@ -842,7 +842,7 @@ class NumbaBackend:
             return Shares(Sync.make(shares), none.spare, none.gz, none.rh, common)
         if shares == 1 and not split:
             return _alone(dtype)
-        most = -(-H // shares)
+        most = -(-H // shares) + plans.SHARE_ALIGN  # the widest (plans.share_bounds)
         spare = np.empty((rows if shares > 1 else 0, H), dtype)
         gz = np.empty((shares, rows if split else 0, 3 * most), dtype)
         rh = np.empty((rows if split else 0, H), dtype)

@@ -107,11 +107,26 @@ def get(spec, w, acts: tuple, dt: np.dtype, shares: int) -> Plan:
     return plan
 
 
+#: the shares of hidden units start on multiples of this many units: the cell loops'
+#: vector body and scalar tail then cover the same units whatever the split (a float64
+#: LSTM's tail rounded otherwise, 1-3 ulp off one thread's: results bit for bit the same
+#: for any thread count); a share is at most this many units wider than an even one
+SHARE_ALIGN = 16
+
+
+def share_bounds(H: int, shares: int) -> list[int]:
+    """The first hidden unit of each of ``shares`` shares, and ``H``: as even as
+    :data:`SHARE_ALIGN` allows (each within ``SHARE_ALIGN / 2`` of ``i * H / shares``)."""
+    inner = [min(H, (i * H // shares + SHARE_ALIGN // 2) // SHARE_ALIGN * SHARE_ALIGN)
+             for i in range(1, shares)]  # fmt: skip
+    return [0, *inner, H]
+
+
 def _make(spec, w, acts: tuple, dt: np.dtype, shares: int, tile: tuple[int, int, int]) -> Plan:
     kind = KIND[spec.cell.name]
     split = spec.split
     H = spec.hidden_size
-    bounds = np.array([i * H // shares for i in range(shares + 1)], np.int64)
+    bounds = np.array(share_bounds(H, shares), np.int64)
     L = layout.panel_width(dt)
     arrays: dict[str, np.ndarray] = {"bounds": bounds}
     widths = []
