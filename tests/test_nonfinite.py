@@ -292,3 +292,23 @@ def test_gru_blend_as_the_spec_writes_it(dt, lbr, backend):
             warnings.simplefilter("ignore", RuntimeWarning)  # NumPy's overflow
             _, Y_h = orc.gru(X_inf, W_inf, R, **kwargs)  # zt = 0.5, ht = Relu(inf)
         assert Y_h.item() == np.inf
+
+
+@pytest.mark.parametrize(("T", "N", "H"), [(3, 2, 4), (50, 32, 256), (50, 1, 300)])
+def test_float16_overflow_is_inf_without_numpys_warning(T, N, H):
+    """A float16 result beyond its range is inf (SEMANTICS: computed in float32, then
+    rounded); NumPy's "overflow encountered in cast" was raised from scan.py with it,
+    on the paths of small, batched and shared-unit calls alike."""
+    rng = np.random.default_rng(0)
+    X = (rng.standard_normal((T, N, 8)) * 1000).astype(np.float16)
+    W = np.full((1, H, 8), 30, np.float16)
+    R = np.zeros((1, H, H), np.float16)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        Y, Y_h = orc.rnn(X, W, R, activations=["Relu"])
+        layer_Y = orc.Layer("RNN", W, R, attributes={"activations": ["Relu"]})(X)[0]
+    assert np.isinf(Y).any() and Y_h.dtype == np.float16
+    np.testing.assert_array_equal(Y, layer_Y)
+    with np.errstate(over="ignore"):
+        want = np.maximum(X.astype(np.float32) @ W[0].T.astype(np.float32), 0)
+        np.testing.assert_array_equal(Y[:, 0], want.astype(np.float16))

@@ -125,7 +125,8 @@ class Schedule:
         valid = np.arange(k0, k1)[:, None] < self.lens[None, :n0]
         t = self.time_index(k0, k1, n0, reverse)
         rows = np.broadcast_to(self.order[None, :n0], t.shape)
-        Y_tm[t[valid], d, rows[valid]] = Yb[valid]
+        with np.errstate(over="ignore"):  # float16's overflow is its inf (no warning)
+            Y_tm[t[valid], d, rows[valid]] = Yb[valid]
 
 
 def _units(
@@ -537,15 +538,17 @@ class Scan:
             )  # fmt: skip
             if Yb is not None and not direct:
                 if s.whole:
-                    s.outputs(Y_tm, d, k0, k1, reverse)[...] = Yb
+                    with np.errstate(over="ignore"):  # float16's overflow: its inf
+                        s.outputs(Y_tm, d, k0, k1, reverse)[...] = Yb
                 else:
                     s.store(Y_tm, d, Yb, k0, k1, reverse)
         return states, s
 
     def _finish(self, d: int, states, s: Schedule) -> None:
         """A unit's final states into the outputs."""
-        for final, state in zip(self.finals_tm, states, strict=True):
-            final[d, slice(None) if s.whole else s.order] = state
+        with np.errstate(over="ignore"):  # float16's overflow is its inf (no warning)
+            for final, state in zip(self.finals_tm, states, strict=True):
+                final[d, slice(None) if s.whole else s.order] = state
 
     def _shared(self, unit, shared) -> None:
         """One unit, its hidden units shared by ``shared.shares`` threads."""
