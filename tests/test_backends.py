@@ -394,6 +394,7 @@ def test_shared_hidden_units_give_one_threads_bits(monkeypatch, dtype, H):
     from onnx_recurrent.backends import plans
 
     assert plans.share_bounds(600, 2) == [0, 304, 600]
+    assert plans.share_bounds(4, 2) == [0, 2, 4]  # never an empty share (garbage rows)
     rng = np.random.default_rng(H)
     X = rng.standard_normal((4, 7, 32)).astype(dtype)
     W = (rng.standard_normal((1, 4 * H, 32)) / 6).astype(dtype)

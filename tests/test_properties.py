@@ -144,7 +144,9 @@ def _corrupt(case, how):
     elif how == "seq_len_negative":
         inputs["sequence_lens"] = np.full(N, -1, np.int32)
     elif how == "activations_length":
-        attrs["activations"] = ["Tanh"] * (OPS[case.op][1] * n_dir + 1)
+        # (a one-direction RNN takes two: the schema's default, the first used)
+        one_rnn = case.op == "rnn" and n_dir == 1
+        attrs["activations"] = ["Tanh"] * (OPS[case.op][1] * n_dir + 1 + one_rnn)
     elif how == "activation_name":
         attrs["activations"] = ["Tanhh"] * (OPS[case.op][1] * n_dir)
     elif how in ("clip_zero", "clip_negative", "clip_nan"):

@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -575,18 +576,29 @@ def _children(pid: int) -> list[int]:
     return found
 
 
+def _vad_workers_over_links(tmp_path: Path, count: int, **popen: Any) -> subprocess.Popen:
+    """``onnx-recurrent vad DIR --workers 2`` started on ``count`` links to the speech
+    recording (stdout and stderr piped)."""
+    pytest.importorskip("distributed")
+    _model_or_skip()
+    for i in range(count):
+        (tmp_path / f"s{i:02d}.wav").symlink_to(SPEECH)
+    return subprocess.Popen(
+        [sys.executable, "-m", "onnx_recurrent", "vad", str(tmp_path), "--workers", "2"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=ROOT,
+        **popen,
+    )
+
+
 @pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads /proc")
 def test_ctrl_c_from_a_terminal_stops_local_workers_quietly(tmp_path):
     # a terminal's Ctrl-C reaches the whole process group: each Dask worker printed
     # its own KeyboardInterrupt traceback, and the cluster's close its own
-    pytest.importorskip("distributed")
-    _model_or_skip()
-    for i in range(40):
-        (tmp_path / f"s{i:02d}.wav").symlink_to(SPEECH)
-    child = subprocess.Popen(
-        [sys.executable, "-m", "onnx_recurrent", "vad", str(tmp_path), "--workers", "2"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+    child = _vad_workers_over_links(
+        tmp_path,
+        40,
         text=True,
         start_new_session=True,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
@@ -813,16 +825,7 @@ def test_a_plot_name_taken_by_a_directory_gets_another(tmp_path):
 def test_workers_are_quiet_when_the_reader_goes_away(tmp_path):
     """``vad --workers 2 ... | head -1``: the workers' log said "Async instruction ...
     ended with CancelledError" after the command had ended quietly (status 141)."""
-    pytest.importorskip("distributed")
-    _model_or_skip()
-    for i in range(60):
-        (tmp_path / f"f{i:02d}.wav").symlink_to(SPEECH)
-    child = subprocess.Popen(
-        [sys.executable, "-m", "onnx_recurrent", "vad", str(tmp_path), "--workers", "2"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        cwd=ROOT,
-    )
+    child = _vad_workers_over_links(tmp_path, 60)
     assert child.stdout.readline().startswith(b"file,start,end")
     child.stdout.close()  # as head -1 does
     _, err = child.communicate(timeout=300)

@@ -116,8 +116,12 @@ SHARE_ALIGN = 16
 
 def share_bounds(H: int, shares: int) -> list[int]:
     """The first hidden unit of each of ``shares`` shares, and ``H``: as even as
-    :data:`SHARE_ALIGN` allows (each within ``SHARE_ALIGN / 2`` of ``i * H / shares``)."""
-    inner = [min(H, (i * H // shares + SHARE_ALIGN // 2) // SHARE_ALIGN * SHARE_ALIGN)
+    :data:`SHARE_ALIGN` allows (each within ``SHARE_ALIGN / 2`` of ``i * H / shares``);
+    even where a share would have fewer than ``SHARE_ALIGN`` units (which the scan's
+    ``MIN_SHARE`` rules out; an aligned bound could leave a share empty)."""
+    if H < SHARE_ALIGN * shares:
+        return [i * H // shares for i in range(shares + 1)]
+    inner = [(i * H // shares + SHARE_ALIGN // 2) // SHARE_ALIGN * SHARE_ALIGN
              for i in range(1, shares)]  # fmt: skip
     return [0, *inner, H]
 
