@@ -73,8 +73,8 @@ def compare(name: str, peer: str, ours: Any, theirs: Any, atol: float, rtol: flo
     if ours_numbers.size == 0:
         return Comparison(name, peer, 0.0, 0.0)
     a, b = ours_numbers, their_numbers
-    ulp = low_precision_eps(ours)  # float16 and bfloat16: two of their steps at least
-    atol, rtol = max(atol, LOW_PRECISION_STEPS * ulp), max(rtol, LOW_PRECISION_STEPS * ulp)
+    ulp = low_precision_eps(ours)
+    atol, rtol = widened(ours, atol, rtol)
     if isinstance(ours, np.ndarray) and ours.dtype.kind in "iub":
         atol = rtol = 0.0
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
@@ -90,6 +90,13 @@ def compare(name: str, peer: str, ours: Any, theirs: Any, atol: float, rtol: flo
 #: widened to this many of its machine epsilons (a bfloat16 result rounded once from
 #: float32 against a peer's computed in bfloat16, step by step: 1-2 of them off)
 LOW_PRECISION_STEPS = 2
+
+
+def widened(value: Any, atol: float, rtol: float) -> tuple[float, float]:
+    """``atol`` and ``rtol`` for ``value``'s element type: for a float of 16 bits or
+    fewer, at least :data:`LOW_PRECISION_STEPS` of its epsilons."""
+    ulp = low_precision_eps(value)
+    return max(atol, LOW_PRECISION_STEPS * ulp), max(rtol, LOW_PRECISION_STEPS * ulp)
 
 
 def low_precision_eps(value: Any) -> float:
@@ -384,8 +391,7 @@ def _trace_node(
     ``their_inputs``: the peer's values of the node's inputs that other nodes compute
     (one that already differs is named, and the node not blamed)."""
     op, label = node.op_type, f"{node.op_type} {node.name!r}"
-    ulp = low_precision_eps(np.asarray(ours[0]))  # as compare() widens them
-    atol, rtol = max(atol, LOW_PRECISION_STEPS * ulp), max(rtol, LOW_PRECISION_STEPS * ulp)
+    atol, rtol = widened(np.asarray(ours[0]), atol, rtol)  # as compare() judges them
     if np.shape(ours[0]) != np.shape(theirs[0]):
         return Divergence(
             label, peer, f"Y has shape {list(np.shape(theirs[0]))}, ours {list(np.shape(ours[0]))}"
