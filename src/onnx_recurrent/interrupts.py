@@ -4,12 +4,12 @@ Compiled code runs without the GIL and never sees Python's SIGINT handler, which
 only once the main thread is back in Python. While a call is watched
 (:func:`watch_start` to :func:`watch_end`, or :func:`watching`), Python's C-level
 handler writes the signal's number to a pipe (``signal.set_wakeup_fd``); a daemon
-thread reading it sets the watched words, so the loops stop within a block and the
-call returns to Python, where the handler raises KeyboardInterrupt. A window ends only
-once the watcher has read every byte written while it was open (a marker byte behind
-them, :func:`watch_end`), so a SIGINT read late under load never stops the next call,
-watched or not; bytes of other signals go on to the wake-up fd that was there before
-(an event loop's).
+thread waiting on it sets the watched words, so the loops stop within a block and the
+call returns to Python, where the handler raises KeyboardInterrupt. Bytes leave the
+pipe only under a lock, and a window's end takes what is left itself
+(:func:`watch_end`), so a SIGINT read late under load never stops the next call, and
+the end never waits for the watcher (which needs the GIL); bytes of other signals go on
+to the wake-up fd that was there before (an event loop's).
 
 The native nodes (:mod:`.runtime.hosts.native`) and a layer's compiled units
 (:mod:`.scan`) are watched this way.
@@ -17,73 +17,112 @@ The native nodes (:mod:`.runtime.hosts.native`) and a layer's compiled units
 
 from __future__ import annotations
 
+import ctypes
 import os
+import select
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import numpy as np
 
 _lock = threading.Lock()
-_pipe: tuple[int, int] | None = None  # (pid, the pipe's write end)
+_pipe: tuple[int, int, int] | None = None  # (pid, the pipe's write end, its read end)
 #: the words a SIGINT now sets, and the wake-up fd each window replaced (under _lock)
 _windows: list[tuple[np.ndarray, int]] = []
-#: the byte :func:`watch_end` writes behind a window's (no signal's number), and the
-#: markers the watcher has read (under _lock; ``_read`` notified)
-MARKER = 0
-_markers = 0
-_read = threading.Condition(_lock)
-#: seconds a window's end waits for the watcher at most (it runs within microseconds
-#: unless the machine is starved)
-FLUSH_SECONDS = 1.0
+
+
+def _libc_read() -> Callable[[int, Any, int], int] | None:
+    """libc's ``read`` called with the GIL held (``ctypes.PyDLL``): taking a window's
+    bytes then costs no GIL handoff, which busy Python threads make milliseconds long."""
+    try:
+        read = ctypes.PyDLL(None).read
+    except (OSError, AttributeError):  # no C library to call: os.read
+        return None
+    read.argtypes = (ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t)
+    read.restype = ctypes.c_ssize_t
+    return read
+
+
+_read = _libc_read()
+
+
+def _take(fd: int, hold_gil: bool = False) -> bytes | None:
+    """Under ``_lock``: the bytes waiting in the pipe (the read end does not block),
+    None once its write end is closed; ``hold_gil``: read without releasing the GIL."""
+    data = b""
+    buffer = ctypes.create_string_buffer(256) if hold_gil and _read is not None else None
+    while True:
+        if buffer is not None:
+            n = _read(fd, buffer, 256)
+            if n < 0:  # EAGAIN (empty) or an error: nothing more to take
+                return data
+            chunk = buffer.raw[:n]
+        else:
+            try:
+                chunk = os.read(fd, 256)
+            except (BlockingIOError, InterruptedError):
+                return data
+        if not chunk:
+            return data or None
+        data += chunk
+
+
+def _note(data: bytes) -> int:
+    """Under ``_lock``: a SIGINT in ``data`` sets every watched word. Returns the fd
+    that other signals' bytes go on to (-1: none)."""
+    if int(signal.SIGINT) in data:
+        for word, _ in _windows:
+            word[0] = 1
+    return _windows[0][1] if _windows else -1
+
+
+def _forward(fd: int, data: bytes) -> None:
+    others = bytes(b for b in data if b != int(signal.SIGINT))
+    if others and fd >= 0:
+        try:
+            os.write(fd, others)
+        except OSError:  # closed or full: as Python's handler does, drop it
+            pass
 
 
 def _watcher(fd: int) -> None:
-    """Sets the watched words for each SIGINT Python's C handler writes to the pipe,
-    and counts :func:`watch_end`'s markers."""
-    global _markers
-    sigint = int(signal.SIGINT)
+    """Sets the watched words for each SIGINT Python's C handler writes to the pipe
+    while a window is open (waiting without the GIL; reading under ``_lock``)."""
     while True:
         try:
-            data = os.read(fd, 64)
+            select.select([fd], [], [])
         except InterruptedError:
             continue
-        except OSError:
+        except (OSError, ValueError):
             return
-        if not data:
-            return
-        with _lock:  # a window's bytes are all read before it ends
-            forward = _windows[0][1] if _windows else -1
-            if sigint in data:
-                for word, _ in _windows:
-                    word[0] = 1
-            if MARKER in data:
-                _markers += data.count(MARKER)
-                _read.notify_all()
-        others = bytes(b for b in data if b not in (sigint, MARKER))
-        if others and forward >= 0:
+        with _lock:
             try:
-                os.write(forward, others)
-            except OSError:  # closed or full: as Python's handler does, drop it
-                pass
+                data = _take(fd)
+            except OSError:
+                return
+            if data is None:
+                return
+            forward = _note(data)
+        _forward(forward, data)
 
 
-def _write_end() -> int:
-    """The write end of the watcher's pipe, made once per process (a forked child
-    makes its own: the thread does not survive a fork)."""
-    global _pipe, _markers, _lock, _read
+def _pipe_ends() -> tuple[int, int]:
+    """The watcher's pipe (write end, read end), made once per process (a forked
+    child makes its own: the thread does not survive a fork)."""
+    global _pipe, _lock
     pid = os.getpid()
-    if _pipe is not None and _pipe[0] != pid:  # a forked child: its parent's lock and
-        _lock = threading.Lock()  # condition may be held by a thread it lacks
-        _read = threading.Condition(_lock)
+    if _pipe is not None and _pipe[0] != pid:  # a forked child: its parent's lock may
+        _lock = threading.Lock()  # be held by a thread it lacks
     with _lock:
         if _pipe is None or _pipe[0] != pid:
             _windows.clear()  # a forked child's copy of its parent's windows
-            _markers = 0
             r, w = os.pipe()
             try:
                 os.set_blocking(w, False)
+                os.set_blocking(r, False)
                 threading.Thread(
                     target=_watcher, args=(r,), name="onnx-recurrent-sigint", daemon=True
                 ).start()
@@ -91,8 +130,8 @@ def _write_end() -> int:
                 os.close(r)
                 os.close(w)
                 raise
-            _pipe = (pid, w)
-        return _pipe[1]
+            _pipe = (pid, w, r)
+        return _pipe[1], _pipe[2]
 
 
 def watch_start(word: np.ndarray) -> int:
@@ -108,7 +147,7 @@ def watch_start(word: np.ndarray) -> int:
         No file descriptor for the watcher's pipe, or no thread for it (nothing is
         changed then).
     """
-    fd = _write_end()
+    fd, _ = _pipe_ends()
     previous = signal.set_wakeup_fd(fd, warn_on_full_buffer=False)
     with _lock:
         word[0] = 0
@@ -118,25 +157,23 @@ def watch_start(word: np.ndarray) -> int:
 
 def watch_end(word: np.ndarray, previous: int) -> bool:
     """The window of :func:`watch_start` closed: the wake-up fd ``previous`` back, then
-    a marker written behind the bytes of its SIGINTs and waited for (at most
-    :data:`FLUSH_SECONDS`), so that none is read after the window, when it would stop
-    the next one. Returns whether a SIGINT set ``word`` in it; ``word`` is clear after
-    it."""
-    signal.set_wakeup_fd(previous)
-    fd = _write_end()
+    the bytes its signals left in the pipe taken here (not waiting for the watcher), so
+    that none is read after the window, when it would stop the next one. Returns
+    whether a SIGINT set ``word`` in it; ``word`` is clear after it."""
+    data, forward = b"", -1
     try:
+        signal.set_wakeup_fd(previous)
+    finally:  # also on an interrupt there
         with _lock:
-            target = _markers + 1
-        os.write(fd, bytes([MARKER]))
-        with _lock:
-            _read.wait_for(lambda: _markers >= target, FLUSH_SECONDS)
-    except OSError:  # the pipe full: the watcher is far behind; end without waiting
-        pass
-    finally:  # also on an interrupt while waiting
-        with _lock:
+            try:
+                data = (_take(_pipe[2], hold_gil=True) or b"") if _pipe is not None else b""
+            except OSError:
+                data = b""
+            forward = _note(data)
             _windows[:] = [w for w in _windows if w[0] is not word]
             aborted = bool(word[0])
             word[0] = 0
+    _forward(forward, data)
     return aborted
 
 
