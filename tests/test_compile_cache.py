@@ -123,23 +123,25 @@ def sandbox(tmp_path_factory):
             p.chmod(0o755)
 
 
-def _run(sandbox: Path, tmpdir: Path, kernels: str = "gru") -> dict:
-    """The script in a fresh process on the read-only copy; numba's directories locked;
-    ``kernels``: a GRU's, or two small ones ("small")."""
-    locked = sandbox / "locked"
+def _run(sandbox: Path, tmpdir: Path, kernels: str = "gru", locked: bool = True) -> dict:
+    """The script in a fresh process on the read-only copy; numba's directories locked
+    (``locked``; else numba's own choice, the package's ``__pycache__``); ``kernels``:
+    a GRU's, or two small ones ("small")."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("NUMBA_", "ONNX_RECURRENT"))}
+    home = sandbox / "locked" if locked else tmpdir
     env.update(
         PYTHONPATH=str(sandbox / "site"),
         PYTHONDONTWRITEBYTECODE="1",
-        HOME=str(locked / "home"),
-        XDG_CACHE_HOME=str(locked / "cache"),
-        NUMBA_CACHE_DIR=str(locked / "numba"),
+        HOME=str(home / "home"),
+        XDG_CACHE_HOME=str(home / "cache"),
         TMPDIR=str(tmpdir),
     )
+    if locked:
+        env["NUMBA_CACHE_DIR"] = str(home / "numba")
     done = subprocess.run(
         [sys.executable, "-c", SCRIPT, kernels],
         env=env,
-        preexec_fn=_preexec(),
+        preexec_fn=_preexec() if locked else None,
         capture_output=True,
         text=True,
         timeout=TIMEOUT,
@@ -177,6 +179,36 @@ def test_per_user_cache_when_numba_has_none(sandbox, tmp_path):
     assert warm["cache_hits"] > 0
 
 
+def test_a_warm_cache_beside_a_package_that_cannot_be_written_is_loaded(sandbox, tmp_path):
+    """The package installed with its kernels cached beside it (``__pycache__``: run
+    once by whoever installed it, a container image's root), then used by one who
+    cannot write there: numba passed that cache over, and every process compiled the
+    kernels again (1-3 minutes). Its files are now copied into the cache used."""
+    warm = tmp_path / "warm"
+    shutil.copytree(
+        Path(onnx_recurrent.__file__).parent,
+        warm / "site" / "onnx_recurrent",
+        ignore=shutil.ignore_patterns("__pycache__", "*.nbi", "*.nbc"),
+    )
+    (warm / "locked").mkdir()
+    (tmp_path / "install").mkdir()
+    (tmp_path / "use").mkdir()
+    try:
+        installed = _run(warm, tmp_path / "install", "small", locked=False)
+        assert installed["warnings"] == []
+        assert list((warm / "site" / "onnx_recurrent" / "backends" / "__pycache__").glob("*.nbi"))
+        _read_only(warm)
+        used = _run(warm, tmp_path / "use", "small")
+        assert used["warnings"] == [], used["warnings"]
+        assert used["cache_hits"] > 0  # loaded, not compiled
+        ours = tmp_path / "use" / f"onnx-recurrent-{os.geteuid()}" / "numba"
+        assert list(ours.rglob("*.nbi")) and list(ours.rglob("*.nbc"))
+    finally:
+        for p in [warm, *warm.rglob("*")]:  # let pytest remove it
+            if p.is_dir() and not p.is_symlink():
+                p.chmod(0o755)
+
+
 def _function_in(directory: Path):
     """A plain function whose source file lies in ``directory``."""
     source = directory / "kernel.py"
@@ -186,13 +218,17 @@ def _function_in(directory: Path):
     return namespace["f"]
 
 
-def test_a_warm_numba_cache_that_cannot_be_written_is_said(tmp_path, monkeypatch):
+def test_a_warm_numba_cache_that_cannot_be_copied_is_said(tmp_path, monkeypatch):
     # a warm cache shipped read-only (a container image's) was passed over without a
-    # word, and every kernel compiled again (318 s on 2 cores against 1.2 s): numba
-    # reads only a cache it can write, so it is said
+    # word, and every kernel compiled again (318 s on 2 cores against 1.2 s): its files
+    # are copied into the cache used, and where that fails, it is said
     shipped, ours = tmp_path / "shipped", tmp_path / "ours"
-    shipped.mkdir()
-    (shipped / "backends_0123").mkdir()  # what a warm cache holds
+    source = tmp_path / "src"
+    source.mkdir()
+    func = _function_in(source)
+    where = jit_cache._user_provided(func, str(source / "kernel.py"), str(shipped))
+    os.makedirs(where)
+    (Path(where) / "kernel.f-1.py311.nbi").write_bytes(b"index")  # what a warm cache holds
     monkeypatch.setattr(jit_cache, "_cache_roots", {})
 
     def numba_refuses(func):
@@ -201,8 +237,10 @@ def test_a_warm_numba_cache_that_cannot_be_written_is_said(tmp_path, monkeypatch
     monkeypatch.setattr(jit_cache.caching, "FunctionCache", numba_refuses)
     monkeypatch.setattr(jit_cache, "first_usable", lambda kind: (str(ours), [str(ours)]))
     monkeypatch.setattr(jit_cache, "readable_roots", lambda kind: [str(shipped), str(ours)])
-    with pytest.warns(jit_cache.CompileCacheWarning, match=r"cache in .*shipped cannot be"):
-        assert jit_cache._cache_root(_function_in(tmp_path)) == str(ours)
+    monkeypatch.setattr(jit_cache, "writable", lambda path: not path.startswith(str(shipped)))
+    monkeypatch.setattr(jit_cache, "write_atomic", lambda path, data: False)  # a full disk
+    with pytest.warns(jit_cache.CompileCacheWarning, match=r"cache in .*shipped.* cannot be"):
+        assert jit_cache._cache_root(func) == str(ours)
 
 
 @pytest.mark.parametrize("numba_cache_dir", [False, True])

@@ -38,7 +38,14 @@ import numba
 from numba.core import caching, config
 
 from ..threads import compiling
-from .cache_dirs import CompileCacheWarning, first_usable, readable_roots
+from .cache_dirs import (
+    CompileCacheWarning,
+    first_usable,
+    read_regular,
+    readable_roots,
+    writable,
+    write_atomic,
+)
 
 if TYPE_CHECKING:
     from numba.core.dispatcher import Dispatcher
@@ -59,6 +66,8 @@ _lock = threading.Lock()
 #: source directory -> cache root of ours ("" for numba's own choice, None for no cache)
 _cache_roots: dict[str, str | None] = {}
 _warned = False
+#: the largest cache file :func:`_seed` copies (numba's are a few MB)
+SEED_LIMIT = 1 << 28
 #: (dispatcher, signature) pairs prepared (``dispatcher.signatures`` is a new list)
 _prepared: set[tuple] = set()
 #: the cached dispatchers, for :func:`cache_state`
@@ -264,29 +273,85 @@ def _load_all(dispatcher: Dispatcher) -> None:
 
 
 def _cache_root(func: Callable) -> str | None:
-    """The cache root for ``func``'s source directory, decided on its first function."""
+    """The cache root for ``func``'s source directory, decided on its first function;
+    a warm cache that cannot be written (:func:`_seed`) copied there first."""
     source = os.path.abspath(inspect.getfile(func))
     directory = os.path.dirname(source)
     if directory in _cache_roots:
         return _cache_roots[directory]
     try:
-        caching.FunctionCache(func)  # what numba does for cache=True
+        chosen = caching.FunctionCache(func).cache_path  # what numba does for cache=True
         root: str | None = ""
     except RuntimeError:
         root, ours = first_usable("numba")
         if root is None:
             _warn(_numba_dirs(source) + ours, stacklevel=4)
-        shipped = [r for r in readable_roots("numba") if r != root and os.listdir(r)]
-        if shipped:  # numba cannot read a cache it cannot write: compiled again, said
-            warnings.warn(
-                f"the kernels' cache in {shipped[0]} cannot be written, and numba uses "
-                f"only a cache it can write: they are compiled again (1-3 minutes) and "
-                f"cached in {root or 'none'}",
-                CompileCacheWarning,
-                stacklevel=4,
-            )
+        chosen = None
+    if root:
+        chosen = _user_provided(func, source, root)
+    # warm caches numba passes over as it cannot write them: the package's own
+    # (installed by another user) and ours that cannot be written
+    in_tree = os.path.join(directory, "__pycache__")
+    shipped = [in_tree] if chosen != in_tree and not writable(in_tree) else []
+    shipped += [
+        _user_provided(func, source, r)
+        for r in readable_roots("numba")
+        if r != root and not writable(r)
+    ]
+    shipped = [d for d in shipped if d != chosen and _kernel_files(d)]
+    if shipped and (chosen is None or not _seed(chosen, shipped)):
+        warnings.warn(
+            f"the kernels' cache in {shipped[0]} cannot be written, and numba uses "
+            f"only a cache it can write: they are compiled again (1-3 minutes) and "
+            f"cached in {chosen or 'none'}",
+            CompileCacheWarning,
+            stacklevel=4,
+        )
     _cache_roots[directory] = root
     return root
+
+
+def _user_provided(func: Callable, source: str, root: str) -> str:
+    """The directory numba caches ``func`` in under ``NUMBA_CACHE_DIR=root``."""
+    with numba_cache_dir(root):
+        return caching.UserProvidedCacheLocator(func, source).get_cache_path()
+
+
+def _kernel_files(directory: str) -> list[str]:
+    """numba's cache files in ``directory`` (data before indexes), [] where none."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return []
+    return sorted((n for n in names if n.endswith((".nbc", ".nbi"))), key=lambda n: n[-1])
+
+
+def _seed(chosen: str, shipped: list[str]) -> bool:
+    """Copy into ``chosen``, the directory numba caches in, the kernels' files it lacks
+    from ``shipped``: warm caches it cannot write (a container image's package
+    installed by another user, a read-only mount), which numba passes over, compiling
+    every kernel again (1-3 minutes a process). Data files go before the indexes that
+    name them, each written whole (:func:`~.cache_dirs.write_atomic`), so a process
+    beside this one reads a kernel's files or none. Whether every file is there."""
+    try:
+        os.makedirs(chosen, exist_ok=True)
+        present = set(os.listdir(chosen))
+    except OSError:
+        return False
+    kept = True
+    for directory in shipped:
+        for name in _kernel_files(directory):
+            if name in present:
+                continue
+            try:
+                data = read_regular(os.path.join(directory, name), SEED_LIMIT)
+            except OSError:
+                data = None
+            if data is None or not write_atomic(os.path.join(chosen, name), data):
+                kept = False
+                continue
+            present.add(name)
+    return kept
 
 
 def _numba_dirs(source: str) -> list[str]:
