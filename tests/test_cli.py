@@ -981,3 +981,25 @@ def test_numbers_are_ascii_decimal_only(tmp_path, capsys, args):
     err = capsys.readouterr().err
     given = args[-1]
     assert f"got {given!r}" in err or f"{given}: the value must be a positive" in err, err
+
+
+def test_bench_json_naming_a_model_it_reads_is_refused(tmp_path):
+    """``bench models --json`` over a model the run reads (from
+    $ONNX_RECURRENT_MODELS_DIR, the package's example, silero's) replaced it with the
+    report, status 0; ``run -o`` and ``vad -o`` refuse the same."""
+    models = tmp_path / "models"
+    models.mkdir()
+    model = models / "dtln_model_1.onnx"
+    shutil.copyfile(Path(__file__).parent / "data" / "models" / "dtln_model_1.onnx", model)
+    before = model.read_bytes()
+    link = tmp_path / "report.json"
+    link.symlink_to(model)
+    env = {**os.environ, "ONNX_RECURRENT_MODELS_DIR": str(models)}
+    for output in (model, link):
+        done = subprocess.run(
+            [*CLI, "bench", "models", "-k", "dtln", "--json", str(output), "--list"],
+            capture_output=True, text=True, timeout=120, env=env,
+        )  # fmt: skip
+        assert done.returncode == 2, (done.stdout, done.stderr)
+        assert f"--json {output} is {model}, a model file this run reads" in done.stderr
+        assert model.read_bytes() == before

@@ -10,11 +10,11 @@ import sys
 from typing import Any
 
 from ...threads import MAX_THREADS
-from ..arguments import file_name, note_first_use, number, saving, writable
+from ..arguments import file_name, note_first_use, number, same_file, saving, writable
 from . import cases
 from .cases import DEFAULT_BUDGET, MIN_REPEATS, OPS, Case
 from .driver import run_bench
-from .models import MODEL_BUDGET, REFERENCE_REPEATS
+from .models import MODEL_BUDGET, REFERENCE_REPEATS, ModelCase
 from .options import COMPETITORS, MODEL_RUNTIMES, Options
 from .plot import plot_path, plot_ratios
 from .report import DOUBLE_BOUND, PEAK_SHARE
@@ -37,6 +37,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             writable(args.plot, "--plot")
             if args.json and os.path.realpath(args.json) == os.path.realpath(args.plot):
                 raise ValueError(f"--json and --plot name one file, {args.plot}")
+        _check_outputs(args, options)
     except (ValueError, ImportError) as e:
         print(f"onnx-recurrent bench: error: {e}", file=sys.stderr)
         return 2
@@ -72,6 +73,20 @@ def cmd_bench(args: argparse.Namespace) -> int:
         plot_ratios(bench.results, args.plot, title)
         print(f"saved: {args.plot}")
     return 0 if all(r.error is None for r in bench.results) else 1
+
+
+def _check_outputs(args: argparse.Namespace, options: Options) -> None:
+    """ValueError where ``--json`` or ``--plot`` names a file the run reads (a model):
+    writing the report there would destroy it."""
+    reads = [path for case in options.cases() if isinstance(case, ModelCase)
+             for path in case.reads()]  # fmt: skip
+    for flag, output in (("--json", args.json), ("--plot", getattr(args, "plot", None))):
+        found = same_file(output, reads) if output else None
+        if found is not None:
+            raise ValueError(
+                f"{flag} {output} is {found}, a model file this run reads: writing the "
+                f"report there would overwrite it"
+            )
 
 
 def _progress(text: str) -> None:

@@ -128,7 +128,8 @@ class ModelCase:
     step), for the time per chunk; 0 for the other cases. ``requires``: a module the
     model comes from, with ``install``, its install command, and ``min_version``, the
     least version of its distribution that has the model the case names. ``file``: the
-    public model's file the case reads.
+    public model's file the case reads; ``package_data``: the package's own files it
+    reads.
     """
 
     name: str
@@ -140,6 +141,7 @@ class ModelCase:
     install: str = ""
     min_version: str = ""
     file: ModelFile | None = None
+    package_data: tuple[str, ...] = ()  # the files of onnx_recurrent/data it reads
 
     group = ""  # the budget's group: the models share one
     targets = ()  # none: the ratios to onnxruntime alone are reported as they are
@@ -161,6 +163,23 @@ class ModelCase:
             "dtype": self.dtype,
             "chunks_per_call": self.chunks,
         }
+
+    def reads(self) -> list[Path]:
+        """The files the case reads (that are there): an output must not name one."""
+        found = [self.file.find()] if self.file is not None else []
+        if self.requires == "silero_vad":
+            from ..vad import silero_model_path
+
+            try:
+                found.append(silero_model_path())
+            except (ImportError, OSError):  # not installed: the case says so itself
+                pass
+        if self.package_data:
+            from importlib import resources
+
+            data = resources.files("onnx_recurrent") / "data"
+            found += [Path(str(data / name)) for name in self.package_data]
+        return [path for path in found if path is not None]
 
     def missing(self) -> str | None:
         """None if what the model comes from is installed or bundled, else why not."""
@@ -441,6 +460,7 @@ MODEL_CASES: tuple[ModelCase, ...] = (
         "the bundled example_gru.onnx (PyTorch 2-layer bidirectional batch-first GRU + "
         "linear head) on example_input.npy",
         _example,
+        package_data=("example_gru.onnx", "example_input.npy"),
     ),
     ModelCase(
         "rnn-chain-10",
