@@ -356,9 +356,17 @@ def test_layer_and_run_layers_errors():
         )
     # checked before any layer runs: NumPy's concatenate error after them all, or a
     # layer's own terms for X (layers[1]'s input is layers[0]'s output)
-    wider = Layer("GRU", np.zeros((1, 3 * (H + 1), H)), np.zeros((1, 3 * (H + 1), H + 1)))
+    wider = Layer(
+        "GRU",
+        np.zeros((1, 3 * (H + 1), H), np.float32),
+        np.zeros((1, 3 * (H + 1), H + 1), np.float32),
+    )
     with pytest.raises(ValueError, match=r"layers\[1\] has hidden_size=6, layers\[0\] 5"):
         run_layers([gru, wider], x)
+    # layers[1] blamed, not X ("X must have the layer's dtype float64"), after layers[0] ran
+    double = Layer("GRU", upper.W.astype(np.float64), R.astype(np.float64))
+    with pytest.raises(TypeError, match=r"layers\[1\] is float64, layers\[0\] float32: a"):
+        run_layers([gru, double], x)
     with pytest.raises(ValueError, match=r"layers\[1\] has input_size=4 .*layers\[0\] gives"):
         run_layers([gru, gru], x)
     with pytest.raises(ValueError, match=r"must have shape \[1, 3, 5\].*got \[1, 3, 2\]"):

@@ -136,7 +136,7 @@ def run_layers(
         (the total number of directions, X's batch size, the hidden size),
         ``initial_c`` for a GRU or RNN; the layers' own errors.
     TypeError
-        An entry of ``layers`` that is not a Layer.
+        An entry of ``layers`` that is not a Layer; layers of different dtypes.
     """
     layers = _layer_list(layers, "run_layers")
     if not layers:
@@ -150,6 +150,11 @@ def run_layers(
             raise RecurrentError(
                 f"layers[{k}] is a {layer.op} with layout={layer.layout}, layers[0] a {op} "
                 f"with layout={layout}: a stack has one op and one layout"
+            )
+        if layer.dtype != layers[0].dtype:
+            raise RecurrentTypeError(
+                f"layers[{k}] is {layer.dtype}, layers[0] {layers[0].dtype}: a stack has "
+                "one dtype (each layer's input is the one below's output)"
             )
     for k, (below, layer) in enumerate(itertools.pairwise(layers), start=1):
         if layer.hidden_size != layers[0].hidden_size:
