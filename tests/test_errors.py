@@ -395,6 +395,43 @@ def test_x_and_w_at_odds_on_input_size_are_both_named(op):
         orc.Layer(op, feeds["W"], feeds["R"])(X)
 
 
+def test_gru_cell_names_x_and_w_at_odds_on_input_size():
+    # gru_cell still blamed W alone ("W must have shape [12, 4]") for X's last axis
+    H = 4
+    W, R = np.zeros((3 * H, 3), np.float32), np.zeros((3 * H, H), np.float32)
+    with pytest.raises(
+        ValueError, match=r"X and W disagree on input_size: X's last axis is 4, W's is 3"
+    ):
+        orc.gru_cell(
+            np.ones((1, 4), np.float32), np.zeros((1, H), np.float32), W, R, hidden_size=H
+        )
+
+
+@pytest.mark.parametrize("op", ["GRU", "LSTM", "RNN"])
+def test_states_and_biases_given_as_lists_are_taken_in_x_dtype(op):
+    # refused as "initial_h must have X's dtype float32, got float64": NumPy's choice for
+    # a list, not the caller's (X as a list is taken in W's dtype)
+    fn = {"GRU": orc.gru, "LSTM": orc.lstm, "RNN": orc.rnn}[op]
+    feeds = random_inputs(op, T=4, N=2, I=3, H=5, full=True)
+    feeds = {k: v for k, v in feeds.items() if v is not None}
+    listed = {
+        k: (v.tolist() if k in ("B", "initial_h", "initial_c", "P") else v)
+        for k, v in feeds.items()
+    }
+    assert any(isinstance(v, list) for v in listed.values())
+    for a, b in zip(fn(**listed), fn(**feeds), strict=True):
+        np.testing.assert_array_equal(a, b)
+    with pytest.raises(TypeError, match=r"initial_h as a list must hold numbers, got <U"):
+        fn(**{**feeds, "initial_h": [["a"]]})
+    H = 5
+    cell = (np.ones((2, 3), np.float32), np.zeros((2, H), np.float32).tolist())
+    W, R = np.ones((3 * H, 3), np.float32), np.ones((3 * H, H), np.float32)
+    got = orc.gru_cell(*cell, W, R, [0.5] * (3 * H), hidden_size=H)
+    B = np.full(3 * H, 0.5, np.float32)
+    want = orc.gru_cell(cell[0], np.zeros((2, H), np.float32), W, R, B, hidden_size=H)
+    np.testing.assert_array_equal(got, want)
+
+
 @pytest.mark.parametrize("ragged", [False, True])
 def test_no_rows_over_a_huge_seq_length_allocates_nothing_per_step(ragged):
     # X of shape (2**34, 0, I) holds nothing, yet a schedule of 2**34 steps was

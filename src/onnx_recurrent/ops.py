@@ -327,10 +327,16 @@ def gru_cell(
     given = {"initial_hidden_state": state, "W": as_float_array("W", W), "R": R}
     for name, (shape, dims) in expected.items():
         if given[name].shape != shape:
-            raise RecurrentError(
+            message = (
                 f"{name} must have shape {list(shape)} {dims} (hidden_size={H}), "
                 f"got {list(given[name].shape)}"
             )
+            if name == "W" and given[name].shape[:1] == (3 * H,) and given[name].ndim == 2:
+                message = (
+                    f"X and W disagree on input_size: X's last axis is {I}, W's is "
+                    f"{given[name].shape[1]} ({message})"
+                )
+            raise RecurrentError(message)
     Wb = np.zeros(3 * H, X.dtype)
     Rb = np.zeros(3 * H, X.dtype)
     if B is not None:

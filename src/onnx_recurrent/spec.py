@@ -339,10 +339,14 @@ def list_in_dtype(name: str, value: Any, like: Any) -> Any:
     given."""
     if not isinstance(value, list | tuple) or compute_dtype(getattr(like, "dtype", None)) is None:
         return value
+    return _list_as(name, value, like.dtype)
+
+
+def _list_as(name: str, value: list | tuple, dtype: np.dtype) -> np.ndarray:
     array = as_array(name, value)
     if array.dtype.kind not in "iuf":
         raise RecurrentTypeError(f"{name} as a list must hold numbers, got {array.dtype} values")
-    return array.astype(like.dtype)
+    return array.astype(dtype)
 
 
 def as_float_array(name: str, value: Any) -> np.ndarray:
@@ -370,7 +374,10 @@ def _check_shape(name: str, array: np.ndarray, expected: tuple[int, ...], meanin
 
 
 def check_dtype(name: str, value: Any, dtype: np.dtype, owner: str) -> np.ndarray:
-    """``value`` as an array of ``dtype`` (``owner`` says whose in the message)."""
+    """``value`` as an array of ``dtype`` (``owner`` says whose in the message); a list
+    or tuple of numbers is taken in ``dtype`` (it has none of its own)."""
+    if isinstance(value, list | tuple) and compute_dtype(dtype) is not None:
+        value = _list_as(name, value, dtype)
     array = as_float_array(name, value)
     if array.dtype != dtype:
         raise RecurrentTypeError(f"{name} must have {owner} dtype {dtype}, got {array.dtype}")
