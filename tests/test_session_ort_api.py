@@ -360,6 +360,9 @@ def test_optimized_model_filepath_in_onnxruntimes_format_is_written_by_it(tmp_pa
     got = ort.InferenceSession(str(path), load, ["CPUExecutionProvider"]).run(None, feeds)
     for a, e in zip(got, expected, strict=True):
         np.testing.assert_allclose(a, e, rtol=1e-5, atol=1e-6)
+    # given back: refused as such (it was "not an ONNX model (... Wire format was corrupt)")
+    with pytest.raises(ValueError, match=r"is in onnxruntime's ORT format \(a flatbuffer"):
+        orc.InferenceSession(str(path))
 
 
 def test_an_optimized_model_filepath_that_cannot_be_written_is_onnxruntimes_error(tmp_path):

@@ -122,7 +122,8 @@ def load_model(model: str | os.PathLike | bytes | onnx.ModelProto) -> onnx.Model
         No such file.
     ValueError
         A directory, an empty file or bytes, or data that is not an ONNX model
-        (protobuf cannot parse it, or it has no graph), or external data (tensors kept
+        (protobuf cannot parse it, it has no graph, or it is an ORT-format model:
+        onnxruntime's flatbuffer), or external data (tensors kept
         in files beside the model, read from the model's folder) that cannot be read;
         the message names the model.
     OSError
@@ -156,9 +157,19 @@ def load_model(model: str | os.PathLike | bytes | onnx.ModelProto) -> onnx.Model
     raise TypeError(f"model must be a path, bytes or onnx.ModelProto, got {type(model).__name__}")
 
 
+#: the file identifier of onnxruntime's ORT-format models (bytes 4-8 of a flatbuffer)
+ORT_FORMAT_ID = b"ORTM"
+
+
 def _parse(data: bytes, name: str) -> onnx.ModelProto:
     if not data:
         raise _no_graph(f"model {name} is empty (0 bytes), not an ONNX model")
+    if data[4:8] == ORT_FORMAT_ID:
+        raise RecurrentError(
+            f"model {name} is in onnxruntime's ORT format (a flatbuffer, as "
+            "optimized_model_filepath='*.ort' writes), not an ONNX model: onnx-recurrent "
+            "reads ONNX models only; give the .onnx model it was made from"
+        )
     try:
         model = onnx.load_from_string(data)
     except Exception as e:  # protobuf's DecodeError, and what else its versions raise
