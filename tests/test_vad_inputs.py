@@ -626,3 +626,11 @@ def test_closed_stdout_ends_quietly_with_status_141():
         os.close(write_end)
     assert done.returncode == 141, done.stderr
     assert done.stderr == ""
+
+
+def test_probabilities_and_session_of_the_wrong_kind_are_named():
+    # NumPy's "could not convert string to float" and an AttributeError on None.run
+    with pytest.raises(TypeError, match=r"probs must be numbers, got dtype <U1"):
+        vad.speech_segments(["a"])
+    with pytest.raises(TypeError, match=r"session must have onnxruntime's interface .*NoneType"):
+        vad.speech_probabilities(None, np.zeros(16000, np.float32))

@@ -516,7 +516,8 @@ def test_an_earlier_output_survives_a_bad_model_and_ctrl_c(tmp_path, monkeypatch
         # another script's digits were read (0.5, 3), as no other option reads them;
         # an empty --model was "model '.' is a directory"
         (["--threshold", "\u0660.\u0665"], "--threshold: expected a number, got '\u0660.\u0665'"),
-        (["--time-resolution", "\u0663"], "--time-resolution: expected a number"),
+        (["--time-resolution", "\u0663"], "--time-resolution: expected an integer"),
+        (["--time-resolution", "1.5"], "--time-resolution: expected an integer, got '1.5'"),
         (["--model", ""], "--model: expected a file name, got ''"),
         (["-o", "/nonexistent/rows.csv"], "-o /nonexistent/rows.csv: no such directory"),
         (["--plot", str(SPEECH)], f"--plot {SPEECH}: not a directory"),

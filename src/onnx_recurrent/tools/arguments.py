@@ -51,7 +51,8 @@ def add_model_inputs(parser: argparse.ArgumentParser) -> None:
         default=[],
         metavar="NAME=VALUE",
         help="size of a free dim of the random inputs, by its name, or as INPUT:AXIS for an "
-        "unnamed one (default 1 for a batch, else 8; check first infers those the model fixes)",
+        "unnamed one (default 1 for a dim whose name contains 'batch', else 8; check first "
+        "infers those the model fixes)",
     )
     parser.add_argument(
         "--seed", type=number(int, 0, "a seed"), default=0, help="seed of the random inputs"
@@ -414,7 +415,8 @@ def ascii_number(kind: type) -> Any:
                 return kind(text)
         except ValueError:
             pass
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}")
+        what = "an integer" if kind is int else "a number"
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
 
     parse.__name__ = kind.__name__  # argparse's "invalid float value"
     return parse

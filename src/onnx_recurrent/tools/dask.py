@@ -271,10 +271,9 @@ def run(
     if unknown or missing:
         overridable = [name for name in inputs if name in initializers]
         also = f" (and initializers it may override: {overridable})" if overridable else ""
-        raise RecurrentError(
-            f"unknown input(s) {unknown}, missing input(s) {missing}; "
-            f"the model's inputs are {required}{also}"
-        )
+        said = [f"unknown input(s) {unknown}"] if unknown else []
+        said += [f"missing input(s) {missing}"] if missing else []
+        raise RecurrentError(f"{', '.join(said)}; the model's inputs are {required}{also}")
     declared = {name: arg for name, arg in inputs.items() if name in feeds}
     for what, axes_given in (("batch_axes", batch_axes), ("output_batch_axes", output_batch_axes)):
         if axes_given is not None and not isinstance(axes_given, Mapping):

@@ -287,11 +287,15 @@ def speech_segments(
         ``num_chunks`` chunks, or an option has a bad value
         (:func:`check_segment_options`: a probability outside ``[0, 1]``, a negative
         or NaN duration, a ``time_resolution`` that is not an integer >= 0).
+    TypeError
+        If ``probs`` are not numbers.
     """
     given = locals()
     check_segment_options({name: given[name] for name in SEGMENT_OPTIONS})
     model_rate, step = native_rate(sample_rate)
     speech_probs = np.asarray(probs)
+    if speech_probs.dtype.kind not in "fiub":
+        raise TypeError(f"probs must be numbers, got dtype {speech_probs.dtype}")
     if speech_probs.dtype not in (np.float32, np.float64):
         speech_probs = speech_probs.astype(np.float64)
     if speech_probs.ndim != 1:

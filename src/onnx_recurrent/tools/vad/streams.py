@@ -89,7 +89,7 @@ def speech_probabilities(
         ``sample_rate`` is not supported, the session's model lacks the
         ``input``/``state`` inputs, or a call returns fewer than two outputs.
     TypeError
-        If ``samples`` are not numbers.
+        If ``samples`` are not numbers, or ``session`` has no ``run``.
     ImportError
         If ``progress=True`` and tqdm is not installed.
     """
@@ -160,6 +160,11 @@ def check_peak(samples: np.ndarray, what: str) -> None:
 
 def _check_feeds(session: Any) -> bool:
     """Check the model's inputs; return whether to feed ``sr``."""
+    if not callable(getattr(session, "run", None)):
+        raise TypeError(
+            "session must have onnxruntime's interface (session.run(None, feeds)), got "
+            f"{type(session).__name__}"
+        )
     names = input_names(session)
     if names is not None and not {"input", "state"} <= names:
         raise ValueError(
