@@ -93,6 +93,21 @@ def test_run_lstm_batch_on_axis_1_equals_one_session(client):
         np.testing.assert_array_equal(g, w)
 
 
+def test_run_bfloat16_outputs_are_declared_bfloat16(client):
+    """The Dask arrays of a bfloat16 model were declared ``|V2`` (void): ``Y_h * 2``
+    then raised TypeError, ``Y.mean()`` UFuncTypeError."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    feeds = random_inputs("GRU", T=4, N=6, dtype=ml_dtypes.bfloat16, seed=5, full=False)
+    axes = {"X": 1}
+    model = free_batch(node_model("GRU", feeds, {"hidden_size": 3}), axes)
+    Y, Y_h = ordask.run(model, chunked(feeds, axes, 2), axes, host="reference")
+    assert Y.dtype == Y_h.dtype == np.dtype(ml_dtypes.bfloat16)
+    want = onnx_recurrent.InferenceSession(model, host="reference").run(None, feeds)
+    got = client.compute([Y_h * 2, Y.astype(np.float32).mean()], sync=True)
+    np.testing.assert_array_equal(got[0], want[1] * 2)
+    np.testing.assert_allclose(got[1], want[0].astype(np.float32).mean(), rtol=1e-6)
+
+
 def test_run_gru_layout_1_equals_one_session(client):
     feeds = random_inputs("GRU", T=4, N=5, D=2, seed=4)
     feeds["X"] = feeds["X"].transpose(1, 0, 2).copy()

@@ -91,7 +91,7 @@ def _probe(
     if twice:
         twos = [np.concatenate([x, x], axis=a) for x, a in zip(firsts, axes, strict=True)]
         two = [y.shape for y in session.run(None, _feeds(static, names, twos))]
-    return [y.shape for y in one], two, [y.dtype.str for y in one]
+    return [y.shape for y in one], two, [y.dtype for y in one]
 
 
 def _run_block(
@@ -380,7 +380,7 @@ def run(
         )
         for j, (shape, axis, dtype) in enumerate(zip(shapes_one, out_axes, dtypes, strict=True)):
             piece_shape = tuple(size if k == axis else n for k, n in enumerate(shape))
-            pieces[j].append(da.from_delayed(result[j], piece_shape, dtype=np.dtype(dtype)))
+            pieces[j].append(da.from_delayed(result[j], piece_shape, dtype=dtype))
     return [
         da.concatenate(p, axis=axis) if len(p) > 1 else p[0]
         for p, axis in zip(pieces, out_axes, strict=True)
