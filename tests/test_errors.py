@@ -10,7 +10,7 @@ import pytest
 
 import onnx_recurrent as orc
 
-from models import random_inputs
+from models import node_model, random_inputs
 
 FUNCTIONS = {"GRU": orc.gru, "RNN": orc.rnn, "LSTM": orc.lstm}
 
@@ -489,3 +489,29 @@ def test_no_memory_for_a_weight_copy_or_y_names_it():
         "onnx-recurrent: no memory for Y_h, the GRU output of shape [1, 16777216, 64] "
         "(float32: 4 GiB)"
     )
+
+
+def test_bfloat16_scalars_and_torch_bfloat16_tensors_are_taken():
+    """A bfloat16 ``clip`` or activation parameter was "must be a float, got 2" (ml_dtypes'
+    scalars are no np.number); a torch bfloat16 tensor was "cannot be read as an array"
+    (NumPy reads none), where float16 ones are taken."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    bf = ml_dtypes.bfloat16
+    feeds = random_inputs("RNN", T=3, N=2, I=4, H=5, dtype=bf, full=False)
+    got = orc.rnn(**feeds, clip=bf(2), activations=["LeakyRelu"], activation_alpha=[bf(0.5)])
+    want = orc.rnn(**feeds, clip=2.0, activations=["LeakyRelu"], activation_alpha=[0.5])
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g.view(np.uint16), w.view(np.uint16))
+    torch = pytest.importorskip("torch")
+    tensor = torch.from_numpy(feeds["X"].view(np.int16)).view(torch.bfloat16)
+    model = node_model("RNN", feeds, {"hidden_size": 5})
+    runs = (
+        lambda X: orc.rnn(**{**feeds, "X": X}),
+        lambda X: orc.Layer("RNN", feeds["W"], feeds["R"])(X),
+        lambda X: orc.InferenceSession(model, host="reference").run(None, {"X": X, **{
+            k: v for k, v in feeds.items() if k != "X"}}),
+    )  # fmt: skip
+    for run in runs:
+        for g, w in zip(run(tensor), run(feeds["X"]), strict=True):
+            assert g.dtype == bf
+            np.testing.assert_array_equal(g.view(np.uint16), w.view(np.uint16))

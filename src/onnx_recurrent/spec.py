@@ -111,6 +111,8 @@ def check_bool(name: str, value: Any) -> bool:
 
 def _real(name: str, value: Any) -> float:
     """A float attribute (an int is taken too, as a float; not a string or a bool)."""
+    if isinstance(value, np.generic) and compute_dtype(value.dtype) is not None:
+        return float(value)  # bfloat16 (ml_dtypes) is no np.number
     if isinstance(value, bool | np.bool_) or not isinstance(value, int | float | np.number):
         raise RecurrentTypeError(f"{name} must be a float, got {value!r}")
     if isinstance(value, complex | np.complexfloating):
@@ -291,6 +293,17 @@ def native_order(array: np.ndarray) -> np.ndarray:
     return array if array.dtype.isnative else array.astype(array.dtype.newbyteorder("="))
 
 
+def numpy_of(value: Any) -> np.ndarray:
+    """``np.asarray(value)``; a torch bfloat16 tensor read bit for bit into
+    ``ml_dtypes.bfloat16`` (NumPy cannot read one)."""
+    if str(getattr(value, "dtype", "")) == "torch.bfloat16":
+        import ml_dtypes
+
+        torch = sys.modules["torch"]
+        return np.asarray(value.view(torch.int16)).view(ml_dtypes.bfloat16)
+    return np.asarray(value)
+
+
 def as_array(name: str, value: Any) -> np.ndarray:
     """``value`` as a NumPy array, or a clear error naming it: a ragged nested list
     (ValueError), a masked array (its mask would be ignored), or what NumPy cannot read
@@ -303,7 +316,7 @@ def as_array(name: str, value: Any) -> np.ndarray:
             f"(e.g. {name}.filled(0); for rows of other lengths, sequence_lens)"
         )
     try:
-        return np.asarray(value)
+        return numpy_of(value)
     except ValueError as e:
         raise RecurrentError(f"{name} cannot be read as an array: {e}") from None
     except (TypeError, RuntimeError) as e:

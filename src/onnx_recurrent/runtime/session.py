@@ -24,7 +24,7 @@ from onnx.helper import tensor_dtype_to_np_dtype
 
 from .. import backends, threads
 from ..errors import RecurrentError, RecurrentTypeError, one_line
-from ..spec import native_order
+from ..spec import native_order, numpy_of
 from .bound import BoundNode, bind, node_key
 from .graph import (
     INPUTS,
@@ -344,7 +344,7 @@ def feed_array(value: Any, dtype: np.dtype, name: str, path: str = "") -> np.nda
             "ndarray (its filled(value))"
         )
     try:
-        array = np.asarray(value)
+        array = numpy_of(value)
     except ValueError as e:  # a ragged nested list
         raise RecurrentError(f"input {name!r}{path}: not a tensor: {e}") from None
     except (TypeError, RuntimeError) as e:  # a tensor that needs grad...
