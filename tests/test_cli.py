@@ -582,6 +582,25 @@ def test_first_use_says_the_kernels_compile_once(tmp_path):
     assert "compiling" not in second.stderr
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float16])
+def test_first_use_is_said_of_the_kernels_the_model_needs(dtype, monkeypatch, capsys):
+    """A float64 or float16 model's run said "compiling ... on first use" on every run
+    while no float32 native node was cached (all the note asked about)."""
+    from onnx_recurrent.backends import jit_cache, native_code
+    from onnx_recurrent.tools import arguments
+
+    model = node_model("GRU", random_inputs("GRU", dtype=dtype, full=False), {"hidden_size": 3})
+    elements = arguments.recurrent_elements(model)
+    assert elements == {onnx.helper.np_dtype_to_tensor_dtype(np.dtype(dtype))}
+    held = {"compute-float64": dtype == np.float64}  # float32's never compiled
+    monkeypatch.setattr(native_code, "cached", lambda kind: (held.get(kind, False), "/c"))
+    monkeypatch.setattr(jit_cache, "cache_state", lambda: (dtype == np.float16, "/c"))
+    arguments.note_first_use(layers=False, elements=elements)
+    assert capsys.readouterr().err == ""
+    arguments.note_first_use(layers=False)  # a float32 model: its code is not cached
+    assert "compiling the kernels" in capsys.readouterr().err
+
+
 def test_run_feeds_a_name_with_equals_and_draws_shared_dims_from_given(tmp_path):
     # '-i x=a b=FILE' was split at the first '=' ("the model has no input 'x'"), and a
     # dim named in a given input (L: [N]) was drawn anew for X ([8, 8, 4]: refused)

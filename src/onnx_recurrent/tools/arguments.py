@@ -576,14 +576,41 @@ def saving(path: str) -> Iterator[BinaryIO]:
         raise OSError(e.errno, e.strerror, path) from None
 
 
-def note_first_use(layers: bool = True) -> None:
+#: the element types the onnxruntime host runs as compiled native code (the others
+#: take a node's Python path, which runs layers)
+NATIVE_ELEMENTS = {onnx.TensorProto.FLOAT: "float32", onnx.TensorProto.DOUBLE: "float64"}
+
+
+def recurrent_elements(model: onnx.ModelProto) -> set[int]:
+    """The ONNX element types of ``model``'s recurrent nodes (their ``X``'s, else
+    ``W``'s; float where neither can be told)."""
+    from ..runtime.graph import RECURRENT_OPS, element_types, hosted, walk
+
+    nodes = [n for _, n in walk(hosted(model).graph) if n.op_type in RECURRENT_OPS]
+    if not nodes:
+        return set()
+    types = element_types(model)
+    return {
+        next((types[i] for i in n.input[:2] if i in types), onnx.TensorProto.FLOAT) for n in nodes
+    }
+
+
+def note_first_use(layers: bool = True, elements: set[int] | None = None) -> None:
     """One line on stderr when the kernels a command runs have no compiled code cached
     yet (first use: compiling takes seconds). ``layers``: the command runs layers
     (numba's kernels: the reference host, the bench, the check's peers) besides the
-    native nodes of a session under onnxruntime (their machine code's own cache)."""
+    native nodes of a session under onnxruntime (their machine code's own cache);
+    ``elements``: the element types of the model's recurrent nodes (None: float's), a
+    16-bit one run as layers under onnxruntime too."""
     from ..backends import native_code
 
-    cached, where = native_code.cached("compute-float32")
+    if elements is None:
+        elements = {onnx.TensorProto.FLOAT}
+    native = [f"compute-{n}" for e, n in NATIVE_ELEMENTS.items() if e in elements]
+    layers = layers or bool(elements - set(NATIVE_ELEMENTS))
+    found = [native_code.cached(kind) for kind in native]
+    cached = all(c for c, _ in found)
+    where = next((w for _, w in found if w is not None), None)
     if layers:
         from ..backends import jit_cache, numba_backend  # noqa: F401  (decorates the kernels)
 

@@ -28,7 +28,6 @@ from typing import Any, NoReturn
 import numpy as np
 
 from ..errors import RecurrentError, one_line
-from ..runtime.graph import RECURRENT_OPS, hosted, walk
 from ..runtime.session import InferenceSession, load_model
 from .arguments import (
     add_host,
@@ -40,6 +39,7 @@ from .arguments import (
     note_first_use,
     parse_pairs,
     raise_lost_interrupt,
+    recurrent_elements,
     same_file,
     saving,
     writable,
@@ -146,9 +146,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"model: {model}")
         given = None
     proto = load_model(model)  # read once: whether there is anything to compile
-    if any(n.op_type in RECURRENT_OPS for _, n in walk(hosted(proto).graph)):
+    elements = recurrent_elements(proto)
+    if elements:
         # a session compiles its kernels when it is made; the reference host runs layers
-        note_first_use(layers=args.host == "reference" or not find_spec("onnxruntime"))
+        layers = args.host == "reference" or not find_spec("onnxruntime")
+        note_first_use(layers=layers, elements=elements)
     session = InferenceSession(proto, host=args.host)
     print(f"host: {session.host}")
     if not session.recurrent_nodes:

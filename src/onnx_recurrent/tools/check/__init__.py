@@ -37,6 +37,7 @@ from ..arguments import (
     parse_dims,
     parse_pairs,
     random_feeds,
+    recurrent_elements,
 )
 from .dims import Dims, solve_dims
 from .lint import Finding, lint
@@ -167,7 +168,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     command line prints it, status 2)."""
     _once(args.peer or [], "--peer")  # before the work
     model = load_model(args.model)
-    note_first_use()  # a session compiles its kernels when it is made
+    note_first_use(elements=recurrent_elements(model))  # a session compiles its kernels
     session = InferenceSession(model, host=args.host)
     inputs = session.get_inputs()
     overridable = session.get_overridable_initializers()  # -i may replace them
