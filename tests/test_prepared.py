@@ -93,10 +93,30 @@ def test_kept_weights_are_bounded(monkeypatch):
     for seed in range(1, 5):
         orc.rnn(**random_inputs("RNN", H=5, seed=seed))
     assert len(prepared._entries) == 2 and prepared._kept_bytes() == 2 * one
+    # one larger than MAX_BYTES is kept alone: it was prepared again at every call (an
+    # LSTM of hidden size 1400 took 14-49 ms a call, its Layer 1.1 ms)
     monkeypatch.setattr(prepared, "MAX_BYTES", one - 1)
     prepared.clear()
-    orc.rnn(**random_inputs("RNN", H=5, seed=0))
-    assert len(prepared._entries) == 0
+    feeds = random_inputs("RNN", H=5, seed=0)
+    orc.rnn(**feeds)
+    assert len(prepared._entries) == 1
+    kept = prepared._entries[0][1]
+    orc.rnn(**feeds)
+    assert prepared._entries == [(prepared._entries[0][0], kept)]  # used again
+    orc.rnn(**random_inputs("RNN", H=5, seed=1))  # another: the large one dropped
+    assert len(prepared._entries) == 1 and prepared._entries[0][1] is not kept
+
+
+def test_a_stack_of_more_than_sixteen_layers_is_kept():
+    """A stack of 17 or more distinct layers called in turn (16 kept) prepared every
+    layer again at every call: 0.8 ms a layer against 0.05."""
+    layers = [random_inputs("GRU", H=4, seed=seed) for seed in range(40)]
+    for feeds in layers:
+        orc.gru(**feeds)
+    kept = [layer for _, layer in prepared._entries]
+    for feeds in layers:
+        orc.gru(**feeds)
+    assert [layer for _, layer in prepared._entries] == kept
 
 
 @pytest.fixture(autouse=True)

@@ -30,10 +30,13 @@ from .spec import (
     make_spec,
 )
 
-#: layers kept, at most (least recently used dropped first)
-MAX_ENTRIES = 16
+#: layers kept, at most (least recently used dropped first): a stack of more distinct
+#: layers, called in turn, would prepare each one again at every call
+MAX_ENTRIES = 64
 #: bytes kept, at most: the weight copies and what is prepared from them
-#: (:meth:`~onnx_recurrent.Layer.memory`; a new layer counted at what it will hold)
+#: (:meth:`~onnx_recurrent.Layer.memory`; a new layer counted at what it will hold),
+#: except that the layer made last is kept whatever its size (a larger one is kept
+#: alone, until another is made: calls of its weights do not prepare it again)
 MAX_BYTES = 64 << 20
 
 _lock = threading.Lock()
@@ -88,12 +91,17 @@ def layer(
                         _entries.append(entry)
             return kept
     made = Layer.from_spec(spec, attributes, W, R, B, P)
-    if _cost(made) <= MAX_BYTES:
-        with _lock:
-            _entries.append((key, made))
-            while len(_entries) > MAX_ENTRIES or _kept_bytes() > MAX_BYTES:
-                del _entries[0]
+    with _lock:
+        _entries.append((key, made))
+        _evict()
     return made
+
+
+def _evict() -> None:
+    """Under ``_lock``: the least recently used layers dropped until the kept ones fit
+    :data:`MAX_ENTRIES` and :data:`MAX_BYTES`, the last one kept whatever its size."""
+    while len(_entries) > 1 and (len(_entries) > MAX_ENTRIES or _kept_bytes() > MAX_BYTES):
+        del _entries[0]
 
 
 def for_call(
@@ -134,13 +142,12 @@ def for_call(
 def evict_to_fit(layer: Layer) -> None:
     """After a call of ``layer``: if it was kept new, count what its call prepared
     (its estimate may be short: packed panels are padded) and drop the least recently
-    used layers, it too if need be, until the kept ones fit :data:`MAX_BYTES`."""
+    used layers until the kept ones fit :data:`MAX_BYTES` (``layer`` stays)."""
     if not _entries or _entries[-1][1] is not layer or layer._counted:
         return
     with _lock:
         layer._counted = True
-        while _entries and _kept_bytes() > MAX_BYTES:
-            del _entries[0]
+        _evict()
 
 
 def clear() -> None:
