@@ -585,16 +585,17 @@ def test_first_use_says_the_kernels_compile_once(tmp_path):
 @pytest.mark.parametrize("dtype", [np.float64, np.float16])
 def test_first_use_is_said_of_the_kernels_the_model_needs(dtype, monkeypatch, capsys):
     """A float64 or float16 model's run said "compiling ... on first use" on every run
-    while no float32 native node was cached (all the note asked about)."""
+    while no float32 native node was cached (all the note asked about). Each type has
+    its own native code."""
     from onnx_recurrent.backends import jit_cache, native_code
     from onnx_recurrent.tools import arguments
 
     model = node_model("GRU", random_inputs("GRU", dtype=dtype, full=False), {"hidden_size": 3})
     elements = arguments.recurrent_elements(model)
     assert elements == {onnx.helper.np_dtype_to_tensor_dtype(np.dtype(dtype))}
-    held = {"compute-float64": dtype == np.float64}  # float32's never compiled
-    monkeypatch.setattr(native_code, "cached", lambda kind: (held.get(kind, False), "/c"))
-    monkeypatch.setattr(jit_cache, "cache_state", lambda: (dtype == np.float16, "/c"))
+    held = {f"compute-{np.dtype(dtype).name}"}  # float32's never compiled
+    monkeypatch.setattr(native_code, "cached", lambda kind: (kind in held, "/c"))
+    monkeypatch.setattr(jit_cache, "cache_state", lambda: (False, "/c"))
     arguments.note_first_use(layers=False, elements=elements)
     assert capsys.readouterr().err == ""
     arguments.note_first_use(layers=False)  # a float32 model: its code is not cached

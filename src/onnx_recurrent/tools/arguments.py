@@ -576,9 +576,14 @@ def saving(path: str) -> Iterator[BinaryIO]:
         raise OSError(e.errno, e.strerror, path) from None
 
 
-#: the element types the onnxruntime host runs as compiled native code (the others
-#: take a node's Python path, which runs layers)
-NATIVE_ELEMENTS = {onnx.TensorProto.FLOAT: "float32", onnx.TensorProto.DOUBLE: "float64"}
+#: the element types the onnxruntime host runs as compiled native code, each its own
+#: (the others would take a node's Python path, which runs layers)
+NATIVE_ELEMENTS = {
+    onnx.TensorProto.FLOAT: "float32",
+    onnx.TensorProto.DOUBLE: "float64",
+    onnx.TensorProto.FLOAT16: "float16",
+    onnx.TensorProto.BFLOAT16: "bfloat16",
+}
 
 
 def recurrent_elements(model: onnx.ModelProto) -> set[int]:
@@ -600,8 +605,7 @@ def note_first_use(layers: bool = True, elements: set[int] | None = None) -> Non
     yet (first use: compiling takes seconds). ``layers``: the command runs layers
     (numba's kernels: the reference host, the bench, the check's peers) besides the
     native nodes of a session under onnxruntime (their machine code's own cache);
-    ``elements``: the element types of the model's recurrent nodes (None: float's), a
-    16-bit one run as layers under onnxruntime too."""
+    ``elements``: the element types of the model's recurrent nodes (None: float's)."""
     from ..backends import native_code
 
     if elements is None:

@@ -55,6 +55,7 @@ from onnx import TensorProto
 from ... import interrupts, threads
 from ...backends import native_code, plans
 from ...cells import CELLS
+from ...spec import compute_dtype
 from ..bound import BoundNode
 from ..graph import CUSTOM_DOMAIN, CUSTOM_OPS
 from . import native_block as nc
@@ -286,7 +287,7 @@ def record(error: BaseException) -> None:
 def _fill(block: np.ndarray, layer, limit: int = 0) -> tuple:
     """The words of ``block`` that compiled code reads to run ``layer`` (its prepared
     plans, attributes, sizes, threads): the plans, which the block's owner keeps."""
-    spec, dt = layer.spec, layer.dtype
+    spec, dt = layer.spec, compute_dtype(layer.dtype)
     kept = tuple(
         plans.get(spec, w, spec.activations[d], dt, 1) for d, w in enumerate(layer.directions())
     )
@@ -364,8 +365,8 @@ class Kernel:
             layer.prepare()  # the Python path runs it: compiled now, not on a call
 
     def _compiled(self, layer) -> bool:
-        """Whether compiled code computes ``layer``'s calls (in its own dtype)."""
-        return COMPILED.get(self.element) == layer.dtype
+        """Whether compiled code computes ``layer``'s calls (of the node's type)."""
+        return self.element in COMPILED and _ELEMENT_DTYPES[self.element]() == layer.dtype
 
     def _derive(self, layer, weights: dict) -> None:
         """After a Python-path call of a node whose ``weights`` come per call: a block
@@ -611,8 +612,11 @@ def _at_exit() -> None:
         operator.struct.KernelDestroy = noop
 
 
-#: element types computed by compiled code, and their compute dtype
-COMPILED = {TensorProto.FLOAT: np.float32, TensorProto.DOUBLE: np.float64}
+#: element types computed by compiled code (float16 and bfloat16 in float32: their
+#: inputs widened, outputs rounded)
+COMPILED = frozenset(
+    (TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16, TensorProto.BFLOAT16)
+)
 
 
 def prepare(elements: set[int]) -> None:
@@ -621,8 +625,8 @@ def prepare(elements: set[int]) -> None:
     operator (onnxruntime reads the field at each call)."""
     for operator in _operators:
         if operator.element in elements and operator.element in COMPILED:
-            address = compiled_address("compute", COMPILED[operator.element])
-            operator.struct.KernelComputeV2 = address
+            dtype = _ELEMENT_DTYPES[operator.element]()
+            operator.struct.KernelComputeV2 = compiled_address("compute", dtype)
 
 
 def compiled_address(kind: str, dt: np.dtype) -> int:

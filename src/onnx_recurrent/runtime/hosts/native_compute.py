@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import threading
 
+import ml_dtypes
 import numba
 import numpy as np
 from numba.core import types
 
-from ...backends import node
+from ...backends import halves, node
 from ...backends.jit_cache import cfunc, cfunc_code, jit
 from ...backends.node import ABORTED, DONE, run_node
 from ...backends.sync import c_call
@@ -227,13 +228,18 @@ def _failed(k, fn, result):
     return c_call(fn[CREATE_STATUS], ORT_FAIL, message, 0, 0, 0, 0)
 
 
-OWN = 33  # OrtApi's results, the inputs, a shape, the states, the finals, a mark
+# OrtApi's results, the inputs, a shape, the states, the finals, a mark; 16 bits: the
+# outputs Y, Y_h, Y_c are rounded into (0: not wired)
+OWN = 36
+NARROW_Y = 33
 
 
 @_jit
-def compute(kernel, context, dtype):
+def compute(kernel, context, dtype, narrow):
     """The node on one call's inputs; an ``OrtStatus*`` (0: success). Never raises;
-    its memory from ``malloc`` (:mod:`onnx_recurrent.backends.views`)."""
+    its memory from ``malloc`` (:mod:`onnx_recurrent.backends.views`). ``narrow``: 0,
+    or the 16-bit type of a node computed in ``dtype`` (float32: its inputs widened,
+    its outputs rounded, :mod:`onnx_recurrent.backends.halves`)."""
     k = numba.carray(pointer(kernel), WORDS, np.int64)
     fn = numba.carray(pointer(k[FUNCTIONS]), len(FUNCTION_NAMES), np.int64)
     own = allocate(OWN, INTS)
@@ -244,18 +250,18 @@ def compute(kernel, context, dtype):
         kernel = k[DERIVED]
         k = numba.carray(pointer(kernel), WORDS, np.int64)
     if k[FAST] == 0:
-        status = _python(k, fn, kernel, context, own[32:])
+        status = _python(k, fn, kernel, context, own[32:33])
     else:
-        status = _inputs(k, fn, kernel, context, dtype, own)
+        status = _inputs(k, fn, kernel, context, dtype, own, narrow)
     release(own)
     return status
 
 
 @_jit
-def _inputs(k, fn, kernel, context, dtype, own):
+def _inputs(k, fn, kernel, context, dtype, own, narrow):
     """:func:`compute` from the inputs on (``own``: its words)."""
     out, values, shape = part(own, 0, 16), part(own, 16, 8), part(own, 24, 4)
-    done = own[32:]
+    done = own[32:33]
     at = out.ctypes.data
     s = c_call(fn[GET_INPUT_COUNT], context, at, 0, 0, 0, 0)
     if s != 0:
@@ -339,21 +345,54 @@ def _inputs(k, fn, kernel, context, dtype, own):
         Y = numba.carray(pointer(p), (shape[0], shape[1], shape[2], shape[3]), dtype)
     shape[0], shape[1], shape[2] = s0, s1, H
     # the final states: onnxruntime's outputs, or scratch where an output is not wired
+    # (16 bits: always, as the inputs and Y, then rounded into the outputs)
     count = (2 if lstm else 1) * s0 * s1 * H
-    spare = allocate(count, X)
-    if count > 0 and spare.shape[0] == 0:
+    wide = d0 * d1 * I + 2 * s0 * s1 * H + Y.size if narrow else 0
+    spare = allocate(count + wide, X)
+    if count + wide > 0 and spare.shape[0] == 0:
         return _failed(k, fn, 2)
+    if narrow:
+        at = count
+        into = spare[at : at + X.size]
+        halves.widen(numba.carray(pointer(xp), into.size, np.uint16), into, narrow)
+        X, xp = into.reshape(X.shape), into.ctypes.data
+        at += X.size
+        state = s0 * s1 * H
+        for j in range(2):
+            if given[j] != 0:
+                into = spare[at : at + state]
+                halves.widen(numba.carray(pointer(given[j]), state, np.uint16), into, narrow)
+                given[j] = into.ctypes.data
+            at += state
+        h0 = numba.carray(pointer(given[0]), h0.shape, dtype)
+        c0 = numba.carray(pointer(given[1]), c0.shape, dtype)
+        own[NARROW_Y] = Y.ctypes.data if wired & 1 else 0
+        Y = spare[at : at + Y.size].reshape(Y.shape)
     status = _outputs(k, fn, kernel, context, dtype, own, X, xp, d0, d1, lens, has_lens, h0, c0,
-                      Y, spare, N, T, Dn, H, slices)  # fmt: skip
+                      Y, spare, N, T, Dn, H, slices, narrow)  # fmt: skip
+    if narrow and status == 0:
+        _narrowed(Y, own[NARROW_Y], narrow)
+        state = s0 * s1 * H
+        for j in range(k[STATES]):
+            _narrowed(spare[j * state : (j + 1) * state], own[NARROW_Y + 1 + j], narrow)
     release(spare)
     return status
 
 
 @_jit
+def _narrowed(values, p, narrow):
+    """``values`` rounded to 16 bits at address ``p`` (0: nowhere)."""
+    if p != 0 and values.size > 0:
+        flat = values.reshape(values.size)
+        halves.narrow(flat, numba.carray(pointer(p), flat.size, np.uint16), narrow)
+
+
+@_jit
 def _outputs(k, fn, kernel, context, dtype, own, X, xp, d0, d1, lens, has_lens, h0, c0, Y, spare,
-             N, T, Dn, H, slices):  # fmt: skip
+             N, T, Dn, H, slices, narrow):  # fmt: skip
     """:func:`compute` from the final states' outputs on: the node run here or on
-    onnxruntime's threads (``spare``: the final states not wired)."""
+    onnxruntime's threads (``spare``: the final states not wired; 16 bits: all of
+    them, each wired one's output in ``own[NARROW_Y + 1 + j]``)."""
     layout, lstm, wired = k[LAYOUT], k[STATES] == 2, k[OUTPUTS]
     out, shape, given = part(own, 0, 16), part(own, 24, 4), part(own, 28, 2)
     s0, s1 = (N, Dn) if layout else (Dn, N)
@@ -369,7 +408,10 @@ def _outputs(k, fn, kernel, context, dtype, own, X, xp, d0, d1, lens, has_lens, 
             p = _data(fn, out[0], out)
             if p == 0 and out[1] != 0:
                 return out[1]
-            finals[j] = p
+            if narrow:
+                own[NARROW_Y + 1 + j] = p
+            else:
+                finals[j] = p
     Yh = numba.carray(pointer(finals[0]), (s0, s1, H), dtype)
     Yc = numba.carray(pointer(finals[1 if lstm else 0]), (s0, s1, H), dtype)
     flags = (
@@ -484,14 +526,27 @@ _TASKS = {np.dtype(np.float32): _task_float, np.dtype(np.float64): _task_double}
 
 
 def _compute_float(kernel, context):
-    return pointer(compute(address(kernel), address(context), np.float32))
+    return pointer(compute(address(kernel), address(context), np.float32, 0))
 
 
 def _compute_double(kernel, context):
-    return pointer(compute(address(kernel), address(context), np.float64))
+    return pointer(compute(address(kernel), address(context), np.float64, 0))
 
 
-_COMPUTES = {np.dtype(np.float32): _compute_float, np.dtype(np.float64): _compute_double}
+def _compute_half(kernel, context):
+    return pointer(compute(address(kernel), address(context), np.float32, halves.FLOAT16))
+
+
+def _compute_bfloat(kernel, context):
+    return pointer(compute(address(kernel), address(context), np.float32, halves.BFLOAT16))
+
+
+_COMPUTES = {
+    np.dtype(np.float32): _compute_float,
+    np.dtype(np.float64): _compute_double,
+    np.dtype(np.float16): _compute_half,
+    np.dtype(ml_dtypes.bfloat16): _compute_bfloat,
+}
 _FUNCTIONS = {"compute": (_SIGNATURE, _COMPUTES), "task": (_TASK_SIGNATURE, _TASKS)}
 _compiled: dict[tuple, object] = {}  # numba's cfuncs: their code lives as long as they
 _lock = threading.Lock()

@@ -588,7 +588,7 @@ class OnnxruntimeHost:
                     f"the native nodes cannot be compiled: {one_line(e, typed=False)}"
                 ) from None
             if any(name not in {OP_TYPES[e] for e in native.COMPILED} for name in used):
-                # a node whose kernel is its Python path (float16, bfloat16): always
+                # a node whose kernel is its Python path (a type without compiled code): always
                 # watched (a compiled kernel marks its Python path's end: an interrupt
                 # escaping it fails the call, watched or not)
                 self._floor = math.inf
