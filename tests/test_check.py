@@ -353,6 +353,38 @@ def test_a_16_bit_output_differs_beyond_two_of_its_epsilons_at_least(dtype):
     assert compare("Y", "p", *wide, 1e-4, 1e-3).exceeds
 
 
+def test_a_float_output_through_a_16_bit_recurrent_node_is_judged_at_its_epsilons():
+    """A float16 GRU between two Casts (float32 graph inputs and outputs): its outputs
+    hold float16 roundings, and every peer was DIFFERS at float32's tolerance (exit
+    1), while the trace found no recurrent node differing."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from onnx_recurrent.tools.check import check
+    from onnx_recurrent.tools.check.trace import low_precision_upstream
+
+    feeds = random_inputs("GRU", T=30, N=2, I=5, H=7, dtype=np.float16, full=False, seed=3)
+    nodes = [
+        helper.make_node("Cast", ["x"], ["X"], to=TensorProto.FLOAT16),
+        helper.make_node("GRU", ["X", "W", "R"], ["Y16", "Y_h16"], hidden_size=7),
+        helper.make_node("Cast", ["Y16"], ["Y"], to=TensorProto.FLOAT),
+        helper.make_node("Identity", ["x"], ["same"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [30, 2, 5])],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("Y", "same")],
+        [numpy_helper.from_array(feeds[n], n) for n in ("W", "R")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 22)])
+    upstream = low_precision_upstream(model)
+    assert upstream == {"Y": float(np.finfo(np.float16).eps), "same": 0.0}
+    report = check(model, {"x": feeds["X"].astype(np.float32)}, peers=["onnx.reference"])
+    judged = {c.output: c for c in report.comparisons}
+    assert judged["Y"].widened and not judged["Y"].exceeds, judged
+    assert not judged["same"].widened
+
+
 def test_openvino_layout_1_gives_wrong_shapes(tmp_path, capsys):
     pytest.importorskip("openvino")
     feeds = random_inputs("GRU", T=5, N=3, full=False)

@@ -15,7 +15,15 @@ from onnx import helper
 from ... import cells
 from ...activations import TABLE, Activation
 from ...errors import one_line
-from ...runtime.graph import RECURRENT_OPS, Namer, attributes, element_types, walk_paths
+from ...runtime.graph import (
+    RECURRENT_OPS,
+    Namer,
+    attributes,
+    element_types,
+    subgraphs,
+    walk,
+    walk_paths,
+)
 from ...runtime.loop import reference_fixes
 from ...runtime.reference import reference_ops
 from ...spec import RecSpec, make_spec
@@ -56,11 +64,14 @@ def _same(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return (a == b) | (np.isnan(a) & np.isnan(b))
 
 
-def compare(name: str, peer: str, ours: Any, theirs: Any, atol: float, rtol: float) -> Comparison:
+def compare(
+    name: str, peer: str, ours: Any, theirs: Any, atol: float, rtol: float, eps: float = 0.0
+) -> Comparison:
     """Max absolute and relative difference of one output (relative to ours): a tensor,
     or a sequence or map through its numbers, whose structure (lengths, keys, shapes)
     and text must be equal. An integer or bool tensor must be equal (ids 30000 apart
-    by 30 were within the float tolerances)."""
+    by 30 were within the float tolerances). ``eps``: the epsilon of a 16-bit type the
+    output is computed through (:func:`low_precision_upstream`), widened to as its own."""
     if isinstance(ours, np.ndarray) and not isinstance(theirs, list | dict):
         theirs = np.asarray(theirs)
         if theirs.shape != ours.shape:
@@ -73,8 +84,8 @@ def compare(name: str, peer: str, ours: Any, theirs: Any, atol: float, rtol: flo
     if ours_numbers.size == 0:
         return Comparison(name, peer, 0.0, 0.0)
     a, b = ours_numbers, their_numbers
-    ulp = low_precision_eps(ours)
-    atol, rtol = widened(ours, atol, rtol)
+    ulp = max(low_precision_eps(ours), eps)
+    atol, rtol = max(atol, LOW_PRECISION_STEPS * ulp), max(rtol, LOW_PRECISION_STEPS * ulp)
     if isinstance(ours, np.ndarray) and ours.dtype.kind in "iub":
         atol = rtol = 0.0
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
@@ -97,6 +108,37 @@ def widened(value: Any, atol: float, rtol: float) -> tuple[float, float]:
     fewer, at least :data:`LOW_PRECISION_STEPS` of its epsilons."""
     ulp = low_precision_eps(value)
     return max(atol, LOW_PRECISION_STEPS * ulp), max(rtol, LOW_PRECISION_STEPS * ulp)
+
+
+def low_precision_upstream(model: onnx.ModelProto) -> dict[str, float]:
+    """Each graph output's largest epsilon of a float16 or bfloat16 recurrent node it
+    is computed from (0.0: none), through any nodes: a float32 output of a float16 GRU
+    between Casts holds float16 roundings (every peer was called wrong at float32's
+    tolerance)."""
+    types = element_types(model)
+
+    def own(node: onnx.NodeProto) -> float:  # the node's, or its subgraphs' nodes'
+        nodes = [node] + [n for sub in subgraphs(node) for _, n in walk(sub)]
+        elements = [
+            next((types[i] for i in n.input[:2] if i in types), 0)
+            for n in nodes
+            if n.op_type in RECURRENT_OPS
+        ]
+        return max((_LOW_ELEMENTS.get(e, 0.0) for e in elements), default=0.0)
+
+    reached: dict[str, float] = {}
+    for node in model.graph.node:
+        eps = max([own(node)] + [reached.get(i, 0.0) for i in node.input])
+        for o in node.output:
+            reached[o] = eps
+    return {o.name: reached.get(o.name, 0.0) for o in model.graph.output}
+
+
+#: the epsilons of the 16-bit element types a recurrent node may have
+_LOW_ELEMENTS = {
+    onnx.TensorProto.FLOAT16: float(np.finfo(np.float16).eps),
+    onnx.TensorProto.BFLOAT16: float(ml_dtypes.finfo(ml_dtypes.bfloat16).eps),
+}
 
 
 def low_precision_eps(value: Any) -> float:
