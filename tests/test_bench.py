@@ -9,6 +9,7 @@ import importlib.util
 import json
 import os
 import sys
+from dataclasses import replace
 from typing import ClassVar
 
 import numpy as np
@@ -270,6 +271,11 @@ def test_an_l_forward_case_times_the_sgemm_product_in_its_rounds():
     assert result.to_json()["sgemm_beside_s"] == result.peak
     m = next(c for c in bench.make_cases(["rnn"], ["tiny"]) if c.label == "RNN fwd")
     assert bench.run_case(m, [bench.Ours()], repeat=2).peak == []
+    # a float64 case: our float32 twin timed in its rounds, kept apart too
+    double = bench.run_case(replace(m, dtype="float64"), [bench.Ours()], repeat=3)
+    assert double.error is None and set(double.samples) == {"ours"}
+    assert len(double.twins["ours"]) == 3 and all(t > 0 for t in double.twins["ours"])
+    assert double.to_json()["float32_twin_samples_s"] == double.twins
 
 
 def test_the_help_states_the_targets_with_their_values():
@@ -822,6 +828,12 @@ def test_float64_is_reported_over_our_float32_on_the_same_case():
     assert "tiny GRU lbr=0 fwd float64 (Layer) 2.30 [2.30-2.30] MISS" in text
     assert "lbr=1" not in text  # its float32 twin did not run
     assert bench.format_double(results[1:]) == ""
+    # the twin timed in the float64 case's own rounds: the round-by-round ratios judged
+    # (the float32 case, a minute earlier, measured the change of load as much: 2.4-3.8
+    # against 1.8 when alternated)
+    paired = bench.CaseResult(double, samples={"ours": [2.0, 4.0, 3.0]})
+    paired.twins = {"ours": [1.0, 2.0, 1.5]}
+    assert "tiny GRU lbr=0 fwd float64 2.00 [2.00-2.00] PASS" in bench.format_double([paired])
     # counted in the targets' summary, through the functions (as the sgemm share)
     results[2] = bench.CaseResult(cases["GRU lbr=0 fwd layout=1"], samples={"ours": [1.0]})
     results.append(bench.CaseResult(double, samples={"ours": [2.5] * 3}))

@@ -448,26 +448,37 @@ def double_verdicts(
     results: Sequence[CaseResult],
 ) -> list[tuple[CaseResult, str, str, float, tuple[float, float], bool]]:
     """Each float64 case against its float32 twin (same operator, shape and attributes):
-    ``(result, face's runtime name, face's label suffix, float64 median over float32
-    median, float64 quartiles over it, met)`` for the functions and the Layer, judged
-    against :data:`DOUBLE_BOUND`; none where a pair did not run."""
+    ``(result, face's runtime name, face's label suffix, float64 over float32, its
+    quartiles, met)`` for the functions and the Layer, judged against
+    :data:`DOUBLE_BOUND`: the median of the round-by-round ratios where the twin was
+    timed in the float64 case's rounds (:attr:`.CaseResult.twins`), else the medians
+    of the two cases; none where a pair did not run."""
     ran = {r.case: r for r in results if not r.error}
     out = []
     for res in results:
-        twin = replace(res.case, dtype="float32")
-        single = ran.get(twin) if res.case.dtype == "float64" and not res.error else None
-        for name, face, double, q in _our_faces(res) if single is not None else ():
-            base = single.median(name)
-            if base:
+        if res.case.dtype != "float64" or res.error:
+            continue
+        single = ran.get(replace(res.case, dtype="float32"))
+        for name, face, double, q in _our_faces(res):
+            paired = res.samples.get(name, []), res.twins.get(name, [])
+            if paired[1] and len(paired[0]) == len(paired[1]):  # round by round
+                ratios = np.array(paired[0]) / np.array(paired[1])
+                ratio = float(np.median(ratios))
+                low, high = np.percentile(ratios, [25, 75])
+                spread = (float(low), float(high))
+            elif single is not None and single.median(name):
+                base = single.median(name)
                 ratio, spread = double / base, (q[0] / base, q[1] / base)
-                out.append((res, name, face, ratio, spread, ratio <= DOUBLE_BOUND))
+            else:
+                continue
+            out.append((res, name, face, ratio, spread, ratio <= DOUBLE_BOUND))
     return out
 
 
 def format_double(results: Sequence[CaseResult]) -> str:
     """Each float64 case's time over its float32 twin's (:func:`double_verdicts`), for
-    the functions and the Layer, with the spread from the float64 quartiles and the
-    target :data:`DOUBLE_BOUND`; '' where no pair ran."""
+    the functions and the Layer, with its spread and the target :data:`DOUBLE_BOUND`;
+    '' where no pair ran."""
     parts = [
         f"{res.case.shape.name} {res.case.label}{face} {fmt_ratio(ratio)} "
         f"[{fmt_ratio(q[0])}-{fmt_ratio(q[1])}] {'PASS' if met else 'MISS'}"
@@ -477,8 +488,8 @@ def format_double(results: Sequence[CaseResult]) -> str:
         return ""
     return (
         f"float64 over our float32 on the same case (target ≤ {DOUBLE_BOUND:g}: no peer "
-        "computes real double, so the yardstick is our own float32), our float64 median "
-        "over our float32 median [float64 quartiles over it]: " + "; ".join(parts)
+        "computes real double, so the yardstick is our own float32, timed in the same "
+        "rounds), the median of the rounds' ratios [their quartiles]: " + "; ".join(parts)
     )
 
 

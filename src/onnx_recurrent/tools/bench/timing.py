@@ -176,6 +176,10 @@ class CaseResult:
     # the sgemm product's times (:data:`SGEMM`), one in each round beside the runtimes'
     # calls, where the case is held to a share of its peak (:attr:`.Case.peak_judged`)
     peak: list[float] = field(default_factory=list)
+    # a float64 case: each of our faces on its float32 twin, timed in the same rounds
+    # (the ratio is judged: timed in another case, a minute apart, it measured the
+    # machine's change of load as much as float64)
+    twins: dict[str, list[float]] = field(default_factory=dict)
 
     @property
     def repeats(self) -> int:
@@ -278,6 +282,7 @@ class CaseResult:
             "contended_over_quiet": {n: self.contention(n) for n in self.contended},
             "targets": verdicts,
             "sgemm_beside_s": self.peak,
+            "float32_twin_samples_s": self.twins,
         }
 
 
@@ -338,13 +343,46 @@ def run_case(
             # speed drifts (a VM's neighbours, its clock) by more than the target's margin
             calls[SGEMM] = sgemm_call()
             calls[SGEMM]()  # warm-up
+        if isinstance(case, Case) and case.dtype == "float64":
+            calls |= _float32_twins(case, runtimes, calls, options)
         if before_timing is not None:
             before_timing()
         budget = 0.0 if options.repeat else budget - (time.perf_counter() - start)
         time_calls(result, calls, options, budget=budget, max_calls=caps)
         result.peak = result.samples.pop(SGEMM, [])
         result.contended.pop(SGEMM, None)
+        for name in [n for n in result.samples if n.endswith(TWIN)]:
+            result.twins[name.removesuffix(TWIN)] = result.samples.pop(name)
+            result.contended.pop(name, None)
     return result
+
+
+#: the suffix of a float32 twin's call (:attr:`CaseResult.twins`), and our faces that
+#: have one (those judged over their float32: the functions, the Layer)
+TWIN = "@float32"
+TWINNED = ("ours", "layer")
+
+
+def _float32_twins(
+    case: Any, runtimes: Sequence[Runtime], calls: Mapping[str, Call], options: Options
+) -> dict[str, Call]:
+    """Our faces that run a float64 ``case``, prepared and warmed up on its float32
+    twin (none where it cannot be built)."""
+    twin = replace(case, dtype="float32")
+    try:
+        model, feeds = twin.make(options.seed, options.opset)
+    except Exception:  # the float64 case's own error says why
+        return {}
+    made = {}
+    for runtime in runtimes:
+        if runtime.name in TWINNED and runtime.name in calls:
+            try:
+                call = runtime.prepare(twin, model, feeds)
+                call()
+            except Exception:  # judged against the float32 case's own times then
+                continue
+            made[runtime.name + TWIN] = call
+    return made
 
 
 def prepare_calls(
