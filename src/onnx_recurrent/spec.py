@@ -296,7 +296,9 @@ def native_order(array: np.ndarray) -> np.ndarray:
 def numpy_of(value: Any) -> np.ndarray:
     """``np.asarray(value)``; a torch bfloat16 tensor read bit for bit into
     ``ml_dtypes.bfloat16`` (NumPy cannot read one)."""
-    if str(getattr(value, "dtype", "")) == "torch.bfloat16":
+    if type(value) is np.ndarray:
+        return value
+    if type(value).__module__ == "torch" and str(value.dtype) == "torch.bfloat16":
         import ml_dtypes
 
         torch = sys.modules["torch"]
