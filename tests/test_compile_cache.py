@@ -203,6 +203,18 @@ def test_a_warm_cache_beside_a_package_that_cannot_be_written_is_loaded(sandbox,
         assert used["cache_hits"] > 0  # loaded, not compiled
         ours = tmp_path / "use" / f"onnx-recurrent-{os.geteuid()}" / "numba"
         assert list(ours.rglob("*.nbi")) and list(ours.rglob("*.nbc"))
+        # an earlier install's indexes there, of the same names but stale: nothing was
+        # copied, and numba compiled every kernel again without a word
+        import pickle
+
+        import numba
+
+        for index in ours.rglob("*.nbi"):
+            with open(index, "wb") as f:
+                pickle.dump(numba.__version__, f)
+                f.write(pickle.dumps((b"an earlier source", {})))
+        again = _run(warm, tmp_path / "use", "small")
+        assert again["warnings"] == [] and again["cache_hits"] > 0, again
     finally:
         for p in [warm, *warm.rglob("*")]:  # let pytest remove it
             if p.is_dir() and not p.is_symlink():

@@ -27,8 +27,10 @@ arguments to a prepared signature and never compiles on a call's path.
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import os
+import pickle
 import threading
 import warnings
 from collections.abc import Callable, Iterator
@@ -299,7 +301,7 @@ def _cache_root(func: Callable) -> str | None:
         if r != root and not writable(r)
     ]
     shipped = [d for d in shipped if d != chosen and _kernel_files(d)]
-    if shipped and (chosen is None or not _seed(chosen, shipped)):
+    if shipped and (chosen is None or not _seed(chosen, shipped, _stamps(func, directory))):
         warnings.warn(
             f"the kernels' cache in {shipped[0]} cannot be written, and numba uses "
             f"only a cache it can write: they are compiled again (1-3 minutes) and "
@@ -318,40 +320,80 @@ def _user_provided(func: Callable, source: str, root: str) -> str:
 
 
 def _kernel_files(directory: str) -> list[str]:
-    """numba's cache files in ``directory`` (data before indexes), [] where none."""
+    """numba's cache index files in ``directory`` ([] where none)."""
     try:
-        names = os.listdir(directory)
+        return sorted(n for n in os.listdir(directory) if n.endswith(".nbi"))
     except OSError:
         return []
-    return sorted((n for n in names if n.endswith((".nbc", ".nbi"))), key=lambda n: n[-1])
 
 
-def _seed(chosen: str, shipped: list[str]) -> bool:
-    """Copy into ``chosen``, the directory numba caches in, the kernels' files it lacks
+def _fresh_data(index: str, stamp: Callable[[str], Any]) -> list[str] | None:
+    """The data files the numba cache index ``index`` names, where it is fresh: this
+    numba's, and stamped as ``stamp(module)`` stamps its module's source now (numba's
+    own check); None where it is stale or cannot be read (numba would compile the
+    kernel again)."""
+    try:
+        expected = stamp(os.path.basename(index).split(".", 1)[0])
+        with open(index, "rb") as f:
+            version = pickle.load(f)
+            found, overloads = pickle.loads(f.read())
+    except Exception:  # missing, cut short, another format: not to be copied
+        return None
+    if version != numba.__version__ or found != expected:
+        return None
+    if not isinstance(overloads, dict) or not all(isinstance(v, str) for v in overloads.values()):
+        return None
+    return sorted(set(overloads.values()))
+
+
+def _stamps(func: Callable, source_dir: str) -> Callable[[str], Any]:
+    """``stamp(module)``: how numba stamps the source of ``module`` in ``source_dir``
+    (its locators' ``get_source_stamp``), raising OSError where it has none."""
+
+    @functools.cache
+    def stamp(module: str) -> Any:
+        source = os.path.join(source_dir, module + ".py")
+        with numba_cache_dir(source_dir):
+            return caching.UserProvidedCacheLocator(func, source).get_source_stamp()
+
+    return stamp
+
+
+def _seed(chosen: str, shipped: list[str], stamp: Callable[[str], Any]) -> bool:
+    """Copy into ``chosen``, the directory numba caches in, the kernels it lacks fresh
     from ``shipped``: warm caches it cannot write (a container image's package
     installed by another user, a read-only mount), which numba passes over, compiling
-    every kernel again (1-3 minutes a process). Data files go before the indexes that
-    name them, each written whole (:func:`~.cache_dirs.write_atomic`), so a process
-    beside this one reads a kernel's files or none. Whether every file is there."""
+    every kernel again (1-3 minutes a process). A kernel is copied where ``chosen``
+    has no fresh index of it (:func:`_fresh_data`; an earlier install's is stale) and a
+    shipped one is fresh: its data files first, then its index, each written whole
+    (:func:`~.cache_dirs.write_atomic`), so a process beside this one reads a kernel's
+    files or none. Whether every kernel fresh in a shipped cache now is in ``chosen``,
+    and any is (a shipped cache wholly stale, another numba's: compiled again)."""
     try:
         os.makedirs(chosen, exist_ok=True)
-        present = set(os.listdir(chosen))
     except OSError:
         return False
-    kept = True
+    names = {n for directory in shipped for n in _kernel_files(directory)}
+    fresh = {n for n in names if _fresh_data(os.path.join(chosen, n), stamp) is not None}
+    wanted: set[str] = set()  # fresh in a shipped cache
     for directory in shipped:
         for name in _kernel_files(directory):
-            if name in present:
+            if name in fresh:
                 continue
-            try:
-                data = read_regular(os.path.join(directory, name), SEED_LIMIT)
-            except OSError:
-                data = None
-            if data is None or not write_atomic(os.path.join(chosen, name), data):
-                kept = False
-                continue
-            present.add(name)
-    return kept
+            data = _fresh_data(os.path.join(directory, name), stamp)
+            if data is not None:
+                wanted.add(name)
+                if all(_copy(directory, chosen, n) for n in [*data, name]):
+                    fresh.add(name)
+    return bool(fresh) and wanted <= fresh
+
+
+def _copy(source: str, target: str, name: str) -> bool:
+    try:
+        data = read_regular(os.path.join(source, name), SEED_LIMIT)
+    except OSError:
+        return False
+    return data is not None and write_atomic(os.path.join(target, name), data)
 
 
 def _numba_dirs(source: str) -> list[str]:
