@@ -576,8 +576,7 @@ def saving(path: str) -> Iterator[BinaryIO]:
         raise OSError(e.errno, e.strerror, path) from None
 
 
-#: the element types the onnxruntime host runs as compiled native code, each its own
-#: (the others would take a node's Python path, which runs layers)
+#: the name of each element type's native code (the onnxruntime host's nodes)
 NATIVE_ELEMENTS = {
     onnx.TensorProto.FLOAT: "float32",
     onnx.TensorProto.DOUBLE: "float64",
@@ -611,7 +610,6 @@ def note_first_use(layers: bool = True, elements: set[int] | None = None) -> Non
     if elements is None:
         elements = {onnx.TensorProto.FLOAT}
     native = [f"compute-{n}" for e, n in NATIVE_ELEMENTS.items() if e in elements]
-    layers = layers or bool(elements - set(NATIVE_ELEMENTS))
     found = [native_code.cached(kind) for kind in native]
     cached = all(c for c, _ in found)
     where = next((w for _, w in found if w is not None), None)

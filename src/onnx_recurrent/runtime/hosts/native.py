@@ -366,7 +366,7 @@ class Kernel:
 
     def _compiled(self, layer) -> bool:
         """Whether compiled code computes ``layer``'s calls (of the node's type)."""
-        return self.element in COMPILED and _ELEMENT_DTYPES[self.element]() == layer.dtype
+        return _ELEMENT_DTYPES[self.element]() == layer.dtype
 
     def _derive(self, layer, weights: dict) -> None:
         """After a Python-path call of a node whose ``weights`` come per call: a block
@@ -612,19 +612,13 @@ def _at_exit() -> None:
         operator.struct.KernelDestroy = noop
 
 
-#: element types computed by compiled code (float16 and bfloat16 in float32: their
-#: inputs widened, outputs rounded)
-COMPILED = frozenset(
-    (TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16, TensorProto.BFLOAT16)
-)
-
-
 def prepare(elements: set[int]) -> None:
-    """The compiled ``KernelComputeV2`` of each of ``elements`` that has one, compiled
-    or loaded now (before a session that has such nodes is made) and put in its
-    operator (onnxruntime reads the field at each call)."""
+    """The compiled ``KernelComputeV2`` of each of ``elements`` (float16 and bfloat16
+    computed in float32: their inputs widened, outputs rounded), compiled or loaded now
+    (before a session that has such nodes is made) and put in its operator
+    (onnxruntime reads the field at each call)."""
     for operator in _operators:
-        if operator.element in elements and operator.element in COMPILED:
+        if operator.element in elements:
             dtype = _ELEMENT_DTYPES[operator.element]()
             operator.struct.KernelComputeV2 = compiled_address("compute", dtype)
 

@@ -567,10 +567,8 @@ class OnnxruntimeHost:
     ):
         keys: dict[str, BoundNode] = {}
         #: seconds per byte of feeds of the last call (:meth:`run`): a call expected
-        #: shorter than :data:`UNGUARDED_SECONDS` runs without the SIGINT watch, unless
-        #: a node's kernel is its Python path (``_floor``: always watched)
+        #: shorter than :data:`UNGUARDED_SECONDS` runs without the SIGINT watch
         self._rate = math.inf
-        self._floor = 0.0
         try:
             _setup()  # HostUnavailable where a package is missing
             edges = [*model.graph.input, *model.graph.output]
@@ -587,11 +585,6 @@ class OnnxruntimeHost:
                 raise HostUnavailable(
                     f"the native nodes cannot be compiled: {one_line(e, typed=False)}"
                 ) from None
-            if any(name not in {OP_TYPES[e] for e in native.COMPILED} for name in used):
-                # a node whose kernel is its Python path (a type without compiled code): always
-                # watched (a compiled kernel marks its Python path's end: an interrupt
-                # escaping it fails the call, watched or not)
-                self._floor = math.inf
             import onnxruntime as ort
 
             self._options = options  # they hold the custom-op library's domains
@@ -778,13 +771,13 @@ class OnnxruntimeHost:
                         raise _renamed(e, self._names) from None
                     raise error from None
             if nbytes is not None:
-                self._rate = max(self._floor, (_clock() - start) / (nbytes or 1))
+                self._rate = (_clock() - start) / (nbytes or 1)
             return outputs
         start = _clock()
         try:
             outputs = invoke(output_names, feeds, run_options)
             if nbytes is not None:
-                self._rate = max(self._floor, (_clock() - start) / (nbytes or 1))
+                self._rate = (_clock() - start) / (nbytes or 1)
         except Exception as e:
             if state.error is None and not native.ABORT[0]:
                 if native.INTERRUPTED not in str(e):

@@ -85,7 +85,7 @@ def compare(
         return Comparison(name, peer, 0.0, 0.0)
     a, b = ours_numbers, their_numbers
     ulp = max(low_precision_eps(ours), eps)
-    atol, rtol = max(atol, LOW_PRECISION_STEPS * ulp), max(rtol, LOW_PRECISION_STEPS * ulp)
+    atol, rtol = widened(ours, atol, rtol, eps)
     if isinstance(ours, np.ndarray) and ours.dtype.kind in "iub":
         atol = rtol = 0.0
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
@@ -103,10 +103,11 @@ def compare(
 LOW_PRECISION_STEPS = 2
 
 
-def widened(value: Any, atol: float, rtol: float) -> tuple[float, float]:
+def widened(value: Any, atol: float, rtol: float, eps: float = 0.0) -> tuple[float, float]:
     """``atol`` and ``rtol`` for ``value``'s element type: for a float of 16 bits or
-    fewer, at least :data:`LOW_PRECISION_STEPS` of its epsilons."""
-    ulp = low_precision_eps(value)
+    fewer, at least :data:`LOW_PRECISION_STEPS` of its epsilons (or of ``eps``, a 16-bit
+    type it was computed through, where larger)."""
+    ulp = max(low_precision_eps(value), eps)
     return max(atol, LOW_PRECISION_STEPS * ulp), max(rtol, LOW_PRECISION_STEPS * ulp)
 
 
