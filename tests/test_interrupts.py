@@ -520,3 +520,49 @@ def test_a_window_ends_without_the_watcher(monkeypatch):
         signal.set_wakeup_fd(before)
         os.close(r)
         os.close(w)
+
+
+def test_a_ctrl_c_as_a_window_opens_leaves_no_window_open(monkeypatch):
+    """A SIGINT landing just after the wake-up fd was set to the watcher's pipe raised
+    KeyboardInterrupt before the ``with`` block began, so nothing closed the window: the
+    wake-up fd stayed on the pipe for good (an event loop's was lost). It now waits for
+    the window to be closable: KeyboardInterrupt still comes, before the block, and the
+    wake-up fd and SIGINT's handler are as they were."""
+    import numpy as np
+
+    from onnx_recurrent import interrupts
+
+    assert interrupts.watchable()
+    real = signal.set_wakeup_fd
+    fired = []
+
+    def set_wakeup_fd(fd, **kwargs):
+        previous = real(fd, **kwargs)
+        if not fired:
+            fired.append(fd)
+            signal.raise_signal(signal.SIGINT)  # lands as the window opens
+        return previous
+
+    r, w = os.pipe()
+    os.set_blocking(w, False)
+    before = real(w)
+    word = np.zeros(1, np.int64)
+    ran = []
+    try:
+        monkeypatch.setattr(signal, "set_wakeup_fd", set_wakeup_fd)
+        with pytest.raises(KeyboardInterrupt):
+            with interrupts.watching(word):
+                ran.append(True)
+        monkeypatch.undo()
+        assert fired == [interrupts._pipe[1]] and not ran
+        assert real(before) == w, "the wake-up fd was left on the watcher's pipe"
+        assert not interrupts._windows
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        with interrupts.watching(word) as watched:  # the next window works as before
+            assert watched
+        assert not word[0]
+    finally:
+        monkeypatch.undo()
+        real(before)
+        os.close(r)
+        os.close(w)

@@ -22,8 +22,7 @@ import os
 import select
 import signal
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -186,23 +185,45 @@ def watchable() -> bool:
     )
 
 
-@contextmanager
-def watching(word: np.ndarray) -> Iterator[bool]:
-    """:func:`watch_start` to :func:`watch_end` around the block where
+class watching:  # lower case: used as contextlib's managers are
+    """:func:`watch_start` to :func:`watch_end` around a ``with`` block where
     :func:`watchable` (and a watcher can be had: a file descriptor, a thread), else
-    nothing; yields whether it watches. ``word`` keeps what a SIGINT set after the
-    block (the caller reads it)."""
-    previous = None
-    if watchable():
+    nothing; ``as`` gives whether it watches. ``word`` keeps what a SIGINT set after the
+    block (the caller reads it).
+
+    A SIGINT while the window opens waits (a handler that notes it) until the window
+    can be closed by ``__exit__``: a KeyboardInterrupt raised there, before the block,
+    would leave the wake-up fd on the watcher's pipe and the window open for good.
+    """
+
+    def __init__(self, word: np.ndarray) -> None:
+        self.word = word
+        self.previous: int | None = None
+
+    def __enter__(self) -> bool:
+        if not watchable():
+            return False
+        deferred: list[int] = []
+        signal.signal(signal.SIGINT, lambda signum, frame: deferred.append(signum))
         try:
-            previous = watch_start(word)
-        except (OSError, RuntimeError):  # unwatched: a Ctrl-C waits for the block's end
-            pass
-    if previous is None:
-        yield False
-        return
-    try:
-        yield True
-    finally:
-        if watch_end(word, previous):
-            word[0] = 1
+            try:
+                self.previous = watch_start(self.word)
+            except (OSError, RuntimeError):  # unwatched: a Ctrl-C waits for the block's end
+                pass
+        finally:
+            try:
+                signal.signal(signal.SIGINT, signal.default_int_handler)
+                if deferred:
+                    raise KeyboardInterrupt
+            except BaseException:
+                self._end()
+                raise
+        return self.previous is not None
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._end()
+
+    def _end(self) -> None:
+        previous, self.previous = self.previous, None
+        if previous is not None and watch_end(self.word, previous):
+            self.word[0] = 1
