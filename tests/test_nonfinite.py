@@ -312,3 +312,40 @@ def test_float16_overflow_is_inf_without_numpys_warning(T, N, H):
     with np.errstate(over="ignore"):
         want = np.maximum(X.astype(np.float32) @ W[0].T.astype(np.float32), 0)
         np.testing.assert_array_equal(Y[:, 0], want.astype(np.float16))
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float16, "bfloat16"])
+def test_parameters_beyond_the_compute_type_round_as_attributes_do(dt):
+    """An ``activation_alpha``/``activation_beta`` or ``clip`` beyond float32's range,
+    given to a call computed in float32, came with NumPy's "overflow encountered in
+    cast" (an exception under ``-W error``). It is rounded as ONNX's float32 attribute
+    holds it (inf), as a model with that attribute computes, with no warning."""
+    import ml_dtypes
+    import onnx
+
+    dt = ml_dtypes.bfloat16 if dt == "bfloat16" else dt
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((3, 2, 3)).astype(dt)
+    W = (rng.standard_normal((1, 4, 3)) * 0.5).astype(dt)
+    R = (rng.standard_normal((1, 4, 4)) * 0.5).astype(dt)
+    stored = onnx.helper.make_attribute("activation_alpha", [1e40]).floats[0]
+    assert stored == np.inf  # what a model would hold
+    for given in (
+        {"activations": ["LeakyRelu"], "activation_alpha": [1e40]},
+        {"activations": ["Affine"], "activation_alpha": [1e-3], "activation_beta": [-1e39]},
+        {"clip": 1e40},
+    ):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            Y, _ = orc.rnn(X, W, R, **given)
+            layer_Y = orc.Layer("RNN", W, R, attributes=given)(X)[0]
+        np.testing.assert_array_equal(Y, layer_Y)
+        with np.errstate(over="ignore"):  # each value as a float32 attribute holds it
+            rounded = {
+                k: [float(np.float32(v)) for v in value] if "_" in k else float(np.float32(value))
+                for k, value in given.items()
+                if k != "activations"
+            }
+        want, _ = orc.rnn(X, W, R, **{**given, **rounded})
+        np.testing.assert_array_equal(Y, want)
+        assert np.isinf(Y).any() == ("clip" not in given)

@@ -154,7 +154,8 @@ def _make(spec, w, acts: tuple, dt: np.dtype, shares: int, tile: tuple[int, int,
         P = np.stack([w.extra["Pi"], w.extra["Po"], w.extra["Pf"]]).astype(dt, copy=False)
     arrays["peepholes"] = np.ascontiguousarray(P)
     arrays["codes"], arrays["alphas"], arrays["betas"] = _table(acts, dt)
-    arrays["clip"] = np.array([np.inf if spec.clip is None else spec.clip], dt)
+    with np.errstate(over="ignore"):  # beyond dt's range: inf, no clipping (as a cast)
+        arrays["clip"] = np.array([np.inf if spec.clip is None else spec.clip], dt)
     head = {KIND_: kind, SPLIT: split, INPUT_FORGET: bool(spec.input_forget)}
     head |= {FAST: dt == np.float32, WIDTH: widths[0], WIDTH_H: widths[1], WIDTH_R: widths[2]}
     head |= {ROWS: tile[0], SPAN: tile[1], DEPTH: tile[2]}
@@ -187,10 +188,13 @@ def _columns(gates, H: int, j0: int, j1: int) -> np.ndarray:
 
 @functools.lru_cache(maxsize=256)
 def _table(acts: tuple, dt: np.dtype) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(codes, alphas, betas) of a direction's activations, padded to 3."""
+    """(codes, alphas, betas) of a direction's activations, padded to 3, the
+    parameters rounded to ``dt`` (beyond its range: inf, as ONNX's float32 attributes
+    hold a Python float beyond float32's, docs/semantics.md)."""
     pad = 3 - len(acts)
-    return (
-        np.array([CODES[act.name.lower()] for act in acts] + [0] * pad, np.int64),
-        np.array([act.alpha for act in acts] + [0.0] * pad, dt),
-        np.array([act.beta for act in acts] + [0.0] * pad, dt),
-    )
+    with np.errstate(over="ignore"):
+        return (
+            np.array([CODES[act.name.lower()] for act in acts] + [0] * pad, np.int64),
+            np.array([act.alpha for act in acts] + [0.0] * pad, dt),
+            np.array([act.beta for act in acts] + [0.0] * pad, dt),
+        )
