@@ -669,3 +669,30 @@ def test_onnxruntimes_run_errors_name_the_recurrent_node():
         with pytest.raises(RuntimeError, match=rf"GRU node '{name}': input X \('x'\)") as e:
             session.run_with_iobinding(binding)
         assert "OnnxRecurrent" not in str(e.value) and "onnx_recurrent::" not in str(e.value)
+
+
+def test_ours_put_in_onnxruntimes_place_runs_on_onnxruntimes_own(monkeypatch):
+    """A drop-in is often installed by ``onnxruntime.InferenceSession =
+    onnx_recurrent.InferenceSession``. The onnxruntime host made its session through
+    that name, so it made one of ours, 140 deep: a recursion error, the reference host
+    at the bottom (host="auto", 140x slower runs) or a false "this model holds another
+    process's custom nodes" (host="onnxruntime"). ``check``'s onnxruntime peer was ours
+    too."""
+    import onnxruntime
+
+    from onnx_recurrent.tools.check import peers
+
+    feeds = random_inputs("GRU", T=3, N=2, I=3, H=4)
+    model = node_model("GRU", feeds, {"hidden_size": 4})
+    want = onnxruntime.InferenceSession(model.SerializeToString()).run(None, feeds)
+    monkeypatch.setattr(onnxruntime, "InferenceSession", orc.InferenceSession)
+    for host in ("auto", "onnxruntime"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            session = onnxruntime.InferenceSession(model.SerializeToString(), host=host)
+        assert session.host == "onnxruntime"
+        assert not isinstance(session._host.session, orc.InferenceSession)
+        for got, expected in zip(session.run(None, feeds), want, strict=True):
+            np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+    peer = peers.onnxruntime_session(model)
+    assert not isinstance(peer, orc.InferenceSession)

@@ -82,6 +82,31 @@ class HostUnavailable(RuntimeError):
     onnxruntime_type: type | None = None
 
 
+def ort_session_class() -> type:
+    """onnxruntime's own ``InferenceSession`` class, also where a caller has put ours
+    in its place (``onnxruntime.InferenceSession = onnx_recurrent.InferenceSession``, a
+    drop-in's usual install): the host then made a session of ours, which made
+    another, 140 deep (a recursion error, the reference host at the bottom).
+
+    Raises
+    ------
+    RuntimeError
+        onnxruntime's module that defines the class holds ours there too.
+    """
+    from onnxruntime.capi import onnxruntime_inference_collection as collection
+
+    from ..session import InferenceSession
+
+    cls = collection.InferenceSession
+    if isinstance(cls, type) and issubclass(cls, InferenceSession):
+        raise RuntimeError(
+            "onnxruntime.capi.onnxruntime_inference_collection.InferenceSession is "
+            "onnx_recurrent's InferenceSession: the onnxruntime host needs onnxruntime's "
+            "own class (replace onnxruntime.InferenceSession alone)"
+        )
+    return cls
+
+
 def _type_name(elem: int) -> str:
     if elem in TensorProto.DataType.values():
         return TensorProto.DataType.Name(elem).lower()
@@ -517,10 +542,8 @@ def write_model(model: onnx.ModelProto, sess_options: Any) -> None:
     except Exception:  # not set: onnxruntime raises
         chosen = ""
     if chosen.upper() == "ORT" or (not chosen and str(path).lower().endswith(".ort")):
-        import onnxruntime as ort
-
         try:  # onnxruntime writes it, as it would have
-            ort.InferenceSession(model.SerializeToString(), sess_options, ["CPUExecutionProvider"])
+            ort_session_class()(model.SerializeToString(), sess_options, ["CPUExecutionProvider"])
         except Exception as e:
             error = RuntimeError(
                 f"sess_options.optimized_model_filepath: {path!r} in onnxruntime's format "
@@ -585,15 +608,13 @@ class OnnxruntimeHost:
                 raise HostUnavailable(
                     f"the native nodes cannot be compiled: {one_line(e, typed=False)}"
                 ) from None
-            import onnxruntime as ort
-
             self._options = options  # they hold the custom-op library's domains
             try:
                 # Ctrl-C held off: onnxruntime calls our custom op's callbacks meanwhile,
                 # and one interrupted returned nothing (onnxruntime then crashed, or
                 # refused the model, so host="auto" fell back)
                 with interrupts_held():
-                    session = ort.InferenceSession(
+                    session = ort_session_class()(
                         rewritten.SerializeToString(),
                         options,
                         providers=list(providers) if providers else ["CPUExecutionProvider"],

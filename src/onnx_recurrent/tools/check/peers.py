@@ -18,10 +18,11 @@ import onnx
 
 def onnxruntime_session(model: onnx.ModelProto, threads: int | None = None) -> Any:
     """An ``onnxruntime.InferenceSession`` on ``model`` (CPU), its errors raised, not
-    logged; ``threads`` intra-op threads (None: :func:`onnxruntime_options`'s)."""
-    import onnxruntime as ort
+    logged; ``threads`` intra-op threads (None: :func:`onnxruntime_options`'s). It is
+    onnxruntime's own session where a caller has put ours in its place."""
+    from ...runtime.hosts.onnxruntime import ort_session_class
 
-    return ort.InferenceSession(
+    return ort_session_class()(
         model.SerializeToString(), onnxruntime_options(threads), providers=["CPUExecutionProvider"]
     )
 
