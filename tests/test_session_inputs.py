@@ -346,3 +346,38 @@ def test_a_declared_scalar_takes_any_shape_and_a_dim_of_0_is_fixed(host):
     for feed in (x, x.tolist()):
         with pytest.raises(ValueError, match=r"'x': expected shape \[0, 'N', 4\]|Expected: 0"):
             session.run(None, {"x": feed, "s": np.array(2.0, np.float32)})
+
+
+@pytest.mark.parametrize("host", ["reference", "onnxruntime"])
+def test_a_string_input_takes_bytes_and_void_arrays_as_onnxruntime_does(host):
+    """onnxruntime's own tests feed a string tensor as ``|S`` bytes and ``np.void``
+    arrays. Ours refused both under the reference host, and under the onnxruntime host
+    wherever its own check ran (a feed mapping not a plain dict). They are now taken
+    as text on every path, the same under both hosts (and without onnxruntime's
+    reading of a full ``|S8`` element into the next: ``identitytest``)."""
+    from collections import OrderedDict
+
+    if host == "onnxruntime":
+        _ort_host_or_skip()
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["s"], ["out"])],
+        "g",
+        [helper.make_tensor_value_info("s", TensorProto.STRING, [2, 2])],
+        [helper.make_tensor_value_info("out", TensorProto.STRING, [2, 2])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    session = orc.InferenceSession(model, host=host)
+    words = [["this", "is"], ["identity", "test"]]
+    for x in (
+        np.array(words),
+        np.array(words, object),
+        np.array([[w.encode() for w in row] for row in words]),
+        np.array([[w.encode() for w in row] for row in words]).view("V8"),  # NUL-padded
+    ):
+        for feeds in ({"s": x}, OrderedDict(s=x)):
+            (got,) = session.run(None, feeds)
+            assert got.dtype == object and got.tolist() == words, (x.dtype, got)
+    bad = np.array([[b"\xff", b"a"], [b"b", b"c"]])
+    for feeds in ({"s": bad}, OrderedDict(s=bad)):
+        with pytest.raises(ValueError, match="input 's': a string tensor's bytes must be UTF-8"):
+            session.run(None, feeds)
