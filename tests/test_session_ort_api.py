@@ -696,3 +696,50 @@ def test_ours_put_in_onnxruntimes_place_runs_on_onnxruntimes_own(monkeypatch):
             np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
     peer = peers.onnxruntime_session(model)
     assert not isinstance(peer, orc.InferenceSession)
+
+
+@pytest.mark.parametrize("min_size", [None, "100"])
+def test_optimized_model_filepath_puts_initializers_in_the_file_onnxruntimes_config_names(
+    tmp_path, min_size
+):
+    """``session.optimized_model_external_initializers_file_name`` (and its
+    ``_min_size_in_bytes``, 1024 if unset) were copied to the host and left unused: one
+    inline file was written and no external file (onnxruntime's own serialization
+    tests failed, a model past 2 GiB could not be written). The initializers of that
+    size or more now go to that file, one after another, as onnxruntime writes them;
+    the session's own model is left whole."""
+    model, feeds = _model_and_feeds()
+    for name, size in (("unused", 300), ("small", 3)):
+        model.graph.initializer.append(
+            onnx.numpy_helper.from_array(np.arange(size, dtype=np.float32), name)
+        )
+    threshold = int(min_size or 1024)
+    outside = {t.name for t in model.graph.initializer if len(t.raw_data) >= threshold}
+    assert outside and outside != {t.name for t in model.graph.initializer}
+    for _ in range(2):  # written anew, not appended to
+        options = ort.SessionOptions()
+        options.optimized_model_filepath = str(tmp_path / "opt.onnx")
+        options.add_session_config_entry(
+            "session.optimized_model_external_initializers_file_name", "opt_ext.bin"
+        )
+        if min_size is not None:
+            options.add_session_config_entry(
+                "session.optimized_model_external_initializers_min_size_in_bytes", min_size
+            )
+        session = orc.InferenceSession(model, options, host="onnxruntime")
+        expected = session.run(None, feeds)
+        written = onnx.load(str(tmp_path / "opt.onnx"), load_external_data=False)
+        external = {
+            t.name
+            for t in written.graph.initializer
+            if t.data_location == onnx.TensorProto.EXTERNAL
+            and {e.key: e.value for e in t.external_data}["location"] == "opt_ext.bin"
+        }
+        assert external == outside
+        size = (tmp_path / "opt_ext.bin").stat().st_size
+        assert size == sum(len(t.raw_data) for t in model.graph.initializer if t.name in outside)
+    again = orc.InferenceSession(str(tmp_path / "opt.onnx"), host="onnxruntime")
+    for got, want in zip(again.run(None, feeds), expected, strict=True):
+        np.testing.assert_array_equal(got, want)
+    for got, want in zip(session.run(None, feeds), expected, strict=True):
+        np.testing.assert_array_equal(got, want)

@@ -514,6 +514,60 @@ def _copy_options(source: Any, target: Any) -> tuple:
 OPTIMIZED_MODEL_FILEPATH = "optimized_model_filepath"
 
 
+#: the session config entries that send an optimized model's initializers to one file
+EXTERNAL_FILE_NAME = "session.optimized_model_external_initializers_file_name"
+EXTERNAL_MIN_SIZE = "session.optimized_model_external_initializers_min_size_in_bytes"
+
+
+def _config_entry(sess_options: Any, key: str) -> str:
+    """``sess_options``' config entry ``key``; "" where it is not set."""
+    try:
+        return sess_options.get_session_config_entry(key)
+    except Exception:  # not set: onnxruntime raises
+        return ""
+
+
+def _external(model: onnx.ModelProto, path: str, location: str, min_size: int) -> onnx.ModelProto:
+    """A copy of ``model`` whose graph initializers of ``min_size`` bytes or more are
+    in the file ``location`` beside ``path`` (written anew), one after another, as
+    onnxruntime writes them (:data:`EXTERNAL_FILE_NAME`, :data:`EXTERNAL_MIN_SIZE`)."""
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    offset = 0
+    data_path = os.path.join(os.path.dirname(os.path.abspath(path)), location)
+    with open(data_path, "wb") as f:
+        for tensor in copy.graph.initializer:
+            if tensor.data_type == onnx.TensorProto.STRING:
+                continue
+            if tensor.HasField("raw_data"):
+                data = tensor.raw_data
+            else:
+                data = onnx.numpy_helper.to_array(tensor).tobytes()
+            if len(data) < min_size:
+                continue
+            f.write(data)
+            for field in _DATA_FIELDS:
+                tensor.ClearField(field)
+            del tensor.external_data[:]
+            for key, value in (("location", location), ("offset", offset), ("length", len(data))):
+                entry = tensor.external_data.add()
+                entry.key, entry.value = key, str(value)
+            tensor.data_location = onnx.TensorProto.EXTERNAL
+            offset += len(data)
+    return copy
+
+
+_DATA_FIELDS = (
+    "raw_data",
+    "float_data",
+    "int32_data",
+    "string_data",
+    "int64_data",
+    "double_data",
+    "uint64_data",
+)
+
+
 def write_model(model: onnx.ModelProto, sess_options: Any) -> None:
     """Write ``model`` to the caller's ``sess_options.optimized_model_filepath``, if set.
 
@@ -537,10 +591,7 @@ def write_model(model: onnx.ModelProto, sess_options: Any) -> None:
     path = getattr(sess_options, OPTIMIZED_MODEL_FILEPATH, "") if sess_options else ""
     if not path:
         return
-    try:
-        chosen = sess_options.get_session_config_entry("session.save_model_format")
-    except Exception:  # not set: onnxruntime raises
-        chosen = ""
+    chosen = _config_entry(sess_options, "session.save_model_format")
     if chosen.upper() == "ORT" or (not chosen and str(path).lower().endswith(".ort")):
         try:  # onnxruntime writes it, as it would have
             ort_session_class()(model.SerializeToString(), sess_options, ["CPUExecutionProvider"])
@@ -553,11 +604,17 @@ def write_model(model: onnx.ModelProto, sess_options: Any) -> None:
             error.onnxruntime_type = type(e)  # type: ignore[attr-defined]
             raise error from None
         return
+    location = _config_entry(sess_options, EXTERNAL_FILE_NAME)
     try:
+        if location:
+            min_size = _config_entry(sess_options, EXTERNAL_MIN_SIZE) or "1024"
+            model = _external(model, path, location, int(min_size))
         onnx.save(model, path)
     except OSError as e:
         error = type(e)(
-            e.errno, f"sess_options.optimized_model_filepath: cannot write {path!r}: {e.strerror}"
+            e.errno,
+            f"sess_options.optimized_model_filepath: cannot write {e.filename or path!r}: "
+            f"{e.strerror}",
         )
         # onnxruntime's: InvalidArgument for a missing directory, else RuntimeError
         theirs = "InvalidArgument" if isinstance(e, FileNotFoundError) else RuntimeError
