@@ -100,3 +100,40 @@ def test_preparing_peaks_near_what_is_kept(tmp_path, op, dtype, attributes, shar
     assert peak - got["kept"] < weights / 4, numbers
     assert got["kept"] < kept * weights * 1.02 + MiB, numbers  # ``kept`` in weights
     assert abs(got["kept"] - got["memory"]) < MiB, numbers
+
+
+def test_a_narrow_layer_over_a_wide_input_packs_a_piece_at_a_time(tmp_path):
+    """An RNN of hidden_size 1 over 2^20 inputs: its one column is padded to a panel
+    of L columns (32 float32 with AVX-512), so the layer keeps about L times its
+    weights (docs/architecture.md), and packing took a whole panel as its piece on
+    top (128 MiB here, 2 GiB at 2^24 inputs). Pieces are now bounded in rows too; and
+    what the layer keeps is what :func:`layout.packed_bytes` (the out-of-memory
+    message's figure) says, beside the copies."""
+    from onnx_recurrent.backends.layout import packed_bytes
+
+    I = 1 << 20
+    got = _prepare("RNN", 1, I, "float32", {}, 1, tmp_path)
+    weights, peak, kept = got["weights"], got["peak"], got["kept"]
+    numbers = {k: f"{v / MiB:.1f} MiB" for k, v in got.items()}
+    assert peak - kept < 4 * MiB, numbers
+    assert abs(kept - weights - packed_bytes(1, 1, I, "float32")) < 2 * MiB, numbers
+
+
+def test_no_memory_to_prepare_names_the_padded_panels(monkeypatch):
+    """The out-of-memory message gave the weights' size as the memory still needed: 32
+    times too little for a layer of hidden_size 1 (0.373 GiB said, 11.9 GiB asked)."""
+    import numpy as np
+
+    import onnx_recurrent as orc
+    from onnx_recurrent.backends import layout, numba_backend
+
+    def no_memory(*args, **kwargs):
+        raise MemoryError("Unable to allocate")
+
+    monkeypatch.setattr(numba_backend.BACKEND, "prepare", no_memory)
+    I = 1 << 20
+    W, R = np.zeros((1, 1, I), np.float32), np.zeros((1, 1, 1), np.float32)
+    L = layout.panel_width(np.float32)
+    want = L * (I + 1) * 4 / 2**30
+    with pytest.raises(MemoryError, match=f"take about {want:.3g} GiB more"):
+        orc.Layer("RNN", W, R)(np.zeros((1, 1, I), np.float32))

@@ -374,13 +374,18 @@ class Layer:
                 f"onnx-recurrent: no memory to prepare a {self.op} layer (hidden_size="
                 f"{self.hidden_size}, input_size={self.input_size}, {self.dtype}, "
                 f"{self.num_directions} direction(s)): its packed weights take about "
-                f"{(self.W.size + self.R.size) * np.dtype(ct).itemsize / 2**30:.3g} GiB "
-                f"more ({e})"
+                f"{self._packed_bytes(ct) / 2**30:.3g} GiB more ({e})"
             ) from None
         small = getattr(backend, "small_call", None)
         if small is not None and self.dtype == ct:  # computed in its own dtype
             self._small = (small(spec, directions, ct), backend)
         self._prepared = True
+
+    def _packed_bytes(self, ct: np.dtype) -> int:
+        from .backends.layout import packed_bytes
+
+        each = packed_bytes(self.spec.cell.n_gates, self.hidden_size, self.input_size, ct)
+        return each * self.num_directions
 
     def __call__(
         self,

@@ -65,12 +65,26 @@ def pack(B: np.ndarray, columns: np.ndarray, out: np.ndarray, k0: int = 0) -> No
     if n and not (0 <= columns.min() and columns.max() < B.shape[1]):
         raise ValueError("pack: a column outside B")
     step = max(1, CONVERT_ELEMENTS // max(1, K * L))  # panels per piece
+    rows = max(1, CONVERT_ELEMENTS // (step * L))  # and rows (K large: not a whole panel)
     for p0 in range(0, P, step):
         p1 = min(P, p0 + step)
         chosen = columns[p0 * L : p1 * L]
-        piece = np.zeros((K, (p1 - p0) * L), out.dtype)
-        piece[:, : len(chosen)] = B[:, chosen]
-        out[p0:p1, k0 : k0 + K] = piece.reshape(K, p1 - p0, L).transpose(1, 0, 2)
+        for r0 in range(0, K, rows):
+            r1 = min(K, r0 + rows)
+            piece = np.zeros((r1 - r0, (p1 - p0) * L), out.dtype)
+            piece[:, : len(chosen)] = B[r0:r1, chosen]
+            out[p0:p1, k0 + r0 : k0 + r1] = piece.reshape(r1 - r0, p1 - p0, L).transpose(1, 0, 2)
+
+
+def packed_bytes(n_gates: int, hidden_size: int, input_size: int, dtype: np.dtype) -> int:
+    """About the bytes of one direction's panels of ``[W^T; R^T]``: each gate group's
+    columns (GRU: ``z r`` and ``h``) padded to whole panels, which a small
+    ``n_gates * hidden_size`` makes many times the weights (RNN, ``hidden_size`` 1:
+    ``L`` times)."""
+    L = panel_width(dtype)
+    groups = (2, 1) if n_gates == 3 else (n_gates,)
+    width = sum(-(-g * hidden_size // L) * L for g in groups)
+    return width * (input_size + hidden_size) * np.dtype(dtype).itemsize
 
 
 def columns(n: int, dtype: np.dtype) -> int:
