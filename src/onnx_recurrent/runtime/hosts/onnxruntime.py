@@ -185,10 +185,13 @@ def rewrite(
     bound: Mapping[tuple[str, ...], BoundNode],
     keys: dict,
     threads: int = 0,
+    offloaded: dict | None = None,
 ) -> onnx.ModelProto:
     """A copy of ``model`` whose recurrent nodes are native custom nodes; ``keys``
     receives each bound node's registry key; ``threads``: the session's
-    ``intra_op_num_threads`` (0: none set), the most threads a node's call takes.
+    ``intra_op_num_threads`` (0: none set), the most threads a node's call takes;
+    ``offloaded`` (where given) receives the initializers moved out of a copy too large
+    to serialise (:func:`offload`).
 
     Raises
     ------
@@ -199,8 +202,10 @@ def rewrite(
     """
     out = onnx.ModelProto()
     out.CopyFrom(model)
+    if offloaded is not None:
+        offloaded.update(offload(out))
     dead = dead_nodes(model.graph)  # kept: onnxruntime checks them (and runs them)
-    types = element_types(model)
+    types = element_types(out)  # (a copy fit to serialise: offloaded)
     counter = itertools.count()
 
     elems = {name: elem for elem, name in OP_TYPES.items()}
@@ -243,6 +248,52 @@ def rewrite(
     if not any(o.domain == DOMAIN for o in out.opset_import):
         out.opset_import.append(helper.make_opsetid(DOMAIN, 1))
     return out
+
+
+#: a model whose main graph's initializers take half of protobuf's limit (2 GiB) or
+#: more has its large ones handed to onnxruntime beside it (:func:`offload`)
+PROTOBUF_LIMIT = onnx.checker.MAXIMUM_PROTOBUF
+#: the initializers moved out are this large or more
+OFFLOAD_BYTES = 1 << 20
+#: the external-data location of an initializer moved out (onnxruntime reads no file)
+OFFLOADED = "onnx_recurrent_offloaded"
+
+
+def offload(model: onnx.ModelProto) -> dict[str, np.ndarray]:
+    """Where ``model``'s main graph's initializers take ``PROTOBUF_LIMIT / 2`` bytes
+    or more (exporters put such weights in external data, which onnxruntime maps and
+    protobuf cannot serialise inline): its initializers of ``OFFLOAD_BYTES`` or more,
+    largest first, until the rest fit, moved out of ``model`` (in place), each left as
+    an external-data entry that onnxruntime fills from the array returned for it
+    (``SessionOptions.add_external_initializers``). Returns name -> array."""
+    sizes = []
+    for index, tensor in enumerate(model.graph.initializer):
+        try:
+            size = tensor.ByteSize()
+        except Exception:  # past what protobuf can serialise
+            size = PROTOBUF_LIMIT
+        sizes.append((size, index))
+    total = sum(size for size, _ in sizes)
+    arrays: dict[str, np.ndarray] = {}
+    for size, index in sorted(sizes, reverse=True):
+        if total < PROTOBUF_LIMIT // 2 or size < OFFLOAD_BYTES:
+            break
+        tensor = model.graph.initializer[index]
+        if tensor.data_type == TensorProto.STRING:
+            continue
+        array = onnx.numpy_helper.to_array(tensor)
+        if type(array.dtype).__module__.split(".")[0] != "numpy":  # bfloat16, float8
+            continue  # (ml_dtypes): no OrtValue of NumPy's for them
+        arrays[tensor.name] = array
+        for field in _DATA_FIELDS:
+            tensor.ClearField(field)
+        del tensor.external_data[:]
+        for key, value in (("location", OFFLOADED), ("offset", 0), ("length", array.nbytes)):
+            entry = tensor.external_data.add()
+            entry.key, entry.value = key, str(value)
+        tensor.data_location = TensorProto.EXTERNAL
+        total -= size
+    return arrays
 
 
 def check_dropped(model: onnx.ModelProto, dropped: Sequence[onnx.NodeProto]) -> None:
@@ -402,7 +453,7 @@ SESSION_CONFIG_KEYS = (
 )
 
 
-def _session_options(sess_options):
+def _session_options(sess_options, shared: bool = True):
     """onnxruntime's options for this host: a ``SessionOptions`` of its own, with the
     caller's settings copied in, and onnxruntime-extensions' library registered.
 
@@ -414,6 +465,8 @@ def _session_options(sess_options):
     ``execution_mode`` excepted: the graph runs sequentially) and the configuration
     entries of :data:`SESSION_CONFIG_KEYS` that are set. ``intra_op_num_threads`` left
     0 (or no options) becomes :func:`_intra_op_num_threads` where that is not 0.
+    ``shared``: the options of the same settings made before (else new ones, for a
+    session that adds to them).
 
     Raises
     ------
@@ -445,6 +498,9 @@ def _session_options(sess_options):
             key += (("intra_op_num_threads (CPUs of this process)", str(count)),)
     # a node's Python path runs on the thread that called run (errors are per thread)
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    if not shared:
+        options.register_custom_ops_library(library)
+        return options
     with _setup_lock:
         known = _options.get(key)
         if known is None:
@@ -655,7 +711,15 @@ class OnnxruntimeHost:
             if any(_held_elem_type(v.type) == TensorProto.BFLOAT16 for v in edges):
                 raise HostUnavailable("onnxruntime's Python API takes no bfloat16 arrays")
             options = _session_options(sess_options)
-            rewritten = rewrite(model, bound, keys, options.intra_op_num_threads)
+            offloaded: dict[str, np.ndarray] = {}
+            rewritten = rewrite(model, bound, keys, options.intra_op_num_threads, offloaded)
+            if offloaded:  # options of this session's own, holding them
+                import onnxruntime as ort
+
+                options = _session_options(sess_options, shared=False)
+                values = [ort.OrtValue.ortvalue_from_numpy(a) for a in offloaded.values()]
+                options.add_external_initializers(list(offloaded), values)
+                self._offloaded = (offloaded, values)  # alive while the session is
             used = {
                 n.op_type for g in _graphs(rewritten.graph) for n in g.node if n.domain == DOMAIN
             }
