@@ -15,7 +15,8 @@ threads block on a condition (no CPU used). :func:`run` is the one way in:
   signal within :data:`POLL` seconds. A second interrupt while it waits for aborted
   helpers stops the wait (they end on their own; the pool stays consistent, as each
   helper does its own bookkeeping).
-- **Held interrupts.** :func:`interrupts_held` keeps Ctrl-C off a stretch that must not
+- **Held interrupts.** :func:`interrupts_held` keeps signals with Python handlers (Ctrl-C,
+  a timeout's SIGALRM) off a stretch that must not
   stop half-way (numba compiling with its lock held, a module being imported) and
   delivers it right after.
 - **Fork.** A child made with ``os.fork`` has none of the parent's threads; an at-fork
@@ -104,33 +105,59 @@ def at_most(count: int) -> Iterator[None]:
 
 @contextlib.contextmanager
 def interrupts_held() -> Iterator[None]:
-    """Hold SIGINT (Ctrl-C, ``_thread.interrupt_main``) off inside the context and
-    deliver it right after, to whatever handler was there before.
+    """Hold off every signal that has a Python handler (Ctrl-C's, a timeout's
+    ``SIGALRM``, a ``SIGTERM`` handler that exits...) inside the context, and deliver
+    each that came right after, to the handler there before, in the order they came.
 
-    Only the main thread receives interrupts: elsewhere, and where the handler was
-    not set from Python (then it cannot be restored), this does nothing.
+    Inside, Python runs as C code's callbacks (onnxruntime's custom-op API while it
+    makes a session) or must make something whole: a handler's exception raised there
+    escaped a callback, which then gave onnxruntime garbage (a crash), or was taken
+    for onnxruntime refusing the model. Plain onnxruntime calls no Python there: the
+    handlers run once its call returns, as here.
+
+    Only the main thread runs Python's handlers: elsewhere, and for a handler not set
+    from Python (it cannot be restored), this does nothing.
     """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     pending: list[int] = []
+    held: dict[int, Any] = {}
+
+    def hold(signum: int, frame: Any) -> None:
+        pending.append(signum)
+
     try:
-        previous = signal.getsignal(signal.SIGINT)
-        if previous is None or previous == signal.SIG_IGN:
-            previous = None
-        else:
-            signal.signal(signal.SIGINT, lambda signum, frame: pending.append(signum))
-    except (ValueError, OSError):  # not the main interpreter
-        previous = None
-    if previous is None:
-        yield
-        return
+        for signum in _HANDLED:
+            previous = signal.getsignal(signum)
+            if callable(previous):
+                held[signum] = previous
+                signal.signal(signum, hold)
+    except (ValueError, OSError):  # not the main interpreter: nothing held
+        _restore(held)
+        held.clear()
+    except BaseException:  # a handler's exception before all were held
+        _restore(held)
+        raise
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
-        if pending:
-            signal.raise_signal(signal.SIGINT)  # handled at the next bytecode
+        _restore(held)
+        for signum in dict.fromkeys(pending):
+            signal.raise_signal(signum)  # handled at the next bytecode
+
+
+def _restore(held: dict[int, Any]) -> None:
+    for signum, handler in held.items():
+        signal.signal(signum, handler)
+
+
+#: the signals a Python handler can be set for
+_HANDLED = tuple(
+    s
+    for s in (signal.valid_signals() if hasattr(signal, "valid_signals") else (signal.SIGINT,))
+    if s not in {getattr(signal, "SIGKILL", None), getattr(signal, "SIGSTOP", None)}
+)
 
 
 def confined_pool_size() -> int:

@@ -730,11 +730,13 @@ class OnnxruntimeHost:
                     f"the native nodes cannot be compiled: {one_line(e, typed=False)}"
                 ) from None
             self._options = options  # they hold the custom-op library's domains
-            try:
-                # Ctrl-C held off: onnxruntime calls our custom op's callbacks meanwhile,
-                # and one interrupted returned nothing (onnxruntime then crashed, or
-                # refused the model, so host="auto" fell back)
-                with interrupts_held():
+            refused = None
+            # signals held off: onnxruntime calls our custom op's callbacks meanwhile,
+            # and one interrupted returned nothing (onnxruntime then crashed, or refused
+            # the model, so host="auto" fell back); a held handler's exception comes
+            # at the end of the with, outside the try (not a refusal)
+            with interrupts_held():
+                try:
                     session = ort_session_class()(
                         rewritten.SerializeToString(),
                         options,
@@ -742,10 +744,12 @@ class OnnxruntimeHost:
                         provider_options=provider_options,
                         **(session_kwargs or {}),
                     )
-            except Exception as e:  # onnxruntime's own exception types
-                why = _their_names(one_line(e, typed=False), _custom_names(rewritten, keys))
+                except Exception as e:  # onnxruntime's own exception types
+                    refused = e
+            if refused is not None:
+                why = _their_names(one_line(refused, typed=False), _custom_names(rewritten, keys))
                 refusal = HostUnavailable(f"onnxruntime refuses the model: {why}")
-                refusal.onnxruntime_type = type(e)
+                refusal.onnxruntime_type = type(refused)
                 raise refusal from None
         except BaseException:
             _forget(list(keys))
