@@ -21,6 +21,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import warnings
 
 import pytest
 
@@ -566,3 +567,96 @@ def test_a_ctrl_c_as_a_window_opens_leaves_no_window_open(monkeypatch):
         real(before)
         os.close(r)
         os.close(w)
+
+
+@pytest.mark.parametrize("host", ["auto", "onnxruntime"])
+def test_a_raising_handler_while_a_session_is_made_raises_from_the_session(monkeypatch, host):
+    """A signal handler that raises (a timeout's SIGALRM, a SIGTERM handler calling
+    ``sys.exit``) ran inside the custom op's callbacks while onnxruntime made the
+    session: its exception escaped a callback (onnxruntime then used garbage: a crash),
+    or was taken for onnxruntime refusing the model (host="auto" fell back to the
+    reference host, the caller's exception lost). Every signal with a Python handler
+    is now held off there, as Ctrl-C was, and its handler runs once the session is
+    made: its exception comes from ``InferenceSession``."""
+    from importlib import resources
+
+    import onnx_recurrent as orc
+    from onnx_recurrent.runtime.hosts import native
+
+    pytest.importorskip("onnxruntime_extensions")
+
+    class Timeout(Exception):
+        pass
+
+    def handler(signum, frame):
+        raise Timeout("the caller's own timeout")
+
+    example = str(resources.files("onnx_recurrent") / "data" / "example_gru.onnx")
+    orc.InferenceSession(example, host="onnxruntime")  # registered, compiled
+    made = native.Kernel
+
+    def kernel(*args, **kwargs):  # the signal lands inside onnxruntime's callback
+        signal.raise_signal(signal.SIGUSR1)
+        return made(*args, **kwargs)
+
+    previous = signal.signal(signal.SIGUSR1, handler)
+    try:
+        monkeypatch.setattr(native, "Kernel", kernel)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # no fall back to the reference host
+            with pytest.raises(Timeout):
+                orc.InferenceSession(example, host=host)
+        monkeypatch.undo()
+        assert signal.getsignal(signal.SIGUSR1) is handler
+        assert orc.InferenceSession(example, host=host).host == "onnxruntime"
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+
+
+def test_ctrl_c_in_a_storm_of_small_calls_is_always_keyboard_interrupt():
+    """numba boxes a small call's outputs by calling Python, where a pending Ctrl-C's
+    handler ran: numba returned with KeyboardInterrupt set, which Python reported as a
+    ``SystemError`` (nearly every interrupted call of a ``Layer``, one in ten of the
+    functions'), so ``except Exception`` took the Ctrl-C. It is KeyboardInterrupt."""
+    import _thread
+    import time
+
+    import numpy as np
+
+    import onnx_recurrent as orc
+
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((20, 4, 8)).astype(np.float32)
+    W = (rng.standard_normal((1, 48, 8)) * 0.3).astype(np.float32)
+    R = (rng.standard_normal((1, 48, 16)) * 0.3).astype(np.float32)
+    layer = orc.Layer("GRU", W, R)
+    layer(X)
+    raised: dict[str, int] = {}
+    stop = threading.Event()
+
+    def interrupter():
+        while not stop.wait(0.0005):
+            _thread.interrupt_main()
+
+    thread = threading.Thread(target=interrupter, daemon=True)
+    deadline = time.monotonic() + 1.5
+    try:
+        thread.start()
+        while time.monotonic() < deadline:
+            try:
+                try:
+                    layer(X)
+                except BaseException as e:  # tallied, Ctrl-C included
+                    raised[type(e).__name__] = raised.get(type(e).__name__, 0) + 1
+            except KeyboardInterrupt:  # landed outside the call
+                pass
+    finally:
+        stop.set()
+        while True:  # the last interrupts delivered
+            try:
+                thread.join()
+                time.sleep(0.02)
+                break
+            except KeyboardInterrupt:
+                continue
+    assert raised.get("KeyboardInterrupt", 0) > 0 and set(raised) == {"KeyboardInterrupt"}, raised

@@ -887,7 +887,10 @@ class NumbaBackend:
                 c0 = empty
             else:
                 flags |= with_c0
-            Y, Y_h, Y_c = run(first, last, X, lens, h0, c0, flags)
+            try:
+                Y, Y_h, Y_c = run(first, last, X, lens, h0, c0, flags)
+            except SystemError as e:
+                raise unboxed(e) from None
             if lstm:
                 return (Y if output_sequence else None, Y_h, Y_c)
             return (Y if output_sequence else None, Y_h)
@@ -958,6 +961,22 @@ def _no_common(dt: np.dtype) -> np.ndarray:
 def _no_Y(dt: np.dtype, ndim: int) -> np.ndarray:
     """A placeholder for Y when none is written."""
     return np.zeros((1,) * (ndim - 2) + (0, 0), dt)
+
+
+def unboxed(error: SystemError) -> BaseException:
+    """The exception a signal's handler raised while numba boxed a kernel's result:
+    boxing calls Python (a dtype unpickled), where the handler runs, and numba returns
+    the result with it set, which Python reports as ``SystemError``s ("returned a
+    result with an exception set") caused by it, so that ``except Exception`` took a
+    Ctrl-C. ``error`` itself where it is not one of those."""
+    root: BaseException = error
+    while (
+        isinstance(root, SystemError)
+        and "returned a result with an exception set" in str(root)
+        and root.__cause__ is not None
+    ):
+        root = root.__cause__
+    return root
 
 
 BACKEND = NumbaBackend()
