@@ -533,7 +533,8 @@ def test_a_ctrl_c_as_a_window_opens_leaves_no_window_open(monkeypatch):
 
     from onnx_recurrent import interrupts
 
-    assert interrupts.watchable()
+    handler = signal.signal(signal.SIGINT, signal.default_int_handler)  # (a background
+    assert interrupts.watchable()  # job's pytest has SIGINT ignored)
     real = signal.set_wakeup_fd
     fired = []
 
@@ -565,6 +566,7 @@ def test_a_ctrl_c_as_a_window_opens_leaves_no_window_open(monkeypatch):
     finally:
         monkeypatch.undo()
         real(before)
+        signal.signal(signal.SIGINT, handler)
         os.close(r)
         os.close(w)
 
