@@ -18,6 +18,7 @@ import onnx_recurrent
 from models import node_model, random_inputs
 
 CLI = [shutil.which("onnx-recurrent") or ""]
+SPEECH = str(Path(__file__).parent / "data" / "speech_16k.wav")
 if not CLI[0]:
     CLI = [sys.executable, "-m", "onnx_recurrent"]
 
@@ -494,6 +495,32 @@ def test_a_standard_output_that_cannot_be_written_is_named():
     assert lines == ["onnx-recurrent run: error: standard output: No space left on device"], (
         done.stderr
     )
+
+
+@pytest.mark.parametrize("command", [["run"], ["vad", SPEECH]])
+def test_a_closed_standard_output_is_an_error_not_a_silent_loss(command):
+    """``>&-``: Python sets ``sys.stdout`` to None, and the output was dropped with
+    status 0 (``cat`` says "Bad file descriptor", status 1). It is now the error a
+    standard output that cannot be written gives; ``--help`` still runs (-OO too)."""
+    done = subprocess.run(
+        [*CLI, *command], stderr=subprocess.PIPE, text=True, timeout=600, preexec_fn=_close_1
+    )
+    assert done.returncode == 2, done.stderr
+    lines = [line for line in done.stderr.splitlines() if "compiling" not in line]
+    prog = " ".join(["onnx-recurrent", command[0]])
+    assert lines == [f"{prog}: error: standard output: Bad file descriptor"], done.stderr
+    for flags in ([], ["-OO"]):
+        done = subprocess.run(
+            [sys.executable, *flags, "-m", "onnx_recurrent", command[0], "--help"],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert done.returncode == 0 and "usage:" in done.stdout, done.stderr
+
+
+def _close_1() -> None:
+    os.close(1)
 
 
 def test_an_empty_or_corrupt_model_is_a_value_error_naming_it(tmp_path):

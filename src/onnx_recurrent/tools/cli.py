@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import importlib
 import io
 import os
@@ -270,6 +271,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     left as they were).
     """
     argv = list(sys.argv[1:] if argv is None else argv)
+    closed = sys.stdout is None
     for name in ("stdout", "stderr"):
         if getattr(sys, name) is None:  # closed by the caller (>&-, 2>&-): Python's print
             setattr(sys, name, open(os.devnull, "w"))  # sent stderr's lines to stdout
@@ -289,7 +291,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         warnings.showwarning = warn
         try:
             _quiet_onnxruntime()  # (imports onnxruntime: Ctrl-C there is one line too)
-            with _named_stdout(), lost_interrupts():
+            with _named_stdout(closed), lost_interrupts():
                 status = args.handler(args)
                 raise_lost_interrupt()  # swallowed where it landed (a finalizer)
                 sys.stdout.flush()  # a reader gone away shows here, not at exit
@@ -354,11 +356,28 @@ class _NamedStdout:
         self._named(self._stream.flush)
 
 
+class _ClosedStdout:
+    """Standard output whose file descriptor was closed (``>&-``): Python then sets
+    ``sys.stdout`` to None, and a command's output was lost with status 0 (devnull in
+    its place, which holds the descriptor: :func:`main`). A write fails as on a closed
+    file (``cat``: "Bad file descriptor")."""
+
+    def write(self, text: str) -> int:
+        raise OSError(errno.EBADF, os.strerror(errno.EBADF))
+
+    def flush(self) -> None:  # nothing was written
+        pass
+
+    def fileno(self) -> int:
+        raise OSError(errno.EBADF, os.strerror(errno.EBADF))
+
+
 @contextlib.contextmanager
-def _named_stdout() -> Iterator[None]:
-    """:class:`_NamedStdout` as ``sys.stdout`` inside the block."""
+def _named_stdout(closed: bool = False) -> Iterator[None]:
+    """:class:`_NamedStdout` as ``sys.stdout`` inside the block (of
+    :class:`_ClosedStdout` where the caller closed it: ``closed``)."""
     stream = sys.stdout
-    sys.stdout = _NamedStdout(stream)
+    sys.stdout = _NamedStdout(_ClosedStdout() if closed else stream)
     try:
         yield
     finally:

@@ -63,7 +63,8 @@ def add_parser(sub: Any) -> None:
     parser = sub.add_parser(
         "vad",
         help=HELP,
-        description=__doc__.split("\n\n")[1].replace("``", ""),
+        # the module docstring's second paragraph (none under python -OO)
+        description=(__doc__ or "\n\n").split("\n\n")[1].replace("``", ""),
     )
     parser.add_argument(
         "paths",
