@@ -662,3 +662,60 @@ def test_ctrl_c_in_a_storm_of_small_calls_is_always_keyboard_interrupt():
             except KeyboardInterrupt:
                 continue
     assert raised.get("KeyboardInterrupt", 0) > 0 and set(raised) == {"KeyboardInterrupt"}, raised
+
+
+def test_a_handlers_exception_escaping_the_python_path_is_raised_not_ctrl_c(monkeypatch):
+    """A raising handler (a timeout's SIGALRM) run where a native node's Python path
+    cannot catch it (its first line, its ``finally``) escaped the ctypes callback:
+    Python printed "Exception ignored", the call stopped unmarked and ``run`` raised
+    KeyboardInterrupt with no Ctrl-C sent (105-113 times in a 15 s storm of alarms;
+    none after). Python hands such an exception to ``sys.unraisablehook``: the
+    callback's is recorded for the call to raise, any other goes to the hook before."""
+    from onnx_recurrent.runtime.hosts import native
+
+    pytest.importorskip("onnxruntime_extensions")
+
+    class Timeout(Exception):
+        pass
+
+    assert sys.unraisablehook is native._unraisable
+    others = []
+    monkeypatch.setattr(native, "_hook_before", others.append)
+    monkeypatch.setattr(native.state, "error", None, raising=False)
+    escaped = Timeout("the caller's own timeout")
+
+    class Unraisable:
+        exc_type, exc_value, exc_traceback = Timeout, escaped, None
+        err_msg, object = "Exception ignored on calling ctypes callback function", None
+
+    other = Unraisable()
+    other.object = print
+    sys.unraisablehook(other)
+    assert others == [other] and native.state.error is None
+    ours = Unraisable()
+    ours.object = native._slow_marked
+    sys.unraisablehook(ours)
+    assert others == [other] and native.state.error is escaped
+
+
+def test_the_compile_thread_starts_with_signals_held(monkeypatch):
+    """A handler's exception inside ``Thread.start`` of the compile thread (one a
+    ``Layer`` made) left threading's books wrong: ``KeyError: <Thread(onnx-recurrent-
+    compile...)>`` raised, tracebacks printed. Signals are held there."""
+    from onnx_recurrent import threads
+
+    seen = []
+    start = threading.Thread.start
+
+    def checked(self):
+        if self.name == "onnx-recurrent-compile":
+            seen.append(signal.getsignal(signal.SIGINT))
+        return start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", checked)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        assert threads.compiling(lambda: 7) == 7
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert len(seen) == 1 and seen[0] is not signal.default_int_handler

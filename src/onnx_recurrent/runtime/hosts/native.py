@@ -44,10 +44,12 @@ import functools
 import importlib.util
 import os
 import re
+import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from onnx import TensorProto
@@ -499,6 +501,22 @@ def _slow_marked(kernel: int, context: int, done: int) -> int:
 _SLOW = _COMPUTE(_slow)
 #: the Python path as the compiled kernel calls it (:func:`.native_compute._python`)
 _SLOW_MARKED = ctypes.CFUNCTYPE(_p, _p, _p, _p)(_slow_marked)
+
+
+def _unraisable(unraisable: Any) -> None:
+    """``sys.unraisablehook`` while the native nodes are set up: the exception that
+    escaped :func:`_slow_marked` (a signal handler's, raised at its first line or in its
+    ``finally``, where its ``try`` cannot take it) recorded for the call to raise, not
+    printed ("Exception ignored...") and taken for a Ctrl-C (the call stopped, its
+    ``done`` word unmarked); anything else to the hook there before."""
+    if unraisable.object is _slow_marked and unraisable.exc_value is not None:
+        record(unraisable.exc_value)
+        return
+    _hook_before(unraisable)
+
+
+_hook_before = sys.unraisablehook
+sys.unraisablehook = _unraisable
 
 
 # -- the operators --------------------------------------------------------------------
