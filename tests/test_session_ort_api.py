@@ -226,7 +226,9 @@ def test_set_providers_refused_leaves_the_session_as_it_was(monkeypatch):
     def refuse(*args, **kwargs):
         raise RuntimeError("no such provider here")
 
-    monkeypatch.setattr(ort, "InferenceSession", refuse)
+    from onnxruntime.capi import onnxruntime_inference_collection as collection
+
+    monkeypatch.setattr(collection, "InferenceSession", refuse)  # (the host's own)
     with pytest.raises(RuntimeError, match="no such provider here"):
         session.set_providers(["CPUExecutionProvider"])
     monkeypatch.undo()
