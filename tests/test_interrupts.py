@@ -719,3 +719,28 @@ def test_the_compile_thread_starts_with_signals_held(monkeypatch):
     finally:
         signal.signal(signal.SIGINT, previous)
     assert len(seen) == 1 and seen[0] is not signal.default_int_handler
+
+
+def test_a_ctrl_c_escaping_a_kernels_destroy_is_delivered_again():
+    """A Ctrl-C landing in a custom kernel's destroy callback (a session dropped while
+    it was pending) was printed ("Exception ignored...") and lost: it is delivered
+    again, at the next bytecode."""
+    import time
+
+    from onnx_recurrent.runtime.hosts import native
+
+    pytest.importorskip("onnxruntime_extensions")
+
+    class Unraisable:
+        exc_type, exc_value, exc_traceback = KeyboardInterrupt, KeyboardInterrupt(), None
+        err_msg = "Exception ignored on calling ctypes callback function"
+        object = native._destroy_kernel
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            sys.unraisablehook(Unraisable())
+            for _ in range(100):
+                time.sleep(0.01)
+    finally:
+        signal.signal(signal.SIGINT, previous)

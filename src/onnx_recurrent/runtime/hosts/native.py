@@ -38,6 +38,7 @@ structures live as long as the process.
 
 from __future__ import annotations
 
+import _thread
 import atexit
 import ctypes
 import functools
@@ -508,11 +509,22 @@ def _unraisable(unraisable: Any) -> None:
     escaped :func:`_slow_marked` (a signal handler's, raised at its first line or in its
     ``finally``, where its ``try`` cannot take it) recorded for the call to raise, not
     printed ("Exception ignored...") and taken for a Ctrl-C (the call stopped, its
-    ``done`` word unmarked); anything else to the hook there before."""
-    if unraisable.object is _slow_marked and unraisable.exc_value is not None:
-        record(unraisable.exc_value)
+    ``done`` word unmarked); a Ctrl-C escaping another of our callbacks (a session
+    dropped: ``_destroy_kernel``) delivered again, at the next bytecode, not lost;
+    anything else to the hook there before."""
+    error = unraisable.exc_value
+    if unraisable.object is _slow_marked and error is not None:
+        record(error)
+        return
+    if isinstance(error, KeyboardInterrupt) and _ours(unraisable.object):
+        _thread.interrupt_main()
         return
     _hook_before(unraisable)
+
+
+def _ours(function: Any) -> bool:
+    """Whether ``function`` is one of this module's (its ctypes callbacks)."""
+    return getattr(function, "__module__", None) == __name__
 
 
 _hook_before = sys.unraisablehook
