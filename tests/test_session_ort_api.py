@@ -531,11 +531,13 @@ def test_output_names_as_an_iterator_under_either_host(host):
         session.run(5, feeds)
 
 
-def test_set_providers_refuses_as_onnxruntimes_without_falling_back():
+@pytest.mark.parametrize("host", ["onnxruntime", "reference"])
+def test_set_providers_refuses_as_onnxruntimes_without_falling_back(host):
     # ours made the session anew through onnxruntime's constructor, which falls back to
     # the CPU: an unknown provider, or provider_options of another length, were taken
+    # (the reference host took them until the twenty-eighth session)
     model, feeds = _model_and_feeds("RNN")
-    session = orc.InferenceSession(model, host="onnxruntime")
+    session = orc.InferenceSession(model, host=host)
     example = os.path.join(os.path.dirname(orc.__file__), "data", "example_gru.onnx")
     plain = ort.InferenceSession(example, providers=["CPUExecutionProvider"])
     for args, kind in (

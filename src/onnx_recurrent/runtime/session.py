@@ -9,6 +9,7 @@ anything runs, the same way under both hosts.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 import threading
@@ -916,11 +917,14 @@ class InferenceSession:
             refuses these providers...); under the onnxruntime host also a provider
             not available here or ``provider_options`` of another length, as
             onnxruntime's ``set_providers`` (which, unlike its constructor, does not
-            fall back). The session is then unchanged.
+            fall back); so under the reference host too, where onnxruntime is
+            installed. The session is then unchanged.
         """
         _check_providers_type(providers)
-        if self._host.name == "onnxruntime" and providers is not None:
-            type(self._host).check_providers(providers, provider_options)
+        if providers is not None and importlib.util.find_spec("onnxruntime") is not None:
+            from .hosts.onnxruntime import OnnxruntimeHost
+
+            OnnxruntimeHost.check_providers(providers, provider_options)
         self._make_host(providers, provider_options)
 
     def end_profiling(self) -> str:
