@@ -25,7 +25,6 @@ threads block on a condition (no CPU used). :func:`run` is the one way in:
 
 from __future__ import annotations
 
-import _signal
 import atexit
 import contextlib
 import contextvars
@@ -154,7 +153,7 @@ def _restore(held: dict[int, Any]) -> None:
 
 
 #: ``signal.getsignal`` without its enum wrapping (0.3 µs a signal: 20 µs for all)
-_getsignal = getattr(_signal, "getsignal", signal.getsignal)
+_getsignal = getattr(getattr(signal, "_signal", signal), "getsignal", signal.getsignal)
 #: the signals a Python handler can be set for
 _HANDLED = tuple(
     s

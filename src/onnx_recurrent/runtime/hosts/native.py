@@ -38,13 +38,13 @@ structures live as long as the process.
 
 from __future__ import annotations
 
-import _thread
 import atexit
 import ctypes
 import functools
 import importlib.util
 import os
 import re
+import signal
 import sys
 import threading
 from collections.abc import Callable
@@ -517,7 +517,7 @@ def _unraisable(unraisable: Any) -> None:
         record(error)
         return
     if isinstance(error, KeyboardInterrupt) and _ours(unraisable.object):
-        _thread.interrupt_main()
+        signal.raise_signal(signal.SIGINT)  # Python's handler, on the main thread
         return
     _hook_before(unraisable)
 
