@@ -283,13 +283,7 @@ def offload(model: onnx.ModelProto) -> dict[str, np.ndarray]:
         if type(array.dtype).__module__.split(".")[0] != "numpy":  # bfloat16, float8
             continue  # (ml_dtypes): no OrtValue of NumPy's for them
         arrays[tensor.name] = array
-        for field in _DATA_FIELDS:
-            tensor.ClearField(field)
-        del tensor.external_data[:]
-        for key, value in (("location", OFFLOADED), ("offset", 0), ("length", array.nbytes)):
-            entry = tensor.external_data.add()
-            entry.key, entry.value = key, str(value)
-        tensor.data_location = TensorProto.EXTERNAL
+        _to_external(tensor, OFFLOADED, 0, array.nbytes)
         total -= size
     return arrays
 
@@ -600,13 +594,7 @@ def _external(model: onnx.ModelProto, path: str, location: str, min_size: int) -
             if len(data) < min_size:
                 continue
             f.write(data)
-            for field in _DATA_FIELDS:
-                tensor.ClearField(field)
-            del tensor.external_data[:]
-            for key, value in (("location", location), ("offset", offset), ("length", len(data))):
-                entry = tensor.external_data.add()
-                entry.key, entry.value = key, str(value)
-            tensor.data_location = onnx.TensorProto.EXTERNAL
+            _to_external(tensor, location, offset, len(data))
             offset += len(data)
     return copy
 
@@ -620,6 +608,18 @@ _DATA_FIELDS = (
     "double_data",
     "uint64_data",
 )
+
+
+def _to_external(tensor: onnx.TensorProto, location: str, offset: int, length: int) -> None:
+    """``tensor``'s data left out (in place) for an external-data entry: ``length``
+    bytes at ``offset`` of the file ``location``."""
+    for field in _DATA_FIELDS:
+        tensor.ClearField(field)
+    del tensor.external_data[:]
+    for key, value in (("location", location), ("offset", offset), ("length", length)):
+        entry = tensor.external_data.add()
+        entry.key, entry.value = key, str(value)
+    tensor.data_location = TensorProto.EXTERNAL
 
 
 def write_model(model: onnx.ModelProto, sess_options: Any) -> None:
