@@ -603,6 +603,7 @@ def test_a_raising_handler_while_a_session_is_made_raises_from_the_session(host)
             raise Timeout("the caller's own timeout")
 
         example = str(resources.files("onnx_recurrent") / "data" / "example_gru.onnx")
+        assert sys.unraisablehook is sys.__unraisablehook__  # an import installs none
         orc.InferenceSession(example, host="onnxruntime")  # registered, compiled
         assert sys.unraisablehook is native._unraisable
         made = native.Kernel

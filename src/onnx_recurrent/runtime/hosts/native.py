@@ -527,8 +527,8 @@ def _ours(function: Any) -> bool:
     return getattr(function, "__module__", None) == __name__
 
 
+#: the hook there before :func:`register` installed :func:`_unraisable`
 _hook_before = sys.unraisablehook
-sys.unraisablehook = _unraisable
 
 
 # -- the operators --------------------------------------------------------------------
@@ -624,10 +624,20 @@ def register() -> str:
             operator = _Operator(element, ctypes.create_string_buffer(name.encode()), struct)
             _operators.append(operator)
             _OPS_BY_ADDRESS[ctypes.addressof(struct)] = element
+        _install_unraisable()
         for operator in _operators:
             add(ctypes.addressof(operator.struct))
         atexit.register(_at_exit)
         return library
+
+
+def _install_unraisable() -> None:
+    """:func:`_unraisable` as ``sys.unraisablehook`` from the operators' registration
+    (their callbacks can run from then on), chained to the hook there before."""
+    global _hook_before
+    if sys.unraisablehook is not _unraisable:
+        _hook_before = sys.unraisablehook
+        sys.unraisablehook = _unraisable
 
 
 def _at_exit() -> None:
