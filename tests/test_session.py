@@ -149,6 +149,11 @@ def test_lists_are_fed_as_onnxruntime_takes_them(host, model_and_feeds):
         session.run(None, {**feeds, "X": [[[1.0]], [[1.0, 2.0]]]})
     with pytest.raises(TypeError, match=r"input 'X': a tensor is required, got None"):
         session.run(None, {**feeds, "X": None})
+    # integers beyond int32: refused (NumPy's cast wrapped 2**40 to 0, a row run empty)
+    for beyond in (2**40, 2**32 + 3, -(2**31) - 1):
+        lens = {**feeds, "sequence_lens": [*feeds["sequence_lens"].tolist()[:-1], beyond]}
+        with pytest.raises(ValueError, match=rf"'sequence_lens': {beyond} is outside int32"):
+            session.run(None, lens)
 
 
 def test_arrays_in_the_other_byte_order_are_read_by_value(host, model_and_feeds):

@@ -334,7 +334,8 @@ def feed_array(value: Any, dtype: np.dtype, name: str, path: str = "") -> np.nda
     Raises
     ------
     ValueError
-        A ragged nested list.
+        A ragged nested list, or a list's integer outside the element type's range
+        (NumPy would wrap it).
     TypeError
         A masked array (its mask would be ignored), or what NumPy cannot read (a torch
         tensor that needs grad...); the message names the input.
@@ -358,6 +359,14 @@ def feed_array(value: Any, dtype: np.dtype, name: str, path: str = "") -> np.nda
         and array.dtype != dtype
         and np.can_cast(array.dtype, dtype, "same_kind")
     ):
+        if array.dtype.kind in "iu" and dtype.kind in "iu" and array.size:
+            info = np.iinfo(dtype)
+            low, high = array.min(), array.max()
+            if low < info.min or high > info.max:  # astype would wrap them
+                raise RecurrentError(
+                    f"input {name!r}{path}: {low if low < info.min else high} is outside "
+                    f"{dtype.name}'s range [{info.min}, {info.max}]"
+                )
         return array.astype(dtype)
     return array
 
