@@ -599,6 +599,10 @@ def test_run_takes_an_overridable_initializer_and_a_static_list():
             ValueError, match=r"unknown input\(s\) \['W2'\].*override: \['shift'\]"
         ):
             ordask.run(model, {"X": da.from_array(X), "bias": bias, "W2": 1}, {"X": 1})
+        # a masked array given whole: refused as by the session (its mask was dropped)
+        masked = np.ma.masked_array(np.array(bias, np.float32), mask=[0, 1, 0, 0])
+        with pytest.raises(TypeError, match=r"input 'bias': a masked array"):
+            ordask.run(model, {"X": da.from_array(X), "bias": masked}, {"X": 1})
 
 
 def test_run_says_which_rows_a_failing_block_holds():

@@ -391,11 +391,13 @@ def _static(arg: Any, value: Any, name: str) -> Any:
     """An input given whole to every block, as the session would take it (a tensor fed
     as a list in its declared element type), copied now: later changes to the caller's
     value do not reach the blocks."""
+    from ..runtime.session import feed_array
+
+    if isinstance(value, np.ma.MaskedArray):
+        return feed_array(value, value.dtype, name)  # refused: its mask would be ignored
     if not arg.type.startswith("tensor(") or isinstance(value, np.ndarray):
         return np.array(value, copy=True) if isinstance(value, np.ndarray) else value
     from onnx.helper import tensor_dtype_to_np_dtype
-
-    from ..runtime.session import feed_array
 
     try:
         dtype = np.dtype(tensor_dtype_to_np_dtype(arg.elem_type))
