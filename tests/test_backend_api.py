@@ -218,6 +218,24 @@ def test_run_node_and_prepare_refuse_what_they_cannot_honour():
             backend.prepare(made, host="reference")
 
 
+def test_run_node_reads_arrays_as_the_session_does():
+    """A masked array was computed with its mask ignored, a big-endian array gave
+    onnx's ValueError naming no input, a tensor that needs grad torch's bare error:
+    refused naming the input, or read by value, as ``run`` reads them."""
+    feeds = random_inputs("GRU", T=4, N=2, I=3, H=5, D=1)
+    X, W, R = feeds["X"], feeds["W"], feeds["R"]
+    node = helper.make_node("GRU", ["X", "W", "R"], ["Y", "Y_h"], hidden_size=5)
+    want = backend.run_node(node, [X, W, R])
+    masked = np.ma.masked_array(X, mask=np.zeros(X.shape, bool))
+    with pytest.raises(TypeError, match=r"X is a masked array, whose mask would be ignored"):
+        backend.run_node(node, [masked, W, R])
+    for got, w in zip(backend.run_node(node, [X.astype(">f4"), W, R]), want, strict=True):
+        np.testing.assert_array_equal(got, w)
+    torch = pytest.importorskip("torch")
+    with pytest.raises(TypeError, match=r"R cannot be read as an array \(Tensor\)"):
+        backend.run_node(node, {"X": X, "W": W, "R": torch.from_numpy(R).requires_grad_()})
+
+
 def test_run_node_of_other_operators_is_not_implemented():
     node = helper.make_node("Relu", ["x"], ["y"])
     with pytest.raises(NotImplementedError, match=r"GRU, RNN and LSTM nodes only, not 'Relu'"):

@@ -55,6 +55,7 @@ from onnx.backend.base import Backend, BackendRep
 from .errors import RecurrentError, RecurrentTypeError
 from .runtime.graph import INPUTS, RECURRENT_OPS, is_default_domain, node_model
 from .runtime.session import InferenceSession
+from .spec import as_array, native_order
 
 __all__ = [
     "RecurrentBackend",
@@ -430,8 +431,11 @@ def _node_feeds(node: onnx.NodeProto, inputs: Sequence[Any] | Mapping[str, Any])
     Raises
     ------
     ValueError
-        A value for an input left empty, more values than the node has inputs, or a
-        name the node does not take.
+        A value for an input left empty, more values than the node has inputs, a
+        name the node does not take, or a ragged nested list.
+    TypeError
+        A masked array (its mask would be ignored), or what NumPy cannot read (a torch
+        tensor that needs grad); the message names the input.
     """
     if isinstance(inputs, Mapping):
         if inputs.get("") is not None:
@@ -458,7 +462,7 @@ def _node_feeds(node: onnx.NodeProto, inputs: Sequence[Any] | Mapping[str, Any])
                 continue
             if value is not None:
                 items.append((name, value))
-    return {name: np.asarray(value) for name, value in items}
+    return {name: native_order(as_array(name, value)) for name, value in items}
 
 
 #: what :func:`prepare` takes as a model
