@@ -688,6 +688,72 @@ def test_a_child_forked_while_a_layer_prepares_calls_that_layer():
     assert out.strip() == "0", out
 
 
+def test_a_child_forked_while_another_thread_holds_our_locks_goes_on():
+    """A fork while another thread was inside the functions' kept layers, a stream's
+    step or the native nodes' registration: the child inherited those locks held by a
+    thread it does not have and hung on its first call (10 children in 10 with the
+    functions on changing weights); a stream refused every step ("another thread's
+    step runs"). Each such lock is a :class:`threads.ForkLock`, made anew in a child."""
+    pytest.importorskip("onnxruntime_extensions")
+    out = _python(
+        """
+        import os, signal, threading, warnings
+        from importlib import resources
+        import numpy as np
+        import onnx_recurrent as orc
+        from onnx_recurrent import prepared
+        from onnx_recurrent.runtime.hosts import native
+        warnings.simplefilter("ignore")
+        rng = np.random.default_rng(0)
+        W = rng.standard_normal((1, 12, 3), dtype=np.float32)
+        R = rng.standard_normal((1, 12, 4), dtype=np.float32)
+        X = rng.standard_normal((2, 1, 3), dtype=np.float32)
+        want = orc.Layer("GRU", W + 1, R)(X)[1]
+        example = str(resources.files("onnx_recurrent") / "data" / "example_gru.onnx")
+        x = rng.standard_normal((1, 3, 16), dtype=np.float32)
+        stream = orc.StreamingSession(example, host="reference")
+        first = orc.StreamingSession(example, host="reference").step({"x": x})
+        orc.InferenceSession(example, host="onnxruntime")  # registered
+        locks = [prepared._lock, stream._stepping, native._setup_lock]
+        holding, done = threading.Event(), threading.Event()
+
+        def hold():
+            for lock in locks:
+                lock.acquire()
+            holding.set()
+            done.wait(30)
+            for lock in locks:
+                lock.release()
+
+        threading.Thread(target=hold).start()
+        holding.wait()
+        pid = os.fork()
+        if pid == 0:
+            signal.alarm(60)  # a hang: killed
+            ok = np.array_equal(orc.gru(X, W + 1, R)[1], want)  # weights not kept
+            ok = ok and all(map(np.array_equal, stream.step({"x": x}), first))
+            session = orc.InferenceSession(example, host="onnxruntime")
+            ok = ok and np.array_equal(session.run(None, {"x": x})[0], first[0])
+            os._exit(0 if ok else 1)
+        done.set()
+        _, status = os.waitpid(pid, 0)
+        print(os.waitstatus_to_exitcode(status))
+        """
+    )
+    assert out.strip() == "0", out
+
+
+def test_a_fork_lock_acquires_and_releases_as_the_lock_it_holds():
+    for reentrant in (False, True):
+        lock = threads.ForkLock(reentrant=reentrant)
+        with lock:
+            assert not lock.acquire(blocking=False) or reentrant
+            if reentrant:
+                lock.release()
+        assert lock.acquire(timeout=1)
+        lock.release()
+
+
 # --- end to end, through the public functions -------------------------------------
 
 _LSTM = """

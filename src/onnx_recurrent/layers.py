@@ -10,8 +10,6 @@ it.
 
 from __future__ import annotations
 
-import os
-import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -41,24 +39,6 @@ from .spec import (
 #: GMAC/s, or 20-50 ms of the smallest cells; larger calls go block by block)
 ONE_CALL_MACS = 1 << 27
 ONE_CALL_STEPS = 1 << 20
-
-#: forks this process descends from, and the lock under which a layer remakes its
-#: first-call lock in a forked child: that lock may be held by a thread the child does
-#: not have (one preparing the layer as the fork came: the child hung). Counted by a
-#: hook, not a weak set of layers: its callbacks, Python code run as each layer goes,
-#: are where a Ctrl-C is dropped
-_forks = 0
-_remaking = threading.Lock()
-
-
-def _after_fork_in_child() -> None:
-    global _forks, _remaking
-    _forks += 1
-    _remaking = threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _remade(cls: type, op: str, W, R, B, attributes: dict, P, prepared: bool) -> Layer:
@@ -225,8 +205,8 @@ class Layer:
         )
         self._directions: tuple[Weights, ...] | None = None
         # a first call from several threads at once: one prepares, the others wait
-        self._preparing = threading.RLock()
-        self._preparing_forks = _forks
+        #: the first call's lock (and :meth:`prepare`'s), made anew in a forked child
+        self._preparing = threads.ForkLock(reentrant=True)
         self._counted = False  # prepared.evict_to_fit: its memory counted after a first call
         # small calls of full-length sequences: one compiled call, prepared with the
         # layer (the backend's small_call), with the backend it belongs to
@@ -318,7 +298,7 @@ class Layer:
         of the weights is copied."""
         if self._directions is not None:
             return self._directions
-        with self._first_call_lock():  # made once: a second tuple would free the first's plans
+        with self._preparing:  # made once: a second tuple would free the first's plans
             if self._directions is None:
                 spec, ct = self.spec, compute_dtype(self.dtype)
                 D, G = self.num_directions, spec.cell.n_gates * spec.hidden_size
@@ -340,20 +320,11 @@ class Layer:
         (:func:`onnx_recurrent.backends.use`) prepares what it lacks before it starts
         any thread. A layer made with ``prepare=False`` does it on its first call (one
         thread does, others making a first call meanwhile wait for it)."""
-        with self._first_call_lock():
+        with self._preparing:
             self._prepare()
 
-    def _first_call_lock(self) -> threading.RLock:
-        """The lock of the first call (and :meth:`prepare`), made anew in a forked child."""
-        if self._preparing_forks != _forks:
-            with _remaking:
-                if self._preparing_forks != _forks:
-                    self._preparing = threading.RLock()
-                    self._preparing_forks = _forks
-        return self._preparing
-
     def _prepare_once(self) -> None:
-        with self._first_call_lock():
+        with self._preparing:
             if not self._prepared:  # another thread's first call may have done it
                 self._prepare()
 

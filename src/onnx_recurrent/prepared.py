@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import threading
 
 import numpy as np
 
@@ -29,6 +28,7 @@ from .spec import (
     list_in_dtype,
     make_spec,
 )
+from .threads import ForkLock
 
 #: layers kept, at most (least recently used dropped first): a stack of more distinct
 #: layers, called in turn, would prepare each one again at every call
@@ -39,7 +39,7 @@ MAX_ENTRIES = 64
 #: alone, until another is made: calls of its weights do not prepare it again)
 MAX_BYTES = 64 << 20
 
-_lock = threading.Lock()
+_lock = ForkLock()
 _entries: list[tuple[tuple, Layer]] = []  # least recently used first
 
 

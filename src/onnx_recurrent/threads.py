@@ -312,9 +312,53 @@ _pool = _Pool()
 
 
 def _after_fork_in_child() -> None:
-    """The child has only the thread that forked: a fresh pool, started on first use."""
-    global _pool
+    """The child has only the thread that forked: a fresh pool, started on first use;
+    each :class:`ForkLock` made anew at its first use."""
+    global _pool, _forks, _remaking
     _pool = _Pool()
+    _forks += 1
+    _remaking = threading.Lock()
+
+
+#: forks this process descends from (counted by a fork hook, not a weak set of locks:
+#: a weak set's callbacks run Python code as each goes, where a Ctrl-C is dropped)
+_forks = 0
+_remaking = threading.Lock()
+
+
+class ForkLock:
+    """A ``threading.Lock`` (an ``RLock`` where ``reentrant``) that a forked child makes
+    anew at its first use there: the parent's may be held by a thread the child does
+    not have (a thread of the parent inside it as another forked: the child's first
+    use waited for good). Used as the lock: ``with``, :meth:`acquire`, :meth:`release`.
+    """
+
+    __slots__ = ("_factory", "_forks", "_lock")
+
+    def __init__(self, reentrant: bool = False) -> None:
+        self._factory = threading.RLock if reentrant else threading.Lock
+        self._lock = self._factory()
+        self._forks = _forks
+
+    def _current(self) -> Any:
+        if self._forks != _forks:
+            with _remaking:
+                if self._forks != _forks:
+                    self._lock = self._factory()
+                    self._forks = _forks
+        return self._lock
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        return self._current().acquire(blocking, timeout)
+
+    def release(self) -> None:
+        self._lock.release()
+
+    def __enter__(self) -> bool:
+        return self._current().acquire()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._lock.release()
 
 
 class _HeldLock:

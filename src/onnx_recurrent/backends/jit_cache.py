@@ -31,7 +31,6 @@ import functools
 import inspect
 import os
 import pickle
-import threading
 import warnings
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -39,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 import numba
 from numba.core import caching, config
 
-from ..threads import compiling
+from ..threads import ForkLock, compiling
 from .cache_dirs import (
     CompileCacheWarning,
     first_usable,
@@ -64,7 +63,7 @@ __all__ = [
 ]
 
 
-_lock = threading.Lock()
+_lock = ForkLock()
 #: source directory -> cache root of ours ("" for numba's own choice, None for no cache)
 _cache_roots: dict[str, str | None] = {}
 _warned = False

@@ -23,7 +23,6 @@ reported (:class:`StreamingSession` warns) and the session carries the state its
 from __future__ import annotations
 
 import os
-import threading
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -37,6 +36,7 @@ from onnx.helper import tensor_dtype_to_np_dtype
 from ..cells import CELLS
 from ..errors import RecurrentError, RecurrentTypeError
 from ..spec import native_order
+from ..threads import ForkLock
 from .bound import StateBatchError
 from .folding import constant_values
 from .graph import (
@@ -561,7 +561,7 @@ class StreamingSession:
         #: the states set with :attr:`states` since the last step (for the wording)
         self._set: set[str] = set()
         #: held by the step under way: a second one at once (another thread) is refused
-        self._stepping = threading.Lock()
+        self._stepping = ForkLock()
 
     def __reduce__(self):
         raise TypeError(_not_picklable(type(self)))

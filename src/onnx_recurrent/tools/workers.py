@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
-import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
 from ..errors import RecurrentError, RecurrentTypeError, one_line
+from ..threads import ForkLock
 
 #: what the Dask tools say to run where Dask is missing
 INSTALL_HINT = "pip install dask distributed"
@@ -53,7 +53,7 @@ _OPTION_ENTRIES = (
 MAX_SESSIONS = 4
 #: the sessions kept in this process, by key
 SESSIONS: OrderedDict[tuple, Any] = OrderedDict()
-_sessions_lock = threading.Lock()
+_sessions_lock = ForkLock()
 
 
 def options_record(sess_options: Any) -> tuple | None:

@@ -360,7 +360,7 @@ class Kernel:
         #: for weights per call: the blocks made for the weights of earlier calls
         #: (:meth:`_derive`), with what they point to; they live as long as the kernel
         self.derived: list[tuple] = []
-        self._lock = threading.Lock()
+        self._lock = threads.ForkLock()
         layer = node.layer
         if layer is not None and self._compiled(layer):
             self.plans = _fill(block, layer, limit)
@@ -543,7 +543,7 @@ class _Operator:
 
 _OPS_BY_ADDRESS: dict[int, int] = {}
 _operators: list[_Operator] = []
-_setup_lock = threading.Lock()
+_setup_lock = threads.ForkLock()
 
 
 def _input_type(op: int, index: int) -> int:

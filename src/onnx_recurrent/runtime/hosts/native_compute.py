@@ -12,8 +12,6 @@ here too while they equal, bit for bit, those its Python path last prepared
 
 from __future__ import annotations
 
-import threading
-
 import ml_dtypes
 import numba
 import numpy as np
@@ -25,6 +23,7 @@ from ...backends.node import ABORTED, DONE, run_node
 from ...backends.sync import c_call
 from ...backends.views import INTS, address, allocate, part, pointer, release
 from ...scan import bucket_bounds, bucketed, buckets
+from ...threads import ForkLock
 from .native_block import (  # the block's words
     ABORT,
     CALLS,
@@ -549,7 +548,7 @@ _COMPUTES = {
 }
 _FUNCTIONS = {"compute": (_SIGNATURE, _COMPUTES), "task": (_TASK_SIGNATURE, _TASKS)}
 _compiled: dict[tuple, object] = {}  # numba's cfuncs: their code lives as long as they
-_lock = threading.Lock()
+_lock = ForkLock()
 
 
 def code(kind: str, dt: np.dtype) -> tuple[str, str]:
