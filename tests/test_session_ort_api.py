@@ -4,6 +4,7 @@ profiling, session and provider options, set_providers, under both hosts."""
 from __future__ import annotations
 
 import os
+import pickle
 import re
 import textwrap
 import threading
@@ -489,9 +490,15 @@ def test_errors_are_also_onnxruntimes_classes(tmp_path, host):
     assert isinstance(e.value, orc.RecurrentError) and "sequence_lens" in str(e.value)
     with pytest.raises(state.InvalidArgument):
         session.run(["nosuch"], feeds)
+    # pickled (a worker process's error: pickle could not find the class made for it)
+    again = pickle.loads(pickle.dumps(e.value))
+    assert type(again) is type(e.value) and str(again) == str(e.value)
     with pytest.raises(state.NoSuchFile) as e:
         orc.InferenceSession(str(tmp_path / "missing.onnx"), host=host)
     assert isinstance(e.value, FileNotFoundError)
+    again = pickle.loads(pickle.dumps(e.value))
+    assert type(again) is type(e.value) and again.filename == e.value.filename
+    assert (again.errno, str(again)) == (e.value.errno, str(e.value))
     with pytest.raises(state.InvalidProtobuf) as e:
         orc.InferenceSession(b"not a model", host=host)
     assert isinstance(e.value, orc.RecurrentError)

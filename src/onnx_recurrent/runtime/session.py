@@ -562,7 +562,8 @@ def _flavoured(error: BaseException, theirs: str | type) -> BaseException:
     both = _FLAVOURS.get((ours, theirs))
     if both is None:
         try:
-            both = type(ours.__name__, (ours, theirs), {"__module__": ours.__module__})
+            body = {"__module__": ours.__module__, "__reduce__": _reduce_flavoured}
+            both = type(ours.__name__, (ours, theirs), body)
         except TypeError:  # layouts that cannot be combined
             return error
         both.__qualname__ = ours.__qualname__
@@ -574,6 +575,21 @@ def _flavoured(error: BaseException, theirs: str | type) -> BaseException:
     flavoured.__dict__.update(getattr(error, "__dict__", {}))
     flavoured.__cause__, flavoured.__suppress_context__ = error.__cause__, True
     return flavoured.with_traceback(error.__traceback__)
+
+
+def _reduce_flavoured(error: BaseException) -> tuple:
+    """Pickle's reduction of :func:`_flavoured`'s error (its class is made at run time,
+    which pickle cannot find by name: a worker process's error was a PicklingError):
+    made again from its own class and onnxruntime's, its arguments and attributes."""
+    ours, theirs = type(error).__bases__
+    _, args, *state = BaseException.__reduce__(error)
+    if isinstance(error, OSError):
+        _, args, *state = OSError.__reduce__(error)
+    return (_flavoured_again, (ours, theirs, args), *state)
+
+
+def _flavoured_again(ours: type, theirs: type, args: tuple) -> BaseException:
+    return _flavoured(ours(*args), theirs)
 
 
 def _not_picklable(cls: type) -> str:
