@@ -70,6 +70,10 @@ class NodeArg:
         elem = _held_tensor(t).elem_type
         return cls(value_info.name, shape, _type_text(t, value_info.name), elem)
 
+    def __hash__(self) -> int:  # its shape's list hashed as a tuple
+        shape = None if self.shape is None else tuple(self.shape)
+        return hash((self.name, shape, self.type, self.elem_type))
+
 
 def _held_tensor(t: onnx.TypeProto):
     """The tensor type that ``t`` is or holds (a map: its values')."""
@@ -532,8 +536,9 @@ def _inferred_outputs(model: onnx.ModelProto, declared: list[NodeArg]) -> list[N
 
 
 def _as_reported(args: list[NodeArg]) -> list[NodeArg]:
-    """``args`` as onnxruntime reports them: a tensor of no declared shape as ``[]``."""
-    return [a if a.shape is not None else NodeArg(a.name, [], a.type, a.elem_type) for a in args]
+    """``args`` as onnxruntime reports them, new objects at each call (a caller's change
+    to a shape's list stays there): a tensor of no declared shape as ``[]``."""
+    return [NodeArg(a.name, list(a.shape or []), a.type, a.elem_type) for a in args]
 
 
 #: the keyword arguments of onnxruntime's InferenceSession, passed to the onnxruntime
@@ -626,6 +631,10 @@ class ModelMetadata:
             model.model_version,
             {p.key: p.value for p in model.metadata_props},
         )
+
+    def __hash__(self) -> int:  # its map hashed as its items
+        fields = [getattr(self, f) for f in self.__dataclass_fields__]
+        return hash((*fields[:-1], tuple(sorted(self.custom_metadata_map.items()))))
 
 
 class InferenceSession:

@@ -50,7 +50,14 @@ from .graph import (
     walk,
     with_functions_inlined,
 )
-from .session import InferenceSession, NodeArg, _not_picklable, feed_array, load_model
+from .session import (
+    InferenceSession,
+    NodeArg,
+    _as_reported,
+    _not_picklable,
+    feed_array,
+    load_model,
+)
 
 #: per operator: (input index, input name, output index, output name) of each state
 STATE_SLOTS = {
@@ -586,11 +593,11 @@ class StreamingSession:
         order; its own state inputs among them are optional (declared as
         :attr:`state_info` has them); those that only fed replaced states are left
         out."""
-        return list(self._inputs)
+        return _as_reported(self._inputs)
 
     def get_outputs(self) -> list[NodeArg]:
         """The outputs :meth:`step` returns: the original model's."""
-        return list(self._outputs)
+        return _as_reported(self._outputs)
 
     @property
     def states(self) -> dict[str, np.ndarray | None]:
