@@ -256,6 +256,23 @@ def test_a_layer_and_its_copies_cannot_part_ways():
     for other in (copy.copy(layer), copy.deepcopy(layer), pickle.loads(pickle.dumps(layer))):
         np.testing.assert_array_equal(other(x)[0], want)
         assert repr(other) == repr(layer)
+        assert other.note == layer.note  # it went with the copy (it was dropped)
+    assert set(orc.Layer("GRU", *_weights()).__dict__) == orc.Layer._OWN
+
+
+class _Named(orc.Layer):  # a subclass with a field of its own
+    def __init__(self, *args, name: str = "unnamed", **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.name = name
+
+
+def test_a_subclass_copies_and_pickles_with_its_own_fields():
+    import copy
+    import pickle
+
+    layer = _Named("GRU", *_weights(), name="decoder")
+    for other in (copy.copy(layer), copy.deepcopy(layer), pickle.loads(pickle.dumps(layer))):
+        assert type(other) is _Named and other.name == "decoder"  # was "unnamed"
 
 
 def _call_in_child(layer, x):

@@ -171,6 +171,11 @@ class Layer:
 
     #: what the layer was made of: set once (it computes with what it prepared from them)
     _FIXED = frozenset({"op", "spec", "W", "R", "B", "P", "dtype", "addresses"})
+    #: every attribute :meth:`_set` sets (others are the caller's or a subclass's)
+    _OWN = _FIXED | {
+        "_attributes", "_directions", "_preparing", "_counted", "_small", "_step_macs",
+        "_prepared",
+    }  # fmt: skip
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name in Layer._FIXED and name in self.__dict__:
@@ -232,20 +237,11 @@ class Layer:
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickled as its op, weights and attributes, made anew (and prepared, if it
         was) where it is unpickled: the prepared form holds compiled code of this
-        process (for ``multiprocessing``, Dask...)."""
-        return (
-            _remade,
-            (
-                type(self),
-                self.op,
-                self.W,
-                self.R,
-                self.B,
-                self._attributes,
-                self.P,
-                self._prepared,
-            ),
-        )
+        process (for ``multiprocessing``, Dask...). Attributes of the caller's or a
+        subclass's own go with it (set after its constructor)."""
+        made = (type(self), self.op, self.W, self.R, self.B, self._attributes, self.P)
+        own = {k: v for k, v in self.__dict__.items() if k not in Layer._OWN}
+        return (_remade, (*made, self._prepared), own or None)
 
     @property
     def attributes(self) -> dict[str, Any]:
