@@ -343,3 +343,24 @@ def test_a_bidirectional_call_counts_both_directions_when_it_decides_on_threads(
     assert max(parties, default=1) > 1
     for a, b in zip(got, orc.lstm(**feeds, direction="bidirectional"), strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+def test_a_weight_or_state_given_as_a_list_takes_the_others_dtype():
+    """As the functions take them (a list has no dtype of its own): ``Layer`` refused W
+    as a list, blaming R ("R must have W's dtype float64"), ``gru_cell`` W or R as
+    lists, ``run_layers`` the states as lists."""
+    W, R = _weights()
+    rng = np.random.default_rng(1)
+    X = rng.standard_normal((3, 2, 3), dtype=np.float32)
+    h0 = rng.standard_normal((1, 2, 4), dtype=np.float32)
+    layer = orc.Layer("GRU", W, R)
+    want = layer(X, initial_h=h0)
+    for made in (orc.Layer("GRU", W.tolist(), R), orc.Layer("GRU", W, R.tolist())):
+        assert made.dtype == np.float32
+        for a, b in zip(made(X, initial_h=h0), want, strict=True):
+            np.testing.assert_array_equal(a, b)
+    from onnx_recurrent.convert import run_layers
+
+    np.testing.assert_array_equal(run_layers([layer], X, h0.tolist())[1], want[1])
+    cell = orc.gru_cell(X[0], h0[0], W[0], R[0])
+    np.testing.assert_array_equal(orc.gru_cell(X[0], h0[0], W[0].tolist(), R[0].tolist()), cell)

@@ -45,7 +45,7 @@ import numpy as np
 from .cells import CELLS
 from .errors import RecurrentError, RecurrentTypeError, import_optional
 from .layers import Layer
-from .spec import as_float_array, check_bool
+from .spec import as_float_array, check_bool, list_in_dtype
 
 __all__ = ["Layer", "from_keras", "from_torch", "run_layers", "to_keras", "to_torch"]
 
@@ -171,9 +171,10 @@ def run_layers(
                 "hidden_size)"
             )
     ends = np.cumsum([0] + [layer.num_directions for layer in layers])
-    initial = {"initial_h": initial_h}
+    like = layers[0].W  # states given as lists: in the layers' dtype
+    initial = {"initial_h": list_in_dtype("initial_h", initial_h, like)}
     if op == "LSTM":
-        initial["initial_c"] = initial_c
+        initial["initial_c"] = list_in_dtype("initial_c", initial_c, like)
     elif initial_c is not None:
         raise RecurrentError(f"initial_c is for LSTM only, these layers are {op}")
     # PyTorch's shape, checked here: a layer would word it in its own (per-layer,

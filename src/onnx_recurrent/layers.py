@@ -156,6 +156,8 @@ class Layer:
             raise RecurrentError(
                 f"{op} has no attribute(s) {sorted(unknown)}; its attributes: {sorted(allowed)}"
             )
+        # one of them a list: in the other's dtype (a list has none of its own)
+        W, R = list_in_dtype("W", W, R), list_in_dtype("R", R, W)
         W, R = as_float_array("W", W), as_float_array("R", R)
         for name, value in (("W", W), ("R", R)):
             if value.ndim != 3:

@@ -304,6 +304,7 @@ def gru_cell(
         integer; ``activations`` a string (not a list of names).
     """
     X = as_float_array("X", list_in_dtype("X", X, W))
+    W, R = list_in_dtype("W", W, X), list_in_dtype("R", R, X)  # lists: in X's dtype
     R = as_float_array("R", R)
     H = hidden_size
     if isinstance(H, bool) or not isinstance(H, int | np.integer):
