@@ -362,5 +362,6 @@ def test_a_weight_or_state_given_as_a_list_takes_the_others_dtype():
     from onnx_recurrent.convert import run_layers
 
     np.testing.assert_array_equal(run_layers([layer], X, h0.tolist())[1], want[1])
-    cell = orc.gru_cell(X[0], h0[0], W[0], R[0])
-    np.testing.assert_array_equal(orc.gru_cell(X[0], h0[0], W[0].tolist(), R[0].tolist()), cell)
+    cell = orc.gru_cell(X[0], h0[0], W[0], R[0], hidden_size=4)
+    listed = orc.gru_cell(X[0], h0[0], W[0].tolist(), R[0].tolist(), hidden_size=4)
+    np.testing.assert_array_equal(listed, cell)
