@@ -52,6 +52,7 @@ def test_every_version_runs_the_latest_semantics(op, version):
         np.testing.assert_array_equal(g, e)
     (node,) = ReferenceEvaluator(session.model, new_ops=orc.reference_ops()).rt_nodes_
     assert type(node).__name__ == f"{op}_{version}"
+    assert type(node).__module__ == "onnx_recurrent.runtime.reference"  # was abc
 
 
 def _run(op, feeds, attributes, opset, outputs=None):

@@ -257,6 +257,10 @@ def test_a_layer_and_its_copies_cannot_part_ways():
         np.testing.assert_array_equal(other(x)[0], want)
         assert repr(other) == repr(layer)
         assert other.note == layer.note  # it went with the copy (it was dropped)
+    W, R = _weights()
+    peepholes = orc.Layer("LSTM", np.zeros((1, 16, 3), np.float32), R[:, :4].repeat(4, 1),
+                          P=np.zeros((1, 12), np.float32))  # fmt: skip
+    assert repr(peepholes).endswith(", P=[1, 12])")  # as if it had none
     assert set(orc.Layer("GRU", *_weights()).__dict__) == orc.Layer._OWN
 
 

@@ -252,9 +252,10 @@ class Layer:
 
     def __repr__(self) -> str:
         B = None if self.B is None else list(self.B.shape)
+        P = "" if self.P is None else f", P={list(self.P.shape)}"  # an LSTM's peepholes
         return (
             f"Layer({self.op!r}, W={list(self.W.shape)}, R={list(self.R.shape)}, B={B}, "
-            f"dtype={self.W.dtype}, attributes={self.attributes!r})"
+            f"dtype={self.W.dtype}, attributes={self.attributes!r}{P})"
         )
 
     @property

@@ -82,13 +82,12 @@ class RecurrentOp(OpRun):
 
 
 def _family(name: str, function: Callable[..., tuple], versions: tuple[int, ...]) -> type:
-    base = type(name, (RecurrentOp,), {"function": staticmethod(function), "versions": {}})
+    body = {"function": staticmethod(function), "versions": {}, "__module__": __name__}
+    base = type(name, (RecurrentOp,), body)  # of this module (type() took abc's name)
     for v in versions:
-        cls = type(
-            f"{name}_{v}",
-            (base,),
-            {"since_version": v, "op_schema": onnx.defs.get_schema(name, v)},
-        )
+        schema = onnx.defs.get_schema(name, v)
+        body = {"since_version": v, "op_schema": schema, "__module__": __name__}
+        cls = type(f"{name}_{v}", (base,), body)
         base.versions[v] = cls
     return base
 
