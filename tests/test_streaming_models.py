@@ -136,6 +136,23 @@ def test_states_reset_and_restore(host, expected):
         session.states = {1: None, **saved}
 
 
+def test_a_copied_stream_goes_on_alone_from_the_same_states(host, expected):
+    """``copy.copy`` of a stream (it said it could not pickle): a second stream over
+    the same session, from its states; a step of one leaves the other's."""
+    import copy
+
+    x = expected["lstm.x"]
+    session = StreamingSession(_model("lstm"), host=host)
+    session.step({"x": x[:10]})
+    twin = copy.copy(session)
+    second = session.step({"x": x[10:20]})
+    session.step({"x": x[20:]})
+    for a, b in zip(twin.step({"x": x[10:20]}), second, strict=True):
+        np.testing.assert_array_equal(a, b)
+    twin.reset()
+    assert all(v is not None for v in session.states.values())
+
+
 def test_states_are_checked_when_set_and_a_bad_one_does_not_stick(host, expected):
     # a state of another type, rank or size, or a masked one, was taken as it was and
     # failed every later step (or, masked, ran with its mask ignored); a list failed

@@ -573,6 +573,16 @@ class StreamingSession:
     def __reduce__(self):
         raise TypeError(_not_picklable(type(self)))
 
+    def __copy__(self) -> StreamingSession:
+        """A second stream over the same session, from this one's states: each goes on
+        alone from there (a step of one leaves the other's states), as a stream forked
+        (``copy.copy``; it said it could not pickle)."""
+        twin = object.__new__(type(self))
+        twin.__dict__.update(self.__dict__)
+        twin._states, twin._set = dict(self._states), set(self._set)
+        twin._stepping = ForkLock()
+        return twin
+
     @property
     def model(self) -> onnx.ModelProto:
         """The rewritten model, states as inputs and outputs."""
