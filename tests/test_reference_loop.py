@@ -290,6 +290,28 @@ def test_reference_ops_say_what_is_wrong_with_a_nodes_inputs_and_outputs():
         evaluator = ReferenceEvaluator(model, new_ops=orc.reference_ops())
         with pytest.raises(ValueError, match=rf"GRU node '': {match}"):
             evaluator.run(None, {"X": feeds["X"]})
+    # big-endian sequence_lens read by value (refused: "got >i4"); X that needs grad
+    # named (torch's bare RuntimeError)
+    node = helper.make_node("GRU", ["X", "W", "R", "", "L"], ["", "Y_h"], hidden_size=5)
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [
+            helper.make_tensor_value_info("X", TensorProto.FLOAT, [4, 2, 3]),
+            helper.make_tensor_value_info("L", TensorProto.INT32, [2]),
+        ],
+        [helper.make_tensor_value_info("Y_h", TensorProto.FLOAT, None)],
+        weights,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 22)])
+    evaluator = ReferenceEvaluator(model, new_ops=orc.reference_ops())
+    lens = np.array([4, 2], np.int32)
+    want = orc.gru(feeds["X"], feeds["W"], feeds["R"], sequence_lens=lens)[1]
+    (got,) = evaluator.run(None, {"X": feeds["X"], "L": lens.astype(">i4")})
+    np.testing.assert_array_equal(got, want)
+    torch = pytest.importorskip("torch")
+    with pytest.raises(TypeError, match=r"GRU node '': X cannot be read as an array"):
+        evaluator.run(None, {"X": torch.from_numpy(feeds["X"]).requires_grad_(), "L": lens})
 
 
 @pytest.mark.parametrize("host", ["reference", "onnxruntime"])

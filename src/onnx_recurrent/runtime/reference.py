@@ -19,7 +19,7 @@ from onnx.reference.op_run import OpRun
 from .. import ops
 from ..cells import check_arity
 from ..errors import RecurrentError, RecurrentTypeError
-from ..spec import is_bfloat16
+from ..spec import as_array, is_bfloat16
 from .graph import node_attributes, node_version
 
 
@@ -63,13 +63,14 @@ class RecurrentOp(OpRun):
         # the sessions' reading: only what the node sets, of its schema's types
         kwargs = node_attributes(name, self.since_version, self.onnx_node)
         if len(optional) > 1 and optional[1] is not None:
-            lengths = np.asarray(optional[1]).dtype
-            if lengths != np.int32:
+            lengths = as_array("sequence_lens", optional[1]).dtype
+            if lengths.newbyteorder("=") != np.int32:  # either byte order: read by value
                 raise RecurrentTypeError(
                     f"sequence_lens must be tensor(int32), as the operator's schema says, "
                     f"got {lengths}"
                 )
-        if is_bfloat16(np.asarray(X).dtype) and self.since_version < 22:
+        X = as_array("X", X)  # a tensor that needs grad: named, not torch's bare error
+        if is_bfloat16(X.dtype) and self.since_version < 22:
             raise RecurrentTypeError(
                 f"X: bfloat16 needs {name} version 22, this node is version {self.since_version}"
             )
