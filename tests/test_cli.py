@@ -363,7 +363,8 @@ def test_an_output_spelled_as_a_directory_names_no_file(tmp_path, monkeypatch):
     the path resolved by spelling (``os.path.realpath``) is ``x``: the input ``x``
     was replaced (status 0), and ``-o new/`` wrote a file ``new``."""
     from onnx_recurrent.errors import RecurrentError
-    from onnx_recurrent.tools.arguments import saving, writable
+    from onnx_recurrent.runtime.files import saving
+    from onnx_recurrent.tools.arguments import writable
 
     model = tmp_path / "model.onnx"
     shutil.copy(Path(onnx_recurrent.__file__).parent / "data" / "example_gru.onnx", model)
@@ -394,7 +395,8 @@ def test_an_output_file_is_replaced_with_its_mode_through_its_link(tmp_path, mon
     ``/dev/null`` is written in place (``/dev`` need not be writable); a file that may
     not be written is refused first."""
     from onnx_recurrent.errors import RecurrentError
-    from onnx_recurrent.tools.arguments import saving, writable
+    from onnx_recurrent.runtime.files import saving
+    from onnx_recurrent.tools.arguments import writable
 
     kept = tmp_path / "kept"
     kept.write_bytes(b"old")

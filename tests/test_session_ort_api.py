@@ -385,6 +385,36 @@ def test_an_optimized_model_filepath_that_cannot_be_written_is_onnxruntimes_erro
         assert not isinstance(caught.value, state.NoSuchFile)
 
 
+def test_an_optimized_model_filepath_naming_the_model_or_its_data_is_refused(tmp_path):
+    """It was written over the model's external data (the model then loaded and
+    computed with the bytes written there: NaN) or its external initializers over the
+    model itself, with no error (onnxruntime destroys them too)."""
+    model, feeds = _model_and_feeds()
+    path = tmp_path / "m.onnx"
+    onnx.save(model, path, save_as_external_data=True, location="m.data", size_threshold=0)
+    before = {p: p.read_bytes() for p in (path, tmp_path / "m.data")}
+    state = ort.capi.onnxruntime_pybind11_state
+    for target, entry in (("m.data", None), ("sub/../m.onnx", None), ("opt.onnx", "m.onnx")):
+        (tmp_path / "sub").mkdir(exist_ok=True)
+        options = ort.SessionOptions()
+        options.optimized_model_filepath = str(tmp_path / target)
+        if entry:
+            options.add_session_config_entry(
+                "session.optimized_model_external_initializers_file_name", entry
+            )
+        with pytest.raises(ValueError, match=r"is the file .* the model is read from") as e:
+            orc.InferenceSession(str(path), options, host="onnxruntime")
+        assert isinstance(e.value, state.InvalidArgument)
+        assert {p: p.read_bytes() for p in before} == before
+    options = ort.SessionOptions()
+    options.optimized_model_filepath = str(tmp_path / "opt.onnx")
+    orc.InferenceSession(str(path), options, host="onnxruntime")  # another file: written
+    np.testing.assert_array_equal(
+        orc.InferenceSession(str(tmp_path / "opt.onnx")).run(None, feeds)[0],
+        orc.InferenceSession(str(path)).run(None, feeds)[0],
+    )
+
+
 def test_a_model_holding_a_custom_node_is_refused():
     """Such a node (what onnxruntime wrote for an optimized_model_filepath before)
     names its weights by a key of another process: refused, naming the node."""

@@ -36,6 +36,7 @@ from .graph import (
     overridable_initializers,
 )
 from .hosts import HOSTS, make_host
+from .hosts.onnxruntime import check_written_paths
 
 
 @dataclass(frozen=True)
@@ -787,6 +788,8 @@ class InferenceSession:
             # inside onnxruntime, where "auto" took it for a refusal and fell back
             threads.num_threads()
             backends.environment_name()
+            if isinstance(model, str | os.PathLike):  # before the model is read
+                check_written_paths(sess_options, model)
             loading = True
             loaded = load_model(model)
             loading = False

@@ -29,11 +29,11 @@ from typing import Any, NoReturn
 import numpy as np
 
 from ..errors import RecurrentError, one_line
+from ..runtime.files import external_data_files, same_file, saving
 from ..runtime.session import InferenceSession, load_model
 from .arguments import (
     add_host,
     add_model_inputs,
-    external_data_files,
     file_name,
     lost_interrupts,
     model_feeds,
@@ -41,8 +41,6 @@ from .arguments import (
     parse_pairs,
     raise_lost_interrupt,
     recurrent_elements,
-    same_file,
-    saving,
     writable,
 )
 

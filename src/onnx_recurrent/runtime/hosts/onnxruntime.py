@@ -38,6 +38,7 @@ from ... import threads
 from ...errors import RecurrentError, RecurrentTypeError, one_line
 from ...threads import interrupts_held
 from ..bound import BoundNode, node_key
+from ..files import external_data_files, same_file, saving
 from ..graph import (
     INPUTS,
     WEIGHTS,
@@ -583,7 +584,7 @@ def _external(model: onnx.ModelProto, path: str, location: str, min_size: int) -
     copy.CopyFrom(model)
     offset = 0
     data_path = os.path.join(os.path.dirname(os.path.abspath(path)), location)
-    with open(data_path, "wb") as f:
+    with saving(data_path) as f:  # replaced whole: a failure keeps the file there
         for tensor in copy.graph.initializer:
             if tensor.data_type == onnx.TensorProto.STRING:
                 continue
@@ -620,6 +621,39 @@ def _to_external(tensor: onnx.TensorProto, location: str, offset: int, length: i
         entry = tensor.external_data.add()
         entry.key, entry.value = key, str(value)
     tensor.data_location = TensorProto.EXTERNAL
+
+
+def check_written_paths(sess_options: Any, model: str | os.PathLike) -> None:
+    """Refuse a ``sess_options.optimized_model_filepath`` (or the file its external
+    initializers go to) that names the model file ``model`` or its external data, by
+    any link or spelling: :func:`write_model` would destroy the model it reads
+    (onnxruntime does; a model whose external data was so replaced then loaded and
+    computed with the bytes written there).
+
+    Raises
+    ------
+    ValueError
+        Such a path (onnxruntime's ``InvalidArgument``); the message names both files.
+    """
+    path = getattr(sess_options, OPTIMIZED_MODEL_FILEPATH, "") if sess_options else ""
+    if not path:
+        return
+    read = [model, *external_data_files(os.fspath(model))]
+    written = {f"sess_options.{OPTIMIZED_MODEL_FILEPATH}": path}
+    location = _config_entry(sess_options, EXTERNAL_FILE_NAME)
+    if location:
+        folder = os.path.dirname(os.path.abspath(path))
+        written[f"sess_options' {EXTERNAL_FILE_NAME}"] = os.path.join(folder, location)
+    for option, target in written.items():
+        clash = same_file(target, read)
+        if clash is not None:
+            error = RecurrentError(
+                f"{option}: {os.fspath(target)!r} is the file "
+                f"{os.fspath(clash)!r} the model is read from: writing it would destroy the "
+                "model; give another path"
+            )
+            error.onnxruntime_type = "InvalidArgument"  # type: ignore[attr-defined]
+            raise error
 
 
 def write_model(model: onnx.ModelProto, sess_options: Any) -> None:
@@ -663,7 +697,8 @@ def write_model(model: onnx.ModelProto, sess_options: Any) -> None:
         if location:
             min_size = _config_entry(sess_options, EXTERNAL_MIN_SIZE) or "1024"
             model = _external(model, path, location, int(min_size))
-        onnx.save(model, path)
+        with saving(os.fspath(path)) as f:  # replaced whole: a failure keeps the file
+            f.write(model.SerializeToString())
     except OSError as e:
         error = type(e)(
             e.errno,

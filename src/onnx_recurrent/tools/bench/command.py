@@ -9,8 +9,14 @@ import os
 import sys
 from typing import Any
 
+from ...runtime.files import same_file, saving
 from ...threads import MAX_THREADS
-from ..arguments import file_name, note_first_use, number, same_file, saving, writable
+from ..arguments import (
+    file_name,
+    note_first_use,
+    number,
+    writable,
+)
 from . import cases
 from .cases import DEFAULT_BUDGET, MIN_REPEATS, OPS, Case
 from .driver import run_bench

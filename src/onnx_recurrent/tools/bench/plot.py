@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ...errors import import_optional
-from ..arguments import in_place, saving
+from ...runtime.files import in_place, saving
 from .timing import CaseResult
 
 

@@ -30,16 +30,14 @@ from pathlib import Path
 from typing import IO, Any
 
 from ...errors import RecurrentError, import_optional, one_line
+from ...runtime.files import external_data_files, same_file, saving
 from ..arguments import (
     add_host,
     ascii_number,
-    external_data_files,
     file_name,
     file_name_or_stdout,
     number,
     raise_lost_interrupt,
-    same_file,
-    saving,
     writable,
 )
 from .audio import AUDIO_SUFFIXES, AudioError, find_audio_files

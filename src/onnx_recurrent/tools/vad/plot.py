@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from ...errors import import_optional
-from ..arguments import saving
+from ...runtime.files import saving
 from .model import CHUNK_SAMPLES, INSTALL_EXTRA, MODEL_RATE
 
 #: The most columns the waveform is drawn with (longer recordings: min/max envelope).
