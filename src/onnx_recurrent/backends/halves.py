@@ -4,14 +4,16 @@ ml_dtypes' ``astype(bfloat16)`` (round to nearest even; inf past the range; a Na
 makes it), checked over every float32 by tests/test_halves.py.
 
 ``kind`` is :data:`FLOAT16` or :data:`BFLOAT16`; the 16-bit arrays are their bits
-(``uint16``).
+(``uint16``); the float32 ones C-contiguous.
 """
 
 from __future__ import annotations
 
+import numba
 import numpy as np
 
 from .jit_cache import jit
+from .views import pointer
 
 FLOAT16 = 1
 BFLOAT16 = 2
@@ -23,7 +25,8 @@ _jit = jit(nogil=True, error_model="numpy")
 def widen(bits, out, kind):
     """``out[i] = float32(bits[i])`` (exact) for 1-D ``bits`` (uint16) and ``out``
     (float32) of one size."""
-    wide = out.view(np.uint32)
+    wide = numba.carray(pointer(out.ctypes.data), out.size, np.uint32)  # (a view's
+    # dtype check raises, which the native nodes' machine code cannot hold)
     if kind == BFLOAT16:
         for i in range(bits.size):
             wide[i] = np.uint32(bits[i]) << np.uint32(16)
@@ -48,7 +51,7 @@ def widen(bits, out, kind):
 def narrow(values, out, kind):
     """``out[i]`` = the bits of ``values[i]`` (float32) rounded to ``kind``, for 1-D
     arrays of one size (``out``: uint16)."""
-    wide = values.view(np.uint32)
+    wide = numba.carray(pointer(values.ctypes.data), values.size, np.uint32)  # as widen
     if kind == BFLOAT16:
         for i in range(values.size):
             f = wide[i]

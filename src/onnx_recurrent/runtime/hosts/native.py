@@ -675,12 +675,19 @@ def compiled_address(kind: str, dt: np.dtype) -> int:
 
         return native_compute.code(kind, dt)
 
-    try:
-        return native_code.address(f"{kind}-{dt.name}", code)
-    except native_code.NativeCodeError:
-        from . import native_compute
+    name = f"{kind}-{dt.name}"
+    if name not in _refused:
+        try:
+            return native_code.address(name, code)
+        except native_code.NativeCodeError:  # once: its IR was made (numba) for nothing
+            _refused.add(name)
+    from . import native_compute
 
-        return native_compute.cfunc_address(kind, dt)
+    return native_compute.cfunc_address(kind, dt)
+
+
+#: the kernels the native code refused in this process (numba's cfuncs run them)
+_refused: set[str] = set()
 
 
 # -- Ctrl-C during a native node ------------------------------------------------------

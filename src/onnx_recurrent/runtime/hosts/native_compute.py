@@ -354,7 +354,8 @@ def _inputs(k, fn, kernel, context, dtype, own, narrow):
         at = count
         into = spare[at : at + X.size]
         halves.widen(numba.carray(pointer(xp), into.size, np.uint16), into, narrow)
-        X, xp = into.reshape(X.shape), into.ctypes.data
+        xp = into.ctypes.data  # (views by carray: a reshape's check raises, which the
+        X = numba.carray(pointer(xp), (d0, d1, I), dtype)  # native code cannot take)
         at += X.size
         state = s0 * s1 * H
         for j in range(2):
@@ -366,7 +367,7 @@ def _inputs(k, fn, kernel, context, dtype, own, narrow):
         h0 = numba.carray(pointer(given[0]), h0.shape, dtype)
         c0 = numba.carray(pointer(given[1]), c0.shape, dtype)
         own[NARROW_Y] = Y.ctypes.data if wired & 1 else 0
-        Y = spare[at : at + Y.size].reshape(Y.shape)
+        Y = numba.carray(pointer(spare[at : at + Y.size].ctypes.data), Y.shape, dtype)
     status = _outputs(k, fn, kernel, context, dtype, own, X, xp, d0, d1, lens, has_lens, h0, c0,
                       Y, spare, N, T, Dn, H, slices, narrow)  # fmt: skip
     if narrow and status == 0:
@@ -381,8 +382,8 @@ def _inputs(k, fn, kernel, context, dtype, own, narrow):
 @_jit
 def _narrowed(values, p, narrow):
     """``values`` rounded to 16 bits at address ``p`` (0: nowhere)."""
-    if p != 0 and values.size > 0:
-        flat = values.reshape(values.size)
+    if p != 0 and values.size > 0:  # values: C-contiguous float32
+        flat = numba.carray(pointer(values.ctypes.data), values.size, np.float32)
         halves.narrow(flat, numba.carray(pointer(p), flat.size, np.uint16), narrow)
 
 
