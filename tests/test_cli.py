@@ -922,6 +922,30 @@ def test_run_output_naming_the_models_external_data_is_refused(tmp_path, capsys)
     assert _main("run", str(model), "-o", str(tmp_path / "out.npz")) == 0
 
 
+def test_run_output_naming_the_bundled_examples_files_is_refused(tmp_path, capsys, monkeypatch):
+    """``run -o`` naming the bundled example's expected outputs made the self-check
+    compare the outputs with themselves from then on; its input, broke ``run`` for
+    good (status 0 both times)."""
+    from onnx_recurrent.tools import cli
+
+    package = Path(str(cli._data(cli.EXAMPLE))).parent
+    for name in (cli.EXAMPLE, cli.EXAMPLE_INPUT, cli.EXAMPLE_EXPECTED):
+        shutil.copy(package / name, tmp_path / name)
+    monkeypatch.setattr(cli, "_data", lambda name: tmp_path / name)  # copies: kept safe
+    kept = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    for name in (cli.EXAMPLE_EXPECTED, cli.EXAMPLE_INPUT):
+        feeds = random_inputs("GRU", full=False)
+        (tmp_path / "m.onnx").write_bytes(
+            node_model("GRU", feeds, {"hidden_size": 3}).SerializeToString()
+        )
+        for given in ([], [str(tmp_path / "m.onnx")]):
+            assert _main("run", *given, "-o", str(tmp_path / name)) == 2
+            err = capsys.readouterr().err
+            assert f"is the input file {tmp_path / name} (the bundled example's)" in err, err
+        (tmp_path / "m.onnx").unlink()
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == kept
+
+
 def test_an_onnxruntime_that_fails_to_import_stops_only_what_needs_it(tmp_path):
     """An onnxruntime installed but broken (its shared library missing) stopped every
     command, --host reference too, with its bare ImportError; the library said

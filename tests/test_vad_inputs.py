@@ -486,6 +486,21 @@ def test_output_naming_an_input_is_refused(tmp_path, capsys, monkeypatch):
         assert recording.read_bytes() == original, args
 
 
+def test_output_naming_the_default_model_is_refused(tmp_path, capsys, monkeypatch):
+    """``-o`` naming silero-vad's own model (the default ``--model``) wrote the rows
+    over it: every later run failed."""
+    from onnx_recurrent.tools.vad import command
+
+    recording = tmp_path / "a.wav"
+    recording.write_bytes(SPEECH.read_bytes())
+    default = tmp_path / "silero_vad.onnx"
+    default.write_bytes(b"a stand-in for silero-vad's model")
+    monkeypatch.setattr(command, "silero_model_path", lambda: default)
+    status, _, err = _main(capsys, str(recording), "-o", str(default))
+    assert status == 2 and f"is the input file {default}" in err, err
+    assert default.read_bytes() == b"a stand-in for silero-vad's model"
+
+
 def test_output_naming_the_model_or_its_external_data_is_refused(tmp_path, capsys):
     """``-o`` naming ``--model`` or the file it keeps its weights in replaced it with
     the rows (as ``run -o`` did with external data)."""

@@ -45,6 +45,8 @@ from .arguments import (
 )
 
 EXAMPLE = "example_gru.onnx"
+EXAMPLE_INPUT = "example_input.npy"
+EXAMPLE_EXPECTED = "example_expected.npz"
 
 #: subcommand -> (the module whose ``add_parser`` registers it, its one-line help)
 COMMANDS = {
@@ -119,9 +121,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         inputs += parse_pairs(args.input or [], "-i").values()
         # the files the model keeps its weights in (external data) are inputs too
         data = [] if args.model is None else external_data_files(args.model)
-        clash = same_file(output, inputs + data)
+        # and the bundled example's (run reads them with no model given)
+        bundled = [str(_data(name)) for name in (EXAMPLE, EXAMPLE_INPUT, EXAMPLE_EXPECTED)]
+        clash = same_file(output, inputs + data + bundled)
         if clash is not None:
             what = " (the model's external data)" if clash in data else ""
+            what = " (the bundled example's)" if clash in bundled else what
             raise RecurrentError(
                 f"-o {output} is the input file {clash}{what}: writing the outputs there "
                 "would overwrite it; give -o another file"
@@ -137,8 +142,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             f"model: bundled example {model.name} (PyTorch 2-layer bidirectional "
             "batch-first nn.GRU + linear head)"
         )
-        given = {"x": np.load(_data("example_input.npy"))}
-        with np.load(_data("example_expected.npz")) as f:
+        given = {"x": np.load(_data(EXAMPLE_INPUT))}
+        with np.load(_data(EXAMPLE_EXPECTED)) as f:
             expected = dict(f)
     else:
         model = args.model

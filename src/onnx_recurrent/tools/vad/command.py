@@ -41,7 +41,7 @@ from ..arguments import (
     writable,
 )
 from .audio import AUDIO_SUFFIXES, AudioError, find_audio_files
-from .model import INSTALL_EXTRA
+from .model import INSTALL_EXTRA, silero_model_path
 from .segments import SEGMENT_OPTIONS, check_segment_options
 
 #: local worker processes per CPU at most (each holds a model and its own interpreter:
@@ -463,6 +463,9 @@ def cmd_vad(args: argparse.Namespace) -> int:
     json_lines = output is not None and Path(output).suffix.lower() in (".jsonl", ".json")
     # --model and the files it keeps its weights in are inputs too
     model = [] if args.model is None else [args.model, *external_data_files(args.model)]
+    if args.model is None:  # the default model, silero-vad's file
+        with suppress(Exception):  # not installed: its own error later
+            model.append(str(silero_model_path()))
     clash = None if output is None else same_file(output, [*files, *model])
     if clash is not None:
         what = "the model" if clash in model else "the recording"
