@@ -541,6 +541,15 @@ def test_an_empty_or_corrupt_model_is_a_value_error_naming_it(tmp_path):
     for model, match in cases:
         with pytest.raises(ValueError, match=match):
             orc.InferenceSession(model)
+    # a device was read until memory ran out (/dev/zero: 21 GB, killed); a file past
+    # protobuf's limit read whole (a 20 GB sparse file) before protobuf refused it
+    if os.path.exists("/dev/zero"):
+        with pytest.raises(ValueError, match=r"model '/dev/zero' is not a file \(a device\)"):
+            orc.InferenceSession("/dev/zero")
+    with open(tmp_path / "sparse.onnx", "wb") as f:
+        f.truncate((2 << 30) + 1)  # no blocks: a hole
+    with pytest.raises(ValueError, match=r"holds more than 2147483647 bytes"):
+        orc.InferenceSession(str(tmp_path / "sparse.onnx"))
 
 
 def test_a_model_without_recurrent_nodes_runs_and_says_so(tmp_path):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import stat
 import sys
 import threading
 import warnings
@@ -127,7 +128,8 @@ def load_model(model: str | os.PathLike | bytes | onnx.ModelProto) -> onnx.Model
     FileNotFoundError
         No such file.
     ValueError
-        A directory, an empty file or bytes, or data that is not an ONNX model
+        A directory, a device, a file past 2 GiB (protobuf's limit), an empty file or
+        bytes, or data that is not an ONNX model
         (protobuf cannot parse it, it has no graph, or it is an ORT-format model:
         onnxruntime's flatbuffer), or external data (tensors kept
         in files beside the model, read from the model's folder) that cannot be read;
@@ -149,7 +151,7 @@ def load_model(model: str | os.PathLike | bytes | onnx.ModelProto) -> onnx.Model
             raise RecurrentError(f"model {name!r} is a directory, not an .onnx file")
         try:
             with open(name, "rb") as f:
-                data = f.read()
+                data = _model_bytes(f, name)
         except OSError as e:  # named, whether open or read failed
             raise type(e)(e.errno, e.strerror, name) from None
         loaded = _parse(data, repr(name))
@@ -161,6 +163,33 @@ def load_model(model: str | os.PathLike | bytes | onnx.ModelProto) -> onnx.Model
             ) from None
         return loaded
     raise TypeError(f"model must be a path, bytes or onnx.ModelProto, got {type(model).__name__}")
+
+
+#: the most an ONNX model file holds (protobuf's limit: larger weights go in external
+#: data beside it)
+MODEL_FILE_LIMIT = onnx.checker.MAXIMUM_PROTOBUF
+
+
+def _model_bytes(f: Any, name: str) -> bytes:
+    """The bytes of the open model file ``f``: a regular file or a pipe of at most
+    :data:`MODEL_FILE_LIMIT` bytes; a device (``/dev/zero`` was read until memory ran
+    out) or a larger file refused, naming it (``ValueError``)."""
+    status = os.fstat(f.fileno())
+    if not (stat.S_ISREG(status.st_mode) or stat.S_ISFIFO(status.st_mode)):
+        raise RecurrentError(f"model {name!r} is not a file (a device), not an ONNX model")
+    if status.st_size > MODEL_FILE_LIMIT:
+        raise RecurrentError(_too_large(name))
+    data = f.read(MODEL_FILE_LIMIT + 1)
+    if len(data) > MODEL_FILE_LIMIT:  # a pipe that goes on
+        raise RecurrentError(_too_large(name))
+    return data
+
+
+def _too_large(name: str) -> str:
+    return (
+        f"model {name!r} holds more than {MODEL_FILE_LIMIT} bytes, more than an ONNX model "
+        "file can (protobuf's limit: larger weights go in external data beside it)"
+    )
 
 
 #: the file identifier of onnxruntime's ORT-format models (bytes 4-8 of a flatbuffer)
