@@ -955,6 +955,21 @@ def test_run_output_naming_the_bundled_examples_files_is_refused(tmp_path, capsy
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == kept
 
 
+def test_an_output_that_is_standard_output_is_refused_where_a_report_goes():
+    """``run -o /dev/stdout | cat > x.npz``: the report's lines went into the .npz
+    (status 0, the file unreadable); ``bench --json`` the same."""
+    if not os.path.exists("/dev/stdout"):
+        pytest.skip("no /dev/stdout")
+    for command in (["run", "-o", "/dev/stdout"], ["bench", "--json", "/dev/stdout"]):
+        done = subprocess.run(
+            [sys.executable, "-m", "onnx_recurrent", *command],
+            capture_output=True, text=True, timeout=600,
+        )  # fmt: skip
+        assert done.returncode == 2, done.stderr
+        assert "/dev/stdout: is standard output, where the report is printed" in done.stderr
+        assert done.stdout == ""
+
+
 def test_an_onnxruntime_that_fails_to_import_stops_only_what_needs_it(tmp_path):
     """An onnxruntime installed but broken (its shared library missing) stopped every
     command, --host reference too, with its bare ImportError; the library said

@@ -438,13 +438,19 @@ def file_name_or_stdout(text: str) -> str | None:
     return None if text == "-" else file_name(text)
 
 
-def writable(path: str, option: str) -> None:
+def writable(path: str, option: str, report: bool = False) -> None:
     """Check, before the work, that ``path`` can be written (:func:`saving`): it names
     a file (:func:`output_file`) whose directory (through a link, its target's) exists
     and may be written, and so may the file if it is there; a device or pipe may be
-    written."""
+    written, but not (``report``: the command prints a report there) the pipe or file
+    that standard output is (``/dev/stdout``: the report went into the output)."""
     if os.path.isdir(path):
         raise RecurrentError(f"{option} {path}: is a directory")
+    if report and _is_stdout(path):
+        raise RecurrentError(
+            f"{option} {path}: is standard output, where the report is printed (the two "
+            "would be mixed in one file): give another file"
+        )
     if in_place(path):
         if not os.access(path, os.W_OK):
             raise RecurrentError(f"{option} {path}: not writable")
@@ -457,6 +463,18 @@ def writable(path: str, option: str) -> None:
         raise RecurrentError(f"{option} {path}: the directory {folder!r} is not writable")
     if os.path.exists(path) and not os.access(path, os.W_OK):
         raise RecurrentError(f"{option} {path}: the file is not writable")
+
+
+def _is_stdout(path: str) -> bool:
+    """Whether ``path`` names the pipe, socket or file that standard output is."""
+    try:
+        out = os.fstat(sys.stdout.fileno())
+        target = os.stat(path)
+    except (OSError, ValueError, AttributeError):  # no stdout (closed, replaced)
+        return False
+    if not (stat.S_ISFIFO(out.st_mode) or stat.S_ISREG(out.st_mode) or stat.S_ISSOCK(out.st_mode)):
+        return False  # a terminal or /dev/null: nothing is mixed in a file
+    return (out.st_dev, out.st_ino) == (target.st_dev, target.st_ino)
 
 
 #: the name of each element type's native code (the onnxruntime host's nodes)

@@ -113,7 +113,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     expected = None
     output = args.output
     if output:
-        writable(output, "-o")  # as given first: "model.onnx/" is no "model.onnx/.npz"
+        writable(output, "-o", report=True)  # as given first: "model.onnx/" is no ".npz"
         if not output.endswith(".npz") and not os.path.exists(output):  # as numpy.savez
             output += ".npz"  # (an existing file, device or pipe is written as named)
         writable(output, "-o")

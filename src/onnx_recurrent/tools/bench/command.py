@@ -37,7 +37,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             raise ValueError("--models does not take --plot")
         options = Options.from_args(args)
         if args.json:
-            writable(args.json, "--json")
+            writable(args.json, "--json", report=True)
         if getattr(args, "plot", None):
             args.plot = plot_path(args.plot)
             writable(args.plot, "--plot")
