@@ -101,11 +101,6 @@ class Layer:
         Compile (or load) the kernels now (the default: no call compiles), or on the
         first call (a session's layers whose nodes run as native nodes: :meth:`prepare`).
 
-    The weights are copied (read-only) and prepared once: changing the arrays passed
-    afterwards does not change the layer, and its ``op``, ``spec``, ``W``, ``R``, ``B``,
-    ``P``, ``dtype`` and ``addresses`` cannot be set again (AttributeError; a layer of
-    other weights: :meth:`replace`). Calls may come from several threads at once.
-
     Raises
     ------
     ValueError
@@ -122,6 +117,13 @@ class Layer:
         different dtypes; ``attributes`` not a mapping; an attribute of another type
         than the specification's (``hidden_size=5.0``, ``activations`` a string...: as
         :func:`~onnx_recurrent.gru` lists them).
+
+    Notes
+    -----
+    The weights are copied (read-only) and prepared once: changing the arrays passed
+    afterwards does not change the layer, and its ``op``, ``spec``, ``W``, ``R``, ``B``,
+    ``P``, ``dtype`` and ``addresses`` cannot be set again (AttributeError; a layer of
+    other weights: :meth:`replace`). Calls may come from several threads at once.
 
     Examples
     --------

@@ -715,24 +715,6 @@ class InferenceSession:
         onnxruntime's keyword arguments, passed to its session under the onnxruntime
         host (ignored by the reference host).
 
-    The recurrent nodes' weights that are initializers, or computed from initializers
-    only, are checked and prepared once, here; a call passes only X, the lengths and
-    the states.
-
-    Every kind of graph input and output that onnxruntime's ``run`` takes: tensors
-    (arrays), sequences (lists of arrays), optionals (None, or the value; an optional
-    input may be left out) and maps (dicts of Python scalars, where the operators take
-    them: ``ai.onnx.ml``'s). The feeds are checked under both hosts, the tensors inside
-    a sequence, optional or map included, and an error names the element that failed:
-    ``input 'seq' element 2: expected element type tensor(float) (float32), got int64``.
-
-    An initializer that the graph also lists as an input is onnxruntime's *overridable
-    initializer* (IR version 4 and later): :meth:`get_inputs` leaves it out,
-    :meth:`get_overridable_initializers` lists it, and ``run`` takes a feed of its name,
-    which replaces its value for that call (a recurrent node's W, R, B or P among them:
-    such a node reads its weights on every call, never a layer prepared from the
-    initializer).
-
     Raises
     ------
     FileNotFoundError
@@ -767,6 +749,24 @@ class InferenceSession:
     Notes
     -----
     ``run`` may be called from several threads at once, as with onnxruntime.
+
+    The recurrent nodes' weights that are initializers, or computed from initializers
+    only, are checked and prepared once, here; a call passes only X, the lengths and
+    the states.
+
+    Every kind of graph input and output that onnxruntime's ``run`` takes: tensors
+    (arrays), sequences (lists of arrays), optionals (None, or the value; an optional
+    input may be left out) and maps (dicts of Python scalars, where the operators take
+    them: ``ai.onnx.ml``'s). The feeds are checked under both hosts, the tensors inside
+    a sequence, optional or map included, and an error names the element that failed:
+    ``input 'seq' element 2: expected element type tensor(float) (float32), got int64``.
+
+    An initializer that the graph also lists as an input is onnxruntime's *overridable
+    initializer* (IR version 4 and later): :meth:`get_inputs` leaves it out,
+    :meth:`get_overridable_initializers` lists it, and ``run`` takes a feed of its name,
+    which replaces its value for that call (a recurrent node's W, R, B or P among them:
+    such a node reads its weights on every call, never a layer prepared from the
+    initializer).
 
     Where onnxruntime is loaded, each error raised here or by :meth:`run` is also an
     instance of onnxruntime's exception class for that failure (from

@@ -461,8 +461,11 @@ class StreamingSession:
 
     Raises
     ------
+    FileNotFoundError
+        ``model`` is a path that does not exist.
     ValueError
-        The model has no recurrent node whose state can be exposed.
+        The model has no recurrent node whose state can be exposed; a model that
+        cannot be read (as :class:`InferenceSession` says).
 
     Examples
     --------
