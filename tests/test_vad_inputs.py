@@ -548,6 +548,13 @@ def test_a_plot_never_overwrites_a_recording(tmp_path, capsys):
     assert status == 0, err
     assert recording.read_bytes() == original
     assert (tmp_path / "x.wav-1.png").read_bytes()[:4] == b"\x89PNG"
+    # nor -o's file, not there yet (the plot was written, then replaced by the rows)
+    plots = tmp_path / "plots"
+    plots.mkdir()
+    status, _, err = _main(capsys, other, "--plot", plots, "-o", plots / "x.wav.png")
+    assert status == 0, err
+    assert (plots / "x.wav.png").read_bytes()[:4] != b"\x89PNG"  # the rows
+    assert (plots / "x.wav-1.png").read_bytes()[:4] == b"\x89PNG"
 
 
 # --- 4. file names that are not valid UTF-8 --------------------------------------------

@@ -316,6 +316,7 @@ class _Plotter:
         self._session: Any = None
         #: files a plot must not overwrite: the recordings, and -o's
         self._keep = keep
+        self._kept_paths = {os.path.realpath(k) for k in keep}
 
     def _name(self, path: str) -> Path:
         base = Path(path).name or "recording"
@@ -323,6 +324,7 @@ class _Plotter:
         while (
             name in self._used
             or same_file(self.directory / name, self._keep)
+            or os.path.realpath(self.directory / name) in self._kept_paths  # -o, not there yet
             or (self.directory / name).is_dir()  # a directory of that name: not ours
         ):
             name, k = f"{base}-{k}.png", k + 1
