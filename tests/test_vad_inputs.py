@@ -324,6 +324,24 @@ def test_a_wav_cut_short_is_its_error_row(tmp_path):
     assert results[2].error is None and results[2].segments == results[0].segments
 
 
+@pytest.mark.parametrize("fmt", ["WAV", "AIFF", "OGG"])
+def test_a_recording_cut_short_while_it_is_read_is_an_error(tmp_path, fmt):
+    """A file cut short on disk while ``vad`` read it (a recorder rotating it, a disk
+    cleaner) gave the rows of what was read, no error, status 0: libsndfile ends a WAV,
+    AIFF or OGG there quietly. Now an AudioError naming both sizes."""
+    path = tmp_path / f"long.{fmt.lower()}"
+    soundfile.write(path, np.full(10 * 16000, 0.01, np.float32), 16000, format=fmt)
+    size = path.stat().st_size
+    with vad.open_audio(path) as reader:
+        assert reader.read_block().size
+        os.truncate(path, size // 2)
+        with pytest.raises(vad.AudioError, match="cut short while it was read") as caught:
+            while reader.read_block() is not None:
+                pass
+    assert f"{size} bytes when opened, {size // 2} now" in str(caught.value)
+    assert "of its 160000 frames decoded" in str(caught.value)
+
+
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
 def test_non_finite_samples_fail_their_recording_alone(tmp_path, bad):
     """A few NaN or infinite samples made the model's state NaN to the end: "no speech"

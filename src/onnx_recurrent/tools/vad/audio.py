@@ -136,6 +136,7 @@ class AudioReader:
             ),
         )
         self._stream = None if self.sample_rate == MODEL_RATE else _resampler(self.sample_rate)
+        self._size = _size(file)  # to tell a file cut short while it is read
 
     @property
     def duration(self) -> float:
@@ -159,7 +160,8 @@ class AudioReader:
             (a ``ValueError``) If libsndfile fails to decode the file there, or its
             samples (a float file's) peak past
             :data:`~onnx_recurrent.tools.vad.MAX_SAMPLE_PEAK` (int16 values stored as
-            floats); the message names the file, how far it got and the reason.
+            floats), or if the file was cut short on disk while it was read; the
+            message names the file, how far it got and the reason.
         """
         if self._done:
             return None
@@ -187,6 +189,14 @@ class AudioReader:
             )
         self.frames += count
         last = count < self._block_frames
+        if last and self._size is not None and (_size(self._file) or 0) < self._size:
+            self._done = True  # libsndfile ends a WAV, AIFF or OGG there quietly
+            raise AudioError(
+                self.path,
+                f"cut short while it was read: {self._size} bytes when opened, "
+                f"{_size(self._file)} now; {self.frames} of its "
+                f"{self._sound.frames} frames decoded",
+            )
         block = data[:, 0] if self.channels == 1 else data.mean(axis=1, dtype=np.float32)
         del data
         if self._stream is not None:
@@ -231,6 +241,14 @@ class AudioReader:
         trace: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def _size(file: BinaryIO) -> int | None:
+    """The size of the open ``file`` on disk (None: not a file on disk)."""
+    try:
+        return os.fstat(file.fileno()).st_size
+    except (OSError, AttributeError, ValueError, io.UnsupportedOperation):
+        return None
 
 
 #: libsndfile's note on a WAV (or AIFF...) whose data chunk is shorter than its header
