@@ -313,6 +313,23 @@ def test_a_recurrent_node_with_an_attribute_set_twice_is_an_error(host):
         _session(model, host)
 
 
+@pytest.mark.parametrize("outputs", [["Y"], ["Y", ""]])
+def test_a_gru_1_node_without_its_required_y_h_is_an_error(host, outputs):
+    """GRU-1 requires Y_h (later versions make it optional): the onnxruntime host ran
+    such a node, which plain onnxruntime and the reference host refuse."""
+    model, feeds = _gru(opset=1)
+    del model.graph.node[0].output[:]
+    model.graph.node[0].output.extend(outputs)
+    del model.graph.output[1:]
+    if HAS_ORT:
+        with pytest.raises(Exception, match="GRU"):  # plain onnxruntime refuses it too
+            _plain_ort(model, feeds)
+    with pytest.raises(
+        RecurrentError, match=r"^GRU node 'gru1': output 1 \(Y_h\) is required by GRU-1, got"
+    ):
+        _session(model, host)
+
+
 def _shapeless_io(model):
     for v in (*model.graph.input, *model.graph.output):
         v.type.tensor_type.ClearField("shape")

@@ -22,6 +22,7 @@ from .graph import (
     INPUTS,
     WEIGHTS,
     RecurrentNode,
+    check_required_outputs,
     node_attributes,
     recurrent_nodes,
 )
@@ -77,6 +78,7 @@ class BoundNode:
         self.n_outputs = 3 if self.op == "LSTM" else 2
         try:
             self.attributes = node_attributes(node.op, node.version, node.node)
+            check_required_outputs(node.op, node.version, node.node)
         except RecurrentError as e:
             raise _named(self.label, e) from None
         inputs, outputs = node.node.input, node.node.output

@@ -547,6 +547,27 @@ def node_attributes(op: str, version: int, node: onnx.NodeProto) -> dict:
     return given
 
 
+def check_required_outputs(op: str, version: int, node: onnx.NodeProto) -> None:
+    """The outputs the operator's version requires are named (GRU-1's ``Y_h``: the
+    later versions make every output optional).
+
+    Raises
+    ------
+    ValueError
+        A required output absent or named ``''`` (onnx's checker and onnxruntime
+        refuse such a node).
+    """
+    for position, output in enumerate(onnx.defs.get_schema(op, version).outputs):
+        if output.option != onnx.defs.OpSchema.FormalParameterOption.Single:
+            continue
+        if position >= len(node.output) or not node.output[position]:
+            given = "''" if position < len(node.output) else f"absent ({len(node.output)} outputs)"
+            raise RecurrentError(
+                f"output {position} ({output.name}) is required by {op}-{version}, got "
+                f"{given} (onnx's checker and onnxruntime refuse such a node)"
+            )
+
+
 def overridable_initializers(model: onnx.ModelProto) -> list[str]:
     """The main graph's inputs that are also initializers, in graph order: onnxruntime's
     *overridable initializers*, which a caller may feed (the feed replaces the

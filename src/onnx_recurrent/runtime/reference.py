@@ -20,7 +20,7 @@ from .. import ops
 from ..cells import check_arity
 from ..errors import RecurrentError, RecurrentTypeError
 from ..spec import as_array, is_bfloat16
-from .graph import node_attributes, node_version
+from .graph import check_required_outputs, node_attributes, node_version
 
 
 class RecurrentOp(OpRun):
@@ -62,6 +62,7 @@ class RecurrentOp(OpRun):
         check_arity(name, len(self.onnx_node.input), len(self.onnx_node.output))
         # the sessions' reading: only what the node sets, of its schema's types
         kwargs = node_attributes(name, self.since_version, self.onnx_node)
+        check_required_outputs(name, self.since_version, self.onnx_node)
         if len(optional) > 1 and optional[1] is not None:
             lengths = as_array("sequence_lens", optional[1]).dtype
             if lengths.newbyteorder("=") != np.int32:  # either byte order: read by value
