@@ -165,6 +165,25 @@ def test_what_the_compiled_path_does_not_take_goes_to_python(monkeypatch):
     assert spy.calls == 1
 
 
+@pytest.mark.parametrize("fed", [False, True])
+def test_the_numpy_backend_asked_for_reaches_every_call(monkeypatch, fed):
+    """``ONNX_RECURRENT_BACKEND=numpy``: a session's native nodes ran numba's compiled
+    code anyway (weights fed per call: the first call NumPy's loops, the next ones the
+    compiled code, other bits for the same feeds). Every call now takes the Python path,
+    on NumPy's loops: the functions' bits under the same setting."""
+    monkeypatch.setenv("ONNX_RECURRENT_BACKEND", "numpy")
+    feeds = random_inputs("LSTM", T=6, N=3, I=8, H=16, D=1)
+    model, run_feeds = (node_model("LSTM", feeds, {"hidden_size": 16}), feeds)
+    if not fed:
+        model, run_feeds = bound_model("LSTM", feeds, {"hidden_size": 16})
+    spy = PythonPath(monkeypatch)
+    session = orc.InferenceSession(model, host="onnxruntime")
+    want = orc.lstm(**feeds, hidden_size=16)
+    for calls in (1, 2, 3):
+        _assert_same(session.run(None, run_feeds), want)
+        assert spy.calls == calls
+
+
 @pytest.mark.parametrize(("T", "N", "D"), [(1, 1, 1), (3, 2, 2), (300, 37, 1), (200, 33, 2)])
 def test_float16_nodes_take_the_compiled_path_bit_for_bit(monkeypatch, T, N, D):
     """float16 nodes ran their Python path at every call: a one-step LSTM 217 µs

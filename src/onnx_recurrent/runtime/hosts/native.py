@@ -55,9 +55,10 @@ from typing import Any
 import numpy as np
 from onnx import TensorProto
 
-from ... import interrupts, threads
+from ... import backends, interrupts, threads
 from ...backends import native_code, plans
 from ...cells import CELLS
+from ...errors import RecurrentError
 from ...spec import compute_dtype
 from ..bound import BoundNode
 from ..graph import CUSTOM_DOMAIN, CUSTOM_OPS
@@ -368,8 +369,15 @@ class Kernel:
             layer.prepare()  # the Python path runs it: compiled now, not on a call
 
     def _compiled(self, layer) -> bool:
-        """Whether compiled code computes ``layer``'s calls (of the node's type)."""
-        return _ELEMENT_DTYPES[self.element]() == layer.dtype
+        """Whether compiled code computes ``layer``'s calls: of the node's type, where
+        the backend chosen (``ONNX_RECURRENT_BACKEND``, :func:`~onnx_recurrent.backends.use`
+        as the session is made) is numba's, not the NumPy loops of the Python path."""
+        if _ELEMENT_DTYPES[self.element]() != layer.dtype:
+            return False
+        try:
+            return backends.select(layer.spec, layer.dtype).name == "numba"
+        except RecurrentError:  # a backend named that cannot run it: the call says so
+            return False
 
     def _derive(self, layer, weights: dict) -> None:
         """After a Python-path call of a node whose ``weights`` come per call: a block
