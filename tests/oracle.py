@@ -44,8 +44,9 @@ ACTIVATIONS = {
     "sigmoid": (None, None, _sigmoid),
     "affine": (1.0, 0.0, lambda x, a, b: a * x + b),
     "leakyrelu": (0.01, None, lambda x, a, b: np.where(x >= 0, x, a * x)),
-    # ">=" as in the recurrent operators' text (ThresholdedRelu-10, onnxruntime: ">")
-    "thresholdedrelu": (1.0, None, lambda x, a, b: np.where(x >= a, x, 0.0)),
+    # ">" as the ThresholdedRelu operator and onnxruntime have it (the recurrent
+    # operators' text says ">="): docs/semantics.md settles it so
+    "thresholdedrelu": (1.0, None, lambda x, a, b: np.where(x > a, x, 0.0)),
     "scaledtanh": (1.0, 1.0, lambda x, a, b: a * np.tanh(b * x)),
     "hardsigmoid": (0.2, 0.5, lambda x, a, b: np.minimum(np.maximum(a * x + b, 0.0), 1.0)),
     "elu": (1.0, None, _elu),
