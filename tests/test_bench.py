@@ -8,6 +8,7 @@ import argparse
 import importlib.util
 import json
 import os
+import subprocess
 import sys
 from dataclasses import replace
 from typing import ClassVar
@@ -791,6 +792,22 @@ def test_command_runs_and_saves_json(tmp_path, capsys):
     first = data["results"][0]
     assert len(first["samples_s"]["ours"]) == 1 and "max_abs_diff" in first
     assert data["machine"]["cpu"]
+
+
+def test_a_stdout_without_the_reports_signs_prints_them_as_question_marks(tmp_path):
+    """A latin-1 (or Windows' cp1252) standard output failed the run after its timing
+    on the report's first "Δ" (status 2), and ``--json``, written after the report,
+    was lost with it."""
+    out = tmp_path / "bench.json"
+    env = dict(os.environ, PYTHONIOENCODING="latin-1")
+    done = subprocess.run(
+        [sys.executable, "-m", "onnx_recurrent", "bench", "--shapes", "tiny", "--ops", "rnn",
+         "--repeat", "1", "--no-settle", "--runtimes", "onnxruntime", "-q", "--json", str(out)],
+        capture_output=True, env=env, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr.decode(errors="replace")[-2000:]
+    assert b"| shape | case" in done.stdout and "Δ".encode() not in done.stdout
+    assert json.loads(out.read_text())["results"]
 
 
 def test_command_list_and_filter(capsys):

@@ -7,6 +7,7 @@ import argparse
 import json
 import os
 import sys
+from contextlib import suppress
 from typing import Any
 
 from ...runtime.files import same_file, saving
@@ -66,12 +67,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
         for case in options.cases():
             print(case.key if isinstance(case, Case) else f"{case.name:<18} {case.description}")
         return 0
+    _encodable_stdout()
     note_first_use()
     bench = run_bench(options, progress=None if args.quiet else _progress)
-    print(bench.report())
-    if args.json:
+    if args.json:  # first: minutes of timing kept whatever the printing meets
         with saving(args.json) as f:
             f.write(json.dumps(bench.to_json(), indent=1).encode())
+    print(bench.report())
+    if args.json:
         print(f"saved: {args.json}")
     if getattr(args, "plot", None):
         info = bench.info
@@ -79,6 +82,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
         plot_ratios(bench.results, args.plot, title)
         print(f"saved: {args.plot}")
     return 0 if all(r.error is None for r in bench.results) else 1
+
+
+def _encodable_stdout() -> None:
+    """Standard output in an encoding without the report's signs (``Δ``, ``≤``: a
+    latin-1 locale, Windows' cp1252 into a file) prints them as ``?`` rather than
+    failing the run after its timing."""
+    if getattr(sys.stdout, "errors", None) == "strict":
+        with suppress(AttributeError, ValueError):  # not a TextIOWrapper; closed
+            sys.stdout.reconfigure(errors="replace")
 
 
 def _check_outputs(args: argparse.Namespace, options: Options) -> None:
