@@ -810,6 +810,19 @@ def test_a_stdout_without_the_reports_signs_prints_them_as_question_marks(tmp_pa
     assert json.loads(out.read_text())["results"]
 
 
+def test_a_peer_that_fails_to_import_is_not_called_not_installed(tmp_path, monkeypatch):
+    """A peer installed but failing to import (a missing shared library) was reported
+    "not installed", with a pip command that would change nothing."""
+    from onnx_recurrent.tools.bench.runtimes import Runtime
+
+    (tmp_path / "broken_peer.py").write_text("raise ImportError('libpeer.so: not found')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    broken = type("Broken", (Runtime,), {"module": "broken_peer", "install": "peer"})()
+    absent = type("Absent", (Runtime,), {"module": "no_such_peer_here", "install": "peer"})()
+    assert broken.missing() == "installed, but fails to import (libpeer.so: not found)"
+    assert absent.missing().startswith("not installed (No module named 'no_such_peer_here'")
+
+
 def test_command_list_and_filter(capsys):
     args = _parse("--shapes", "S,M", "--ops", "gru", "--list", "-k", "ragged")
     assert args.handler(args) == 0

@@ -558,6 +558,29 @@ def test_command_on_local_dask_workers(tmp_path):
     assert done.stdout == here.stdout
 
 
+def test_a_worker_where_onnxruntime_fails_to_import_still_makes_its_session(monkeypatch, session):
+    """onnxruntime installed but failing to import (a wheel built for another NumPy, a
+    missing library): ``vad`` in one process fell back to the reference host, and on
+    Dask workers every file failed (its options were made with onnxruntime first)."""
+    from onnx_recurrent.tools import workers
+    from onnx_recurrent.tools.vad import cluster
+
+    _model_or_skip()
+
+    def broken(record):
+        raise ImportError("libonnxruntime.so: cannot open shared object file")
+
+    monkeypatch.setattr(cluster, "session_options", broken)
+    monkeypatch.setattr(workers, "SESSIONS", type(workers.SESSIONS)())
+    made = cluster._vad_session(None, "auto")
+    speech = vad.read_audio(SPEECH).samples
+    np.testing.assert_allclose(
+        vad.speech_probabilities(made, speech),
+        vad.speech_probabilities(session, speech),
+        atol=1e-5,
+    )
+
+
 def _children(pid: int) -> list[int]:
     """The processes ``pid`` started (and theirs), from /proc."""
     parents = {}

@@ -55,7 +55,9 @@ class Runtime:
         try:
             importlib.import_module(self.module)
         except ImportError as e:
-            return f"not installed ({e}; pip install {self.install})"
+            if isinstance(e, ModuleNotFoundError) and e.name == self.module:
+                return f"not installed ({e}; pip install {self.install})"
+            return f"installed, but fails to import ({e})"
         return None
 
     def handles(self, case: Any) -> Collection[str]:

@@ -52,9 +52,12 @@ def _vad_session(model_path: str | None, host: str) -> Any:
         path = silero_model_path() if model_path is None else model_path
         options = None
         if host != "reference" and importlib.util.find_spec("onnxruntime") is not None:
-            options = session_options(
-                ((("intra_op_num_threads", 1), ("inter_op_num_threads", 1)), ())
-            )
+            try:
+                options = session_options(
+                    ((("intra_op_num_threads", 1), ("inter_op_num_threads", 1)), ())
+                )
+            except Exception:  # installed, failing to import: the session says what
+                pass  # follows (auto: the reference host, as in one process)
         return InferenceSession(path, options, host=host)
 
     return kept_session(("vad", model_path, host), make)
