@@ -542,6 +542,25 @@ def test_command_output_spelled_as_a_directory_keeps_the_recording(tmp_path, spe
     assert recording.read_bytes() == SPEECH.read_bytes()
 
 
+def test_plot_without_matplotlib_fails_before_the_work(tmp_path):
+    """``--plot`` without matplotlib failed after the first recording (its rows printed,
+    status 2, an empty plot folder left); bench says so before timing anything."""
+    _model_or_skip()
+    code = (
+        "import sys; sys.modules['matplotlib'] = None\n"
+        "from onnx_recurrent.tools.cli import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    plots = tmp_path / "plots"
+    done = subprocess.run(
+        [sys.executable, "-c", code, "vad", str(SPEECH), str(SPEECH), "--plot", str(plots)],
+        capture_output=True, text=True, timeout=300, cwd=ROOT,
+    )  # fmt: skip
+    assert done.returncode == 2 and done.stdout == "", done.stdout
+    assert "--plot needs matplotlib" in done.stderr and "onnx-recurrent[vad]" in done.stderr
+    assert not plots.exists()
+
+
 def test_command_no_audio_files(tmp_path):
     done = _vad(tmp_path)
     assert done.returncode == 2

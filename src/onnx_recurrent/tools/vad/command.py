@@ -480,7 +480,9 @@ def cmd_vad(args: argparse.Namespace) -> int:
             writable(output, "-o")
         if args.plot is not None and os.path.exists(args.plot) and not os.path.isdir(args.plot):
             raise RecurrentError(f"--plot {args.plot}: not a directory")
-    except RecurrentError as e:
+        if args.plot is not None:  # matplotlib missing: said now, not after a recording
+            import_optional("matplotlib.figure", "--plot", INSTALL_EXTRA)
+    except (RecurrentError, ImportError) as e:
         return _fail(str(e))
     with ExitStack() as stack:
         plotter = None
