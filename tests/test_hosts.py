@@ -189,7 +189,32 @@ def test_auto_falls_back_without_extensions_with_one_warning():
     assert child.returncode == 0, child.stderr
     host, count, message = child.stdout.split(" ", 2)
     assert (host, count) == ("reference", "1")
-    assert "onnxruntime_extensions is not installed" in message
+    assert (
+        "onnxruntime_extensions is not installed: pip install 'onnx-recurrent[onnxruntime]'"
+        in message
+    )
+
+
+def test_the_onnxruntime_host_without_onnxruntime_names_the_extra():
+    # the one optional face whose error gave no pip command
+    child = _run_child(
+        """
+        import sys
+        sys.modules["onnxruntime"] = None  # as if not installed
+        import onnx_recurrent as orc
+        from models import node_model, random_inputs
+        feeds = random_inputs("GRU", T=3, N=2, I=3, H=4, D=1)
+        try:
+            orc.InferenceSession(node_model("GRU", feeds, {}), host="onnxruntime")
+        except RuntimeError as e:
+            print(e)
+        """
+    )
+    assert child.returncode == 0, child.stderr
+    assert child.stdout.strip() == (
+        "host='onnxruntime' cannot run this model: onnxruntime is not installed: "
+        "pip install 'onnx-recurrent[onnxruntime]'"
+    )
 
 
 def test_error_inside_the_callback_does_not_kill_the_process():

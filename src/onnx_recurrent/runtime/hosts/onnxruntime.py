@@ -112,6 +112,10 @@ def _type_name(elem: int) -> str:
     return f"unknown type {elem}"
 
 
+#: what brings the onnxruntime host
+INSTALL = "pip install 'onnx-recurrent[onnxruntime]'"
+
+
 def _setup() -> str:
     """Register the native operators once per process; the library's path."""
     global _library
@@ -123,12 +127,15 @@ def _setup() -> str:
             import onnxruntime  # noqa: F401
         except Exception as e:  # installed but broken too: its shared library missing...
             if isinstance(e, ModuleNotFoundError) and e.name == "onnxruntime":
-                raise HostUnavailable("onnxruntime is not installed") from None
+                raise HostUnavailable(f"onnxruntime is not installed: {INSTALL}") from None
             raise HostUnavailable(f"onnxruntime failed to import ({one_line(e)})") from None
         try:
             _library = native.register()
         except ImportError as e:  # onnxruntime-extensions: its message says what is missing
-            raise HostUnavailable(one_line(e, typed=False)) from None
+            why = one_line(e, typed=False)
+            if isinstance(e, ModuleNotFoundError) or e.name == "onnxruntime_extensions":
+                why = f"{why}: {INSTALL}"
+            raise HostUnavailable(why) from None
         if hasattr(os, "register_at_fork"):
             os.register_at_fork(after_in_child=_after_fork_in_child)
         return _library
