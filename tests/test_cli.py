@@ -36,6 +36,20 @@ def test_run_bundled_example():
     assert diff < 1e-5
 
 
+def test_version_is_the_distributions():
+    # --version was refused, naming the missing command
+    import importlib.metadata
+
+    done = _cli("--version")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"onnx-recurrent {onnx_recurrent.__version__}"
+    assert onnx_recurrent.__version__ == importlib.metadata.version("onnx-recurrent")
+    closed = subprocess.run([*CLI, "--help"], stdout=subprocess.DEVNULL, capture_output=False,
+                            stderr=subprocess.PIPE, text=True, timeout=120,
+                            preexec_fn=lambda: os.close(1))  # fmt: skip
+    assert closed.returncode == 2 and "standard output: Bad file descriptor" in closed.stderr
+
+
 def test_python_dash_m_matches_the_script(tmp_path):
     done = subprocess.run(
         [sys.executable, "-m", "onnx_recurrent", "run", "-o", str(tmp_path / "o.npz")],

@@ -28,6 +28,7 @@ from typing import Any, NoReturn
 
 import numpy as np
 
+from .. import __version__
 from ..errors import RecurrentError, one_line
 from ..runtime.files import external_data_files, same_file, saving
 from ..runtime.session import InferenceSession, load_model
@@ -254,6 +255,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         prog="onnx-recurrent",
         description="Run ONNX models; onnx-recurrent computes their GRU, RNN and LSTM nodes.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (module, summary) in COMMANDS.items():
         if command is not None and name != command:
@@ -279,7 +281,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         if getattr(sys, name) is None:  # closed by the caller (>&-, 2>&-): Python's print
             setattr(sys, name, open(os.devnull, "w"))  # sent stderr's lines to stdout
     command = next((a for a in argv if not a.startswith("-")), None)
-    args = build_parser(command if command in COMMANDS else None).parse_args(argv)
+    try:
+        args = build_parser(command if command in COMMANDS else None).parse_args(argv)
+    except SystemExit as e:  # --help, --version into a closed stdout: said, as a run's
+        if e.code in (0, None) and closed:
+            print("onnx-recurrent: error: standard output: Bad file descriptor", file=sys.stderr)
+            return 2
+        raise
     prog = f"onnx-recurrent {args.command}"
     said: set[str] = set()  # each once (check makes a session twice: it warned twice)
 
