@@ -38,6 +38,7 @@ structures live as long as the process.
 
 from __future__ import annotations
 
+import _thread
 import atexit
 import ctypes
 import functools
@@ -518,16 +519,29 @@ def _unraisable(unraisable: Any) -> None:
     ``finally``, where its ``try`` cannot take it) recorded for the call to raise, not
     printed ("Exception ignored...") and taken for a Ctrl-C (the call stopped, its
     ``done`` word unmarked); a Ctrl-C escaping another of our callbacks (a session
-    dropped: ``_destroy_kernel``) delivered again, at the next bytecode, not lost;
-    anything else to the hook there before."""
+    dropped: ``_destroy_kernel``) delivered again, once the hook has returned, not
+    lost; anything else to the hook there before."""
     error = unraisable.exc_value
     if unraisable.object is _slow_marked and error is not None:
         record(error)
         return
     if isinstance(error, KeyboardInterrupt) and _ours(unraisable.object):
-        signal.raise_signal(signal.SIGINT)  # Python's handler, on the main thread
+        _interrupt_after_hook()
         return
     _hook_before(unraisable)
+
+
+def _interrupt_after_hook() -> None:
+    """SIGINT as if it came once the running hook has returned: Python's handler, run
+    in the hook (``signal.raise_signal``, ``_thread.interrupt_main``: their call's end
+    runs it), raises where CPython drops the exception. ``PyErr_SetInterruptEx`` as a
+    pending call (C, run at this call's end, after the signals' turn) trips the signal
+    for the main thread's next check, past the hook's ``return``."""
+    api = ctypes.pythonapi
+    api.Py_AddPendingCall.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+    interrupt = ctypes.cast(api.PyErr_SetInterruptEx, ctypes.c_void_p)
+    if api.Py_AddPendingCall(interrupt, int(signal.SIGINT)) != 0:  # its queue full
+        _thread.interrupt_main(signal.SIGINT)  # (then the hook drops it, as before)
 
 
 def _ours(function: Any) -> bool:
