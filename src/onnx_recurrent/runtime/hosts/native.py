@@ -370,14 +370,14 @@ class Kernel:
             layer.prepare()  # the Python path runs it: compiled now, not on a call
 
     def _compiled(self, layer) -> bool:
-        """Whether compiled code computes ``layer``'s calls: of the node's type, where
-        the backend chosen (``ONNX_RECURRENT_BACKEND``, :func:`~onnx_recurrent.backends.use`
-        as the session is made) is numba's, not the NumPy loops of the Python path."""
+        """Whether compiled code computes ``layer``'s calls: of the node's type, unless
+        NumPy's loops are asked for (``ONNX_RECURRENT_BACKEND``,
+        :func:`~onnx_recurrent.backends.use` as the session is made): the Python path's."""
         if _ELEMENT_DTYPES[self.element]() != layer.dtype:
             return False
         try:
-            return backends.select(layer.spec, layer.dtype).name == "numba"
-        except RecurrentError:  # a backend named that cannot run it: the call says so
+            return backends.asked_for() != "numpy"
+        except RecurrentError:  # an unknown name: the Python path's call says so
             return False
 
     def _derive(self, layer, weights: dict) -> None:
