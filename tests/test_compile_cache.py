@@ -14,6 +14,7 @@ import json
 import os
 import shutil
 import stat
+import struct
 import subprocess
 import sys
 import warnings
@@ -442,3 +443,78 @@ def test_no_usable_temporary_directory_still_imports_and_computes(tmp_path):
     shape, roots = done.stdout.splitlines()[-2:]
     assert shape == "(1, 1, 4)"
     assert roots == repr([str(tmp_path / "onnx-recurrent" / "numba")])
+
+
+DAMAGED_RUN = """
+import ctypes, sys, warnings
+sys.path.insert(0, sys.argv[1])
+import numba
+from onnx_recurrent.backends.jit_cache import cfunc, prepare
+from tiny import sextuple_c, triple
+warnings.simplefilter("always")
+prepare(triple, (numba.float64,))
+native = cfunc("float64(float64)", sextuple_c)
+call = ctypes.CFUNCTYPE(ctypes.c_double, ctypes.c_double)(native.address)
+print(triple(2.0), call(2.0), sum(triple.stats.cache_hits.values()), native.cache_hits)
+"""
+
+
+def test_a_cache_file_damaged_on_disk_is_compiled_again_not_run(tmp_path):
+    """numba runs the machine code of its cache files as it finds them: a constant
+    changed in a data file (a bit flipped on disk, a bad copy) gave a wrong answer in
+    every later process (triple(2.0) = 8.0 with 3.0 made 4.0), other flips crashed
+    them. Each data file is now sealed with its sha256: it fails the check, its kernel
+    is compiled again (one warning) and the file written anew."""
+    (tmp_path / "tiny.py").write_text(TINY)
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
+
+    def run():
+        done = subprocess.run(
+            [sys.executable, "-c", DAMAGED_RUN, str(tmp_path)],
+            capture_output=True, text=True, timeout=300, env=env,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr[-2000:]
+        return done.stdout.split(), done.stderr
+
+    assert run()[0] == ["6.0", "12.0", "0", "0"]  # compiled, and cached...
+    assert run()[0] == ["6.0", "12.0", "1", "1"]  # ... loaded from the cache
+    three, four = struct.pack("<d", 3.0), struct.pack("<d", 4.0)
+    damaged = 0
+    for path in (tmp_path / "__pycache__").glob("tiny.*.nbc"):
+        data = path.read_bytes()
+        damaged += three in data
+        path.write_bytes(data.replace(three, four))
+    assert damaged == 2  # triple's and the cfunc's (triple inlined) machine code
+    out, err = run()
+    assert out == ["6.0", "12.0", "0", "0"], err  # compiled again: not 8.0 nor 17.0
+    assert err.count("is damaged (it fails its sha256)") == 1
+    out, err = run()  # written anew: loaded, quiet
+    assert out == ["6.0", "12.0", "1", "1"] and "damaged" not in err, err
+
+
+def test_an_index_naming_another_kernels_file_is_a_miss(tmp_path):
+    """An index whose entry names the data file of another kernel (a bit flipped in a
+    file name, files copied over each other) ran that kernel's code: the key saved in
+    each sealed data file must match."""
+    (tmp_path / "tiny.py").write_text(TINY)
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
+    code = TINY_RUN.replace("prepare(triple", "from tiny import twice\nprepare(twice")
+    code = code.replace("print(triple(2.0))", "prepare(triple, (numba.float64,))\n" + (
+        "print(triple(2.0), twice(2.0), sum(triple.stats.cache_hits.values()))"
+    ))  # fmt: skip
+
+    def run():
+        done = subprocess.run(
+            [sys.executable, "-c", code, str(tmp_path)],
+            capture_output=True, text=True, timeout=300, env=env,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr[-2000:]
+        return done.stdout.split()
+
+    assert run() == ["6.0", "4.0", "0"]
+    cache = tmp_path / "__pycache__"
+    (twice,) = cache.glob("tiny.twice-*.1.nbc")
+    (triple,) = cache.glob("tiny.triple-*.1.nbc")
+    shutil.copyfile(twice, triple)  # triple's index now leads to twice's code
+    assert run() == ["6.0", "4.0", "0"]  # not 4.0 for triple: compiled again
+    assert run() == ["6.0", "4.0", "1"]

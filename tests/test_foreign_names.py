@@ -43,6 +43,18 @@ ALLOWED = {
         "backends/jit_cache.py",
         "numba.core.dispatcher.Dispatcher._cache._cache_file._load_index",
     ): ("numba", "test_numba_cache_index"),
+    ("backends/jit_cache.py", "numba.core.caching.IndexDataCacheFile._index_name"): (
+        "numba",
+        "test_numba_cache_files_sealed",
+    ),
+    ("backends/jit_cache.py", "numba.core.caching.IndexDataCacheFile._save_data"): (
+        "numba",
+        "test_numba_cache_files_sealed",
+    ),
+    ("backends/jit_cache.py", "numba.core.caching.IndexDataCacheFile._load_data"): (
+        "numba",
+        "test_numba_cache_files_sealed",
+    ),
     ("convert.py", "typing.Any._forward_pre_hooks"): ("torch", "test_torch_weight_hooks"),
     ("convert.py", "?._tensor_name"): ("torch", "test_torch_weight_hooks"),
     ("runtime/hosts/native.py", "file:_extensions_pydll*"): (
@@ -467,6 +479,51 @@ def test_numba_cache_index(tmp_path):
     with pytest.raises(EOFError):  # what _heal takes for a damaged file
         jit_cache._load_all(dispatcher)
     assert Path(dispatcher.stats.cache_path).is_relative_to(tmp_path / "numba")
+
+
+def test_numba_cache_files_sealed(tmp_path):
+    """jit_cache._SealedCacheFile: numba's ``IndexDataCacheFile`` writes and reads each
+    data file through ``_save_data(name, data)`` and ``_load_data(name)``, knows its
+    function by ``_index_name``, and a cfunc's cache (``CFunc._cache`` after
+    ``enable_caching``) is one of them, as a dispatcher's."""
+    numba = pytest.importorskip("numba")
+    jit_cache = pytest.importorskip("onnx_recurrent.backends.jit_cache")
+    from numba.core.caching import IndexDataCacheFile
+    from numba.core.ccallback import CFunc
+
+    change = "onnx_recurrent/backends/jit_cache.py's _SealedCacheFile and _seal"
+    for name in ("_save_data", "_load_data"):
+        assert callable(getattr(IndexDataCacheFile, name, None)), _broken(
+            "numba", f"IndexDataCacheFile has no {name}", change
+        )
+    with jit_cache.numba_cache_dir(str(tmp_path / "numba")):
+        dispatcher = numba.njit(cache=True)(_numba_function(tmp_path))
+        signature = numba.core.sigutils.normalize_signature(numba.int64(numba.int64))
+        native = CFunc(dispatcher.py_func, signature, {}, {})
+        native.enable_caching()
+    for function in (dispatcher, native):
+        assert isinstance(function._cache._cache_file, IndexDataCacheFile), _broken(
+            "numba", f"{type(function).__name__}._cache has no IndexDataCacheFile", change
+        )
+        assert isinstance(function._cache._cache_file._index_name, str), _broken(
+            "numba", "IndexDataCacheFile has no _index_name", change
+        )
+    jit_cache._seal(dispatcher)
+    assert dispatcher(1) == 2
+    (data,) = Path(dispatcher.stats.cache_path).glob("*.nbc")
+    assert jit_cache.SEAL in data.read_bytes(), _broken(
+        "numba", "IndexDataCacheFile.save does not write through _save_data", change
+    )
+    damaged = bytearray(data.read_bytes())
+    damaged[damaged.index(jit_cache.SEAL) + len(jit_cache.SEAL) + 40] ^= 1
+    data.write_bytes(damaged)
+    assert jit_cache.cache_index(dispatcher)
+    with pytest.warns(jit_cache.CompileCacheWarning, match="is damaged") as caught:
+        jit_cache._warned_damaged = False
+        loaded = dispatcher._cache._cache_file.load(next(iter(jit_cache.cache_index(dispatcher))))
+    assert loaded is None and caught, _broken(
+        "numba", "IndexDataCacheFile.load does not read through _load_data", change
+    )
 
 
 def test_numba_cache_dir_is_set_for_the_block_only(tmp_path):

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import inspect
 import os
 import pickle
@@ -36,7 +37,8 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import numba
-from numba.core import caching, config
+from numba.core import caching, config, serialize, sigutils
+from numba.core.ccallback import CFunc
 
 from ..threads import ForkLock, compiling
 from .cache_dirs import (
@@ -94,9 +96,19 @@ def cfunc(signature, func: Callable, **options):
     """``numba.cfunc(signature, cache=True, **options)(func)`` with the cache of
     :func:`jit` (compiled or loaded now, out of Ctrl-C's reach:
     :func:`~onnx_recurrent.threads.compiling`)."""
-    return compiling(
-        lambda: _cached_compile(lambda **o: numba.cfunc(signature, **o), func, options)
-    )
+
+    def make(cache: bool, **options):  # numba.cfunc, its cache sealed before it loads
+        def decorate(func: Callable) -> CFunc:
+            compiled = CFunc(func, sigutils.normalize_signature(signature), {}, options)
+            if cache:
+                compiled.enable_caching()
+                _seal(compiled)
+            compiled.compile()
+            return compiled
+
+        return decorate
+
+    return compiling(lambda: _cached_compile(make, func, options))
 
 
 def cfunc_code(signature, func: Callable, **options) -> tuple[str, str]:
@@ -131,6 +143,7 @@ def _cached_compile(make: Callable, func: Callable, options: dict):
                 with numba_cache_dir(root or None):
                     compiled = make(cache=True, **options)(func)
                 if make is numba.njit:
+                    _seal(compiled)
                     _cached.append(compiled)
                 return compiled
             except RuntimeError:  # a directory found writable was taken away since
@@ -138,6 +151,62 @@ def _cached_compile(make: Callable, func: Callable, options: dict):
             except Exception as e:
                 _warn_fault(func, e)
         return make(cache=False, **options)(func)
+
+
+#: the head of a data file sealed by :class:`_SealedCacheFile` (its sha256 follows)
+SEAL = b"onnx-recurrent sealed 1\n"
+
+
+class _SealedCacheFile(caching.IndexDataCacheFile):
+    """numba's cache files, each data file sealed: its sha256, its function's and its
+    entry's key inside, checked as it loads.
+
+    numba runs the machine code of its data files as it finds them: a bit flipped on
+    disk or a bad copy crashed every later process, or gave a wrong answer. A data
+    file that fails the check, was written for another function or signature (numba's
+    key alone does not tell functions of the same bytecode apart), or is numba's own
+    (unsealed) is taken for missing: the kernel is compiled again and its file
+    written anew.
+    """
+
+    def save(self, key, data):
+        super().save(key, (self._index_name, key, data))
+
+    def load(self, key):
+        entry = super().load(key)
+        if entry is None:
+            return None
+        *saved, data = entry  # not the function's or the key's: an index naming another's
+        return data if saved == [self._index_name, key] else None
+
+    def _save_data(self, name, data):
+        payload = serialize.dumps(data)
+        super()._save_data(name, SEAL + hashlib.sha256(payload).digest() + payload)
+
+    def _load_data(self, name):
+        try:
+            sealed = super()._load_data(name)
+        except (OSError, MemoryError):
+            raise
+        except Exception as e:  # cut short, or not a pickle
+            raise OSError(f"numba's cache file {name} cannot be read: {e}") from e
+        head = len(SEAL) + 32
+        if not (
+            isinstance(sealed, bytes)
+            and sealed.startswith(SEAL)
+            and hashlib.sha256(memoryview(sealed)[head:]).digest() == sealed[len(SEAL) : head]
+        ):
+            if isinstance(sealed, bytes) and sealed.startswith(SEAL):
+                _warn_damaged(name)  # numba's own (unsealed) files are replaced quietly
+            raise OSError(f"numba's cache file {name} fails its check")
+        return pickle.loads(memoryview(sealed)[head:])
+
+
+def _seal(function: Dispatcher) -> None:
+    """Make the cache of numba's ``function`` (a dispatcher or a cfunc: the same
+    ``_cache``) keep its data files sealed (:class:`_SealedCacheFile`)."""
+    if not isinstance(function._cache, caching.NullCache):
+        function._cache._cache_file.__class__ = _SealedCacheFile
 
 
 @contextlib.contextmanager
@@ -425,6 +494,22 @@ def _warn_fault(function: Any, error: BaseException) -> None:
         CompileCacheWarning,
         stacklevel=4,
     )
+
+
+_warned_damaged = False
+
+
+def _warn_damaged(name: str) -> None:
+    """One :class:`CompileCacheWarning` a process for a sealed cache file that fails."""
+    global _warned_damaged
+    if not _warned_damaged:
+        _warned_damaged = True
+        warnings.warn(
+            f"numba's cache file {name} is damaged (it fails its sha256): its kernel is "
+            "compiled again and the file written anew; check the disk if this recurs",
+            CompileCacheWarning,
+            stacklevel=2,
+        )
 
 
 def _warn(tried: list[str], stacklevel: int) -> None:
