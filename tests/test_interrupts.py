@@ -742,6 +742,45 @@ def test_the_compile_thread_starts_with_signals_held(monkeypatch):
     assert len(seen) == 1 and seen[0] is not signal.default_int_handler
 
 
+@pytest.mark.parametrize("host", ["auto", "reference"])
+def test_a_ctrl_c_while_onnx_is_first_imported_breaks_no_later_session(host):
+    """A Ctrl-C landing while the first session imported onnx (0.4-0.7 s) left onnx's
+    submodules imported around a failed ``onnx``: a caller that caught it (a notebook)
+    could make no session again in the process ("partially initialized module 'onnx'").
+    The imports are whole now; the Ctrl-C comes at their end."""
+    code = textwrap.dedent(
+        f"""
+        import importlib.abc, os, signal, sys, threading
+        import numpy as np
+        import onnx_recurrent as orc
+
+        class CtrlC(importlib.abc.MetaPathFinder):  # a real SIGINT, mid-import
+            fired = False
+
+            def find_spec(self, name, path, target=None):
+                if name == "onnx.helper" and not CtrlC.fired:
+                    CtrlC.fired = True
+                    os.kill(os.getpid(), signal.SIGINT)
+                return None
+
+        sys.meta_path.insert(0, CtrlC())
+        data = os.path.join(os.path.dirname(orc.__file__), "data")
+        model = os.path.join(data, "example_gru.onnx")
+        x = np.load(os.path.join(data, "example_input.npy"))
+        try:
+            orc.InferenceSession(model, host={host!r})
+        except KeyboardInterrupt:
+            print("interrupted")
+        session = orc.InferenceSession(model, host={host!r})
+        expected = np.load(os.path.join(data, "example_expected.npz"))
+        got = session.run(None, {{session.get_inputs()[0].name: x}})
+        print(CtrlC.fired, np.abs(got[0] - expected["logits"]).max() < 1e-5)
+        """
+    )
+    done = _python(code)
+    assert done.stdout.split() == ["interrupted", "True", "True"], done.stderr[-2000:]
+
+
 def test_a_ctrl_c_escaping_a_kernels_destroy_is_delivered_again():
     """A Ctrl-C landing in a custom kernel's destroy callback (a session dropped while
     it was pending) was printed ("Exception ignored...") and lost: it is delivered

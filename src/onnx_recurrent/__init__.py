@@ -11,7 +11,6 @@ carried; :mod:`onnx_recurrent.convert` moves weights between PyTorch, Keras and 
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
 
 from .errors import RecurrentError, RecurrentTypeError
@@ -65,12 +64,14 @@ __version__ = "0.1.0"
 
 
 def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
-    elif name in _SUBMODULES:
-        value = importlib.import_module(f".{name}", __name__)
-    else:
+    if name not in _LAZY and name not in _SUBMODULES:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from .threads import import_whole  # a Ctrl-C half-way: onnx broken for the process
+
+    if name in _LAZY:
+        value = getattr(import_whole(f".{_LAZY[name]}", __name__), name)
+    else:
+        value = import_whole(f".{name}", __name__)
     globals()[name] = value
     return value
 

@@ -114,8 +114,10 @@ def import_optional(module: str, what: str, install: str, *, find_only: bool = F
                 f"{what} needs {module}, which is not installed: {install}", name=module
             )
         return spec
+    from .threads import import_whole  # (threads imports this module)
+
     try:
-        return importlib.import_module(module)
+        return import_whole(module)  # whole or not at all, Ctrl-C or not
     except (ImportError, OSError) as e:  # OSError: a library it loads is missing
         name = getattr(e, "name", None)
         if isinstance(e, ModuleNotFoundError) and name and f"{module}.".startswith(f"{name}."):

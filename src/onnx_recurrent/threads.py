@@ -28,6 +28,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import contextvars
+import importlib
 import logging  # noqa: F401 (before COMPILING's fork hook: see there)
 import os
 import re
@@ -145,6 +146,16 @@ def interrupts_held() -> Iterator[None]:
         _restore(held)
         for signum in dict.fromkeys(pending):
             signal.raise_signal(signum)  # handled at the next bytecode
+
+
+def import_whole(module: str, package: str | None = None) -> Any:
+    """``importlib.import_module(module, package)`` with the signals held off until it
+    ends (:func:`interrupts_held`): a Ctrl-C half-way through a package's import left
+    its submodules imported around a parent that failed, and every later import of it
+    in the process failed ("partially initialized module 'onnx'": no session could be
+    made again)."""
+    with interrupts_held():
+        return importlib.import_module(module, package)
 
 
 def _restore(held: dict[int, Any]) -> None:

@@ -35,11 +35,13 @@ def make_host(
         refuses (its message).
     """
     if host == "reference":
-        with threads.COMPILING:  # a fork waits for the import (the child would hang)
+        # a fork waits for the import (the child would hang); a Ctrl-C for its end (half
+        # imported, onnx.reference failed for the process)
+        with threads.COMPILING, threads.interrupts_held():
             from .reference import ReferenceHost
 
         return ReferenceHost(model, bound), ""
-    with threads.COMPILING:
+    with threads.COMPILING, threads.interrupts_held():
         from .onnxruntime import HostUnavailable, OnnxruntimeHost
 
     try:
@@ -52,7 +54,7 @@ def make_host(
             error = RuntimeError(f"host='onnxruntime' cannot run this model: {e}")
             error.onnxruntime_type = e.onnxruntime_type  # type: ignore[attr-defined]
             raise error from None
-        with threads.COMPILING:
+        with threads.COMPILING, threads.interrupts_held():
             from .reference import ReferenceHost
 
         return ReferenceHost(model, bound), str(e)
