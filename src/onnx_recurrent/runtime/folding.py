@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterable
 import numpy as np
 import onnx
 
+from ..threads import import_whole
 from .graph import (
     initializer_tensors,
     is_default_domain,
@@ -116,8 +117,8 @@ def constant_values(model: onnx.ModelProto, names: Iterable[str]) -> dict[str, n
     folded = onnx.helper.make_model(
         graph, opset_imports=model.opset_import, ir_version=model.ir_version
     )
-    from onnx.reference import ReferenceEvaluator  # on first use: a second on import
-
+    # on first use (a second on import), whole: see threads.import_whole
+    ReferenceEvaluator = import_whole("onnx.reference").ReferenceEvaluator
     from .reference import reference_ops
 
     try:
