@@ -24,7 +24,9 @@ def interrupted(
         env={**os.environ, "PYTHONPATH": os.path.dirname(__file__)},
         # a shell's background job inherits SIGINT ignored, nohup SIGHUP: the child
         # gets the default action of the signal it is sent
-        preexec_fn=lambda: signal.signal(signum, signal.SIG_DFL),
+        preexec_fn=None
+        if signum == signal.SIGKILL
+        else lambda: signal.signal(signum, signal.SIG_DFL),
     )
     line = child.stdout.readline().strip()
     if line != "ready":

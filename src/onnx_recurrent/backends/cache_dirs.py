@@ -8,6 +8,7 @@ no one else can write it.
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import stat
@@ -124,10 +125,13 @@ def replacing(path: str | os.PathLike, mode: int | None = None) -> Iterator[Bina
     """A binary file whose content replaces ``path``'s when the block ends: a temporary
     file beside it, renamed over it (a reader sees the old file or the new one, never
     half of one). On any exception, Ctrl-C's included, the temporary file is removed,
-    ``path`` is left as it was and the exception propagates. On the main thread, a
-    SIGTERM or SIGHUP left to end the process removes the temporary file first, then
-    ends the process as before (the same signal, the same status). ``mode``: the new
-    file's permission bits (None: the temporary file's, the user's alone).
+    ``path`` is left as it was and the exception propagates. Where the system has
+    unnamed files (Linux's ``O_TMPFILE``), the temporary file has no name while it is
+    written: a process killed then (SIGKILL, SIGQUIT...) leaves nothing; it is named
+    beside ``path`` only for the rename. On the main thread, a SIGTERM or SIGHUP left to
+    end the process while the temporary file has a name removes it first, then ends the
+    process as before (the same signal, the same status). ``mode``: the new file's
+    permission bits (None: the temporary file's, the user's alone).
 
     Raises
     ------
@@ -137,31 +141,81 @@ def replacing(path: str | os.PathLike, mode: int | None = None) -> Iterator[Bina
     directory = os.path.dirname(os.fspath(path)) or "."
     made: list[str] = []
     with _removed_when_ended(made) as ending:
-        # those signals held while the file is made and listed: one handled between
-        # would leave it
-        mask = signal.pthread_sigmask(signal.SIG_BLOCK, ending) if ending else None
-        try:
-            fd, temporary = tempfile.mkstemp(dir=directory, prefix=".tmp-")
-            made.append(temporary)
-        except OSError as e:  # named by the file meant, not the temporary one
-            raise type(e)(e.errno, e.strerror, os.fspath(path)) from None
-        finally:
-            if mask is not None:
-                signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        fd = _unnamed(directory)
+        if fd is None:
+            fd = _named(path, directory, made, ending)
         try:
             with os.fdopen(fd, "wb") as f:
                 yield f
-            if mode is not None:
-                os.chmod(temporary, mode)
+                f.flush()
+                if mode is not None:
+                    os.fchmod(fd, mode)
+                if not made:  # named now, for the rename
+                    _link(fd, path, directory, made, ending)
             try:
-                os.replace(temporary, path)
+                os.replace(made[0], path)
             except OSError as e:  # named by the file meant (a directory there, say)
                 raise type(e)(e.errno, e.strerror, os.fspath(path)) from None
             made.clear()
         except BaseException:
-            with suppress(OSError):
-                os.unlink(temporary)
+            for name in made:
+                with suppress(OSError):
+                    os.unlink(name)
             raise
+
+
+def _unnamed(directory: str) -> int | None:
+    """A file of the user's alone in ``directory`` with no name (``O_TMPFILE``), open for
+    writing; None where the system or its file system has none."""
+    flag = getattr(os, "O_TMPFILE", 0)
+    if not flag or not os.path.isdir("/proc/self/fd"):  # named through /proc at the end
+        return None
+    try:
+        return os.open(directory, flag | os.O_WRONLY, 0o600)
+    except OSError:  # no O_TMPFILE there (EOPNOTSUPP, EISDIR), or not writable: said next
+        return None
+
+
+def _named(path: str | os.PathLike, directory: str, made: list[str], ending: list[int]) -> int:
+    """A temporary file beside ``path`` (its name put in ``made``), open for writing."""
+    # the ending signals held while it is made and listed: one handled between would
+    # leave it
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, ending) if ending else None
+    try:
+        fd, temporary = tempfile.mkstemp(dir=directory, prefix=".tmp-")
+        made.append(temporary)
+        return fd
+    except OSError as e:  # named by the file meant, not the temporary one
+        raise type(e)(e.errno, e.strerror, os.fspath(path)) from None
+    finally:
+        if mask is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+
+def _link(fd: int, path: str | os.PathLike, directory: str, made: list[str], ending: list[int]):
+    """Name the unnamed file ``fd`` beside ``path`` (the name put in ``made``)."""
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, ending) if ending else None
+    try:
+        # linkat(AT_SYMLINK_FOLLOW) on /proc's link to the file (os.link calls plain
+        # link(), which links the /proc entry itself, EXDEV, unless given a dir_fd)
+        where = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        try:
+            for _ in range(100):
+                name = f".tmp-{os.urandom(6).hex()}"
+                try:
+                    os.link(f"/proc/self/fd/{fd}", name, dst_dir_fd=where, follow_symlinks=True)
+                except FileExistsError:
+                    continue
+                made.append(os.path.join(directory, name))
+                return
+        finally:
+            os.close(where)
+        raise FileExistsError(errno.EEXIST, "no free temporary name", os.fspath(path))
+    except OSError as e:
+        raise type(e)(e.errno, e.strerror, os.fspath(path)) from None
+    finally:
+        if mask is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
 @contextmanager
