@@ -459,6 +459,18 @@ print(triple(2.0), call(2.0), sum(triple.stats.cache_hits.values()), native.cach
 """
 
 
+def _tiny(code: str, directory: Path) -> subprocess.CompletedProcess:
+    """``code`` run by a child Python given ``directory`` (holding tiny.py), numba's
+    cache beside it; it must end with status 0."""
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(directory)],
+        capture_output=True, text=True, timeout=300, env=env,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done
+
+
 def test_a_cache_file_damaged_on_disk_is_compiled_again_not_run(tmp_path):
     """numba runs the machine code of its cache files as it finds them: a constant
     changed in a data file (a bit flipped on disk, a bad copy) gave a wrong answer in
@@ -466,14 +478,9 @@ def test_a_cache_file_damaged_on_disk_is_compiled_again_not_run(tmp_path):
     them. Each data file is now sealed with its sha256: it fails the check, its kernel
     is compiled again (one warning) and the file written anew."""
     (tmp_path / "tiny.py").write_text(TINY)
-    env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
 
     def run():
-        done = subprocess.run(
-            [sys.executable, "-c", DAMAGED_RUN, str(tmp_path)],
-            capture_output=True, text=True, timeout=300, env=env,
-        )  # fmt: skip
-        assert done.returncode == 0, done.stderr[-2000:]
+        done = _tiny(DAMAGED_RUN, tmp_path)
         return done.stdout.split(), done.stderr
 
     assert run()[0] == ["6.0", "12.0", "0", "0"]  # compiled, and cached...
@@ -497,19 +504,13 @@ def test_an_index_naming_another_kernels_file_is_a_miss(tmp_path):
     file name, files copied over each other) ran that kernel's code: the key saved in
     each sealed data file must match."""
     (tmp_path / "tiny.py").write_text(TINY)
-    env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
     code = TINY_RUN.replace("prepare(triple", "from tiny import twice\nprepare(twice")
     code = code.replace("print(triple(2.0))", "prepare(triple, (numba.float64,))\n" + (
         "print(triple(2.0), twice(2.0), sum(triple.stats.cache_hits.values()))"
     ))  # fmt: skip
 
     def run():
-        done = subprocess.run(
-            [sys.executable, "-c", code, str(tmp_path)],
-            capture_output=True, text=True, timeout=300, env=env,
-        )  # fmt: skip
-        assert done.returncode == 0, done.stderr[-2000:]
-        return done.stdout.split()
+        return _tiny(code, tmp_path).stdout.split()
 
     assert run() == ["6.0", "4.0", "0"]
     cache = tmp_path / "__pycache__"

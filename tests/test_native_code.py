@@ -10,7 +10,7 @@ import warnings
 import numpy as np
 import pytest
 
-from onnx_recurrent.backends import native_code
+from onnx_recurrent.backends import cache_dirs, native_code
 from onnx_recurrent.backends.cache_dirs import CompileCacheWarning
 
 pytest.importorskip("numba")
@@ -178,7 +178,7 @@ def test_no_writable_cache_compiles_with_one_warning(monkeypatch):
     monkeypatch.setattr(native_code, "first_usable", lambda kind: (None, ["/nowhere"]))
     monkeypatch.setattr(native_code, "readable_roots", lambda kind: [])
     monkeypatch.setattr(native_code, "_loaded", {})
-    monkeypatch.setattr(native_code, "_warned", False)
+    monkeypatch.setattr(cache_dirs, "WARNED", set())
     builds = []
     with pytest.warns(CompileCacheWarning, match="/nowhere"):
         assert _function(None, "answer_nowhere", builds)(1) == 2
@@ -200,7 +200,7 @@ def test_a_full_cache_is_said_once(cache, monkeypatch):
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(cache_dirs, "replacing", full)
-    monkeypatch.setattr(native_code, "_warned", False)
+    monkeypatch.setattr(cache_dirs, "WARNED", set())
     builds = []
     with pytest.warns(CompileCacheWarning, match=rf"could not write .* in {cache}"):
         assert _function(cache, "answer_full", builds)(1) == 2

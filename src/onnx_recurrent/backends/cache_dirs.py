@@ -15,6 +15,7 @@ import stat
 import sys
 import tempfile
 import threading
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from typing import BinaryIO
@@ -22,6 +23,18 @@ from typing import BinaryIO
 
 class CompileCacheWarning(RuntimeWarning):
     """A compilation cache cannot be written: each process compiles the kernels again."""
+
+
+#: the topics :func:`warn_once` has warned of in this process
+WARNED: set[str] = set()
+
+
+def warn_once(topic: str, message: str, stacklevel: int) -> None:
+    """``message`` as a :class:`CompileCacheWarning`, once a process per ``topic``
+    (``stacklevel`` counted from the caller, as ``warnings.warn``'s)."""
+    if topic not in WARNED:
+        WARNED.add(topic)
+        warnings.warn(message, CompileCacheWarning, stacklevel=stacklevel + 1)
 
 
 def _temporary_directory() -> str | None:

@@ -46,6 +46,7 @@ from .cache_dirs import (
     first_usable,
     read_regular,
     readable_roots,
+    warn_once,
     writable,
     write_atomic,
 )
@@ -68,7 +69,6 @@ __all__ = [
 _lock = ForkLock()
 #: source directory -> cache root of ours ("" for numba's own choice, None for no cache)
 _cache_roots: dict[str, str | None] = {}
-_warned = False
 #: the largest cache file :func:`_seed` copies (numba's are a few MB)
 SEED_LIMIT = 1 << 28
 #: (dispatcher, signature) pairs prepared (``dispatcher.signatures`` is a new list)
@@ -477,50 +477,33 @@ def _numba_dirs(source: str) -> list[str]:
     return dirs
 
 
-_warned_fault = False
-
-
 def _warn_fault(function: Any, error: BaseException) -> None:
     """One :class:`CompileCacheWarning` a process for numba cache files that failed."""
-    global _warned_fault
-    if _warned_fault:
-        return
-    _warned_fault = True
     name = getattr(function, "__name__", None) or getattr(function, "py_func", function)
-    warnings.warn(
+    warn_once(
+        "fault",
         f"numba's compilation cache failed for {name} ({type(error).__name__}: {error}; "
         "a file cut short, or a full disk): the kernels whose cache files cannot be read "
         "are compiled again, and cached anew where the cache can be written.",
-        CompileCacheWarning,
         stacklevel=4,
     )
 
 
-_warned_damaged = False
-
-
 def _warn_damaged(name: str) -> None:
     """One :class:`CompileCacheWarning` a process for a sealed cache file that fails."""
-    global _warned_damaged
-    if not _warned_damaged:
-        _warned_damaged = True
-        warnings.warn(
-            f"numba's cache file {name} is damaged (it fails its sha256): its kernel is "
-            "compiled again and the file written anew; check the disk if this recurs",
-            CompileCacheWarning,
-            stacklevel=2,
-        )
+    warn_once(
+        "damaged",
+        f"numba's cache file {name} is damaged (it fails its sha256): its kernel is "
+        "compiled again and the file written anew; check the disk if this recurs",
+        stacklevel=2,
+    )
 
 
 def _warn(tried: list[str], stacklevel: int) -> None:
-    global _warned
-    if _warned:
-        return
-    _warned = True
-    warnings.warn(
+    warn_once(
+        "uncached",
         "numba cannot write its compilation cache in any of "
         f"{', '.join(map(repr, tried))}: the kernels are compiled without caching, "
         "again in each process. Set NUMBA_CACHE_DIR to a writable directory to cache them.",
-        CompileCacheWarning,
         stacklevel=stacklevel,
     )

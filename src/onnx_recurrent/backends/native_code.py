@@ -30,7 +30,6 @@ import hashlib
 import importlib.metadata
 import json
 import re
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -39,10 +38,10 @@ import llvmlite.binding as ll
 
 from .. import threads
 from .cache_dirs import (
-    CompileCacheWarning,
     first_usable,
     read_regular,
     readable_roots,
+    warn_once,
     write_atomic,
 )
 
@@ -54,7 +53,6 @@ _DECLARE = re.compile(
 )
 
 _loaded: dict[str, int] = {}  # name -> address, for this process
-_warned = False
 
 
 class NativeCodeError(RuntimeError):
@@ -198,15 +196,12 @@ def _path(name: str) -> Path | None:
 
 def _uncached(why: str) -> None:
     """Say once per process that the native code cannot be kept, and why."""
-    global _warned
-    if not _warned:
-        _warned = True
-        warnings.warn(
-            f"onnx-recurrent {why}: the native nodes' code is compiled again in each "
-            "process (seconds).",
-            CompileCacheWarning,
-            stacklevel=6,
-        )
+    warn_once(
+        "native",
+        f"onnx-recurrent {why}: the native nodes' code is compiled again in each "
+        "process (seconds).",
+        stacklevel=6,
+    )
 
 
 @functools.cache
