@@ -38,7 +38,6 @@ structures live as long as the process.
 
 from __future__ import annotations
 
-import _thread
 import atexit
 import ctypes
 import functools
@@ -533,15 +532,15 @@ def _unraisable(unraisable: Any) -> None:
 
 def _interrupt_after_hook() -> None:
     """SIGINT as if it came once the running hook has returned: Python's handler, run
-    in the hook (``signal.raise_signal``, ``_thread.interrupt_main``: their call's end
-    runs it), raises where CPython drops the exception. ``PyErr_SetInterruptEx`` as a
+    in the hook (``signal.raise_signal``, ``interrupt_main``: their call's end runs
+    it), raises where CPython drops the exception. ``PyErr_SetInterruptEx`` as a
     pending call (C, run at this call's end, after the signals' turn) trips the signal
     for the main thread's next check, past the hook's ``return``."""
     api = ctypes.pythonapi
     api.Py_AddPendingCall.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
     interrupt = ctypes.cast(api.PyErr_SetInterruptEx, ctypes.c_void_p)
     if api.Py_AddPendingCall(interrupt, int(signal.SIGINT)) != 0:  # its queue full
-        _thread.interrupt_main(signal.SIGINT)  # (then the hook drops it, as before)
+        signal.raise_signal(signal.SIGINT)  # (then the hook drops it, as before)
 
 
 def _ours(function: Any) -> bool:
