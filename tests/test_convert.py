@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -818,6 +819,32 @@ def test_from_torch_refuses_a_subclass_with_its_own_forward(torch):
     with pytest.raises(TypeError, match=r"Scaled has its own forward.*torch.nn.GRU's forward"):
         from_torch(Scaled(I, H))
     assert len(from_torch(Named(I, H))) == 1
+
+
+def test_from_torch_refuses_a_module_whose_hooks_or_forward_change_what_it_computes(torch):
+    # forward hooks, forward pre-hooks and a forward set on the module were ignored:
+    # the layers computed what the weights alone give (0.35-0.98 off module(x)); the
+    # weights' reparametrizations (weight_norm's pre-hook) still convert
+    torch.manual_seed(0)
+    cases = {
+        r"1 forward hook\(s\)": lambda m: m.register_forward_hook(
+            lambda mod, args, out: (out[0] * 2, out[1])
+        ),
+        r"1 forward pre-hook\(s\)": lambda m: m.register_forward_pre_hook(
+            lambda mod, args: (args[0] * 2, *args[1:])
+        ),
+        "a forward set on it": lambda m: setattr(m, "forward", lambda x, h=None: None),
+    }
+    for what, change in cases.items():
+        module = torch.nn.GRU(I, H)
+        change(module)
+        with pytest.raises(TypeError, match=rf"GRU has {what}: its weights alone"):
+            from_torch(module)
+    module = torch.nn.GRU(I, H)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        torch.nn.utils.weight_norm(module, name="weight_hh_l0")
+    assert len(from_torch(module)) == 1
 
 
 def test_run_layers_of_an_empty_batch_or_sequence_and_of_one_layer(torch):

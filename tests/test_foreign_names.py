@@ -56,6 +56,7 @@ ALLOWED = {
         "test_numba_cache_files_sealed",
     ),
     ("convert.py", "typing.Any._forward_pre_hooks"): ("torch", "test_torch_weight_hooks"),
+    ("convert.py", "typing.Any._forward_hooks"): ("torch", "test_torch_weight_hooks"),
     ("convert.py", "?._tensor_name"): ("torch", "test_torch_weight_hooks"),
     ("runtime/hosts/native.py", "file:_extensions_pydll*"): (
         "onnxruntime-extensions",
@@ -424,7 +425,7 @@ def test_torch_weight_hooks():
     from torch.nn.utils.spectral_norm import SpectralNorm
     from torch.nn.utils.weight_norm import WeightNorm
 
-    change = "onnx_recurrent/convert.py's _torch_weight (from_torch of such modules)"
+    change = "onnx_recurrent/convert.py's _torch_weight and _torch_forward (from_torch)"
     module = torch.nn.GRU(3, 4)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)
@@ -438,6 +439,11 @@ def test_torch_weight_hooks():
     )
     assert len(pruning) == 1 and getattr(pruning[0], "_tensor_name", None) == "weight_ih_l0", (
         _broken("torch", "a pruning hook has no _tensor_name", change)
+    )
+    hooked = torch.nn.GRU(3, 4)
+    hooked.register_forward_hook(lambda module, args, output: output)
+    assert len(getattr(hooked, "_forward_hooks", {})) == 1, _broken(
+        "torch", "register_forward_hook's hook is not in Module._forward_hooks", change
     )
     spectral = torch.nn.GRU(3, 4)
     torch.nn.utils.spectral_norm(spectral, name="weight_hh_l0")
@@ -491,6 +497,8 @@ def test_numba_cache_files_sealed(tmp_path):
     from numba.core.caching import IndexDataCacheFile
     from numba.core.ccallback import CFunc
 
+    from onnx_recurrent.backends import cache_dirs
+
     change = "onnx_recurrent/backends/jit_cache.py's _SealedCacheFile and _seal"
     for name in ("_save_data", "_load_data"):
         assert callable(getattr(IndexDataCacheFile, name, None)), _broken(
@@ -519,7 +527,7 @@ def test_numba_cache_files_sealed(tmp_path):
     data.write_bytes(damaged)
     assert jit_cache.cache_index(dispatcher)
     with pytest.warns(jit_cache.CompileCacheWarning, match="is damaged") as caught:
-        jit_cache._warned_damaged = False
+        cache_dirs.WARNED.discard("damaged")
         loaded = dispatcher._cache._cache_file.load(next(iter(jit_cache.cache_index(dispatcher))))
     assert loaded is None and caught, _broken(
         "numba", "IndexDataCacheFile.load does not read through _load_data", change

@@ -255,15 +255,34 @@ def _torch_kind(torch: Any, module: Any) -> tuple[str, str | None]:
 
 
 def _torch_forward(torch: Any, module: Any) -> None:
-    """``module`` computes what torch's own class computes: a subclass's forward may
-    compute anything from the weights."""
+    """``module`` computes what torch's own class computes: a subclass's forward, one
+    set on the module, or a forward hook (of the module, or a pre-hook other than the
+    weights' reparametrizations that :func:`_torch_weight` reads) may compute anything
+    from the weights."""
+    from torch.nn.utils import prune
+    from torch.nn.utils.spectral_norm import SpectralNorm
+    from torch.nn.utils.weight_norm import WeightNorm
+
     classes = (torch.nn.GRU, torch.nn.LSTM, torch.nn.RNN, torch.nn.RNNBase)
     base = next(c for c in classes if isinstance(module, c))
-    if type(module).forward is not base.forward:
-        cls = type(module)
+    cls = type(module)
+    own = None
+    if cls.forward is not base.forward:
+        own = "has its own forward"
+    elif "forward" in vars(module):
+        own = "has a forward set on it"
+    elif getattr(module, "_forward_hooks", None):
+        own = f"has {len(module._forward_hooks)} forward hook(s)"
+    else:
+        weights = (WeightNorm, SpectralNorm, prune.BasePruningMethod)
+        pre = [h for h in module._forward_pre_hooks.values() if not isinstance(h, weights)]
+        if pre:
+            own = f"has {len(pre)} forward pre-hook(s)"
+    if own is not None:
         raise RecurrentTypeError(
-            f"{cls.__module__}.{cls.__qualname__} has its own forward: its weights alone "
-            f"do not tell what it computes (expected torch.nn.{base.__name__}'s forward)"
+            f"{cls.__module__}.{cls.__qualname__} {own}: its weights alone do not tell "
+            f"what it computes (expected torch.nn.{base.__name__}'s forward; remove the "
+            "hooks, or run the module itself)"
         )
 
 
@@ -400,7 +419,9 @@ def from_torch(module: Any) -> list[Layer]:
     ImportError
         torch is not installed.
     TypeError
-        ``module`` is not a GRU, LSTM or RNN, or is a subclass with its own forward.
+        ``module`` is not a GRU, LSTM or RNN, or computes otherwise: a subclass with its
+        own forward, a forward set on it, forward hooks, forward pre-hooks other than
+        ``weight_norm``'s, ``spectral_norm``'s and pruning's.
     ValueError
         An LSTM with ``proj_size > 0``; parameters on the ``meta`` device (no values);
         a parameter missing (deleted, renamed) or of another shape than the module's
