@@ -259,6 +259,19 @@ def test_from_keras_errors(args, keywords, error, match):
         from_keras(*args, **keywords)
 
 
+def test_from_keras_given_a_layer_or_its_weights_list_says_how_to_call_it():
+    # Python's "missing 1 required positional argument: 'recurrent_kernel'" told nothing
+    class KerasLayer:
+        def get_weights(self):
+            return _ones((I, 15), (H, 15), (2, 15))
+
+    weights = KerasLayer().get_weights()
+    for given, what in ((KerasLayer(), "a Keras layer"), (weights, "a list of 3")):
+        with pytest.raises(TypeError, match=rf"unpacked, got {what}: from_keras\(\*keras_"):
+            from_keras(given, kind="gru")
+    assert from_keras(*weights, kind="gru").hidden_size == H
+
+
 @pytest.mark.parametrize(
     ("layer", "keywords", "error", "match"),
     [
@@ -845,6 +858,14 @@ def test_from_torch_refuses_a_module_whose_hooks_or_forward_change_what_it_compu
         warnings.simplefilter("ignore", FutureWarning)
         torch.nn.utils.weight_norm(module, name="weight_hh_l0")
     assert len(from_torch(module)) == 1
+
+
+def test_from_torch_names_a_parameter_of_another_dtype(torch):
+    # "R must have W's dtype float32, got float16": no layer, no parameter named
+    module = torch.nn.GRU(I, H, num_layers=2)
+    module.weight_hh_l1.data = module.weight_hh_l1.data.half()
+    with pytest.raises(TypeError, match=r"module.weight_hh_l1 is torch.float16, module.weig"):
+        from_torch(module)
 
 
 def test_run_layers_of_an_empty_batch_or_sequence_and_of_one_layer(torch):

@@ -421,7 +421,8 @@ def from_torch(module: Any) -> list[Layer]:
     TypeError
         ``module`` is not a GRU, LSTM or RNN, or computes otherwise: a subclass with its
         own forward, a forward set on it, forward hooks, forward pre-hooks other than
-        ``weight_norm``'s, ``spectral_norm``'s and pruning's.
+        ``weight_norm``'s, ``spectral_norm``'s and pruning's; parameters of different
+        dtypes (the message names two).
     ValueError
         An LSTM with ``proj_size > 0``; parameters on the ``meta`` device (no values);
         a parameter missing (deleted, renamed) or of another shape than the module's
@@ -443,10 +444,18 @@ def from_torch(module: Any) -> list[Layer]:
     H = module.hidden_size
     inputs = [module.input_size] + [D * H] * (module.num_layers - 1)
 
+    first: list[tuple[str, Any]] = []  # the first parameter read, and its dtype
+
     def stacked(k: int, *names: str) -> np.ndarray:  # [D, ...]: the names' gates, concatenated
         def onnx(name: str, d: int) -> np.ndarray:
             full = f"{name}_l{k}{'_reverse' * d}"
             weight = _torch_weight(torch, module, full)
+            first.extend([] if first else [(full, weight.dtype)])
+            if weight.dtype != first[0][1]:
+                raise RecurrentTypeError(
+                    f"from_torch: module.{full} is {weight.dtype}, module.{first[0][0]} "
+                    f"{first[0][1]}: the layers need one dtype (module.to(dtype))"
+                )
             width = {"weight_ih": (inputs[k],), "weight_hh": (H,)}.get(name, ())
             if tuple(weight.shape) != (kind.gates * H, *width):
                 raise RecurrentError(
@@ -668,7 +677,7 @@ def _reset_after(op: str, reset_after: bool | None) -> bool:
 
 def from_keras(
     kernel: np.ndarray,
-    recurrent_kernel: np.ndarray,
+    recurrent_kernel: np.ndarray | None = None,
     bias: np.ndarray | None = None,
     *,
     kind: str,
@@ -700,7 +709,17 @@ def from_keras(
         in the arrays' dtype. Attributes ``hidden_size``, ``direction="forward"``,
         ``layout=1`` (Keras is batch-first), ``linear_before_reset`` (GRU). The
         activations are ONNX's defaults, which are Keras' (``recurrent_activation``
-        sigmoid, ``activation`` tanh); for others, ``layer.replace(attributes=...)``.
+        sigmoid, ``activation`` tanh); for others, ``layer.replace(attributes=...)``
+        with ONNX's names and parameters: Keras 3's ``hard_sigmoid`` is
+        ``HardSigmoid`` with ``activation_alpha`` 1/6 and ``activation_beta`` 0.5 (ONNX's
+        defaults, 0.2 and 0.5, are Keras 2's), ``linear`` is ``Affine`` (1, 0),
+        ``relu`` ``Relu``.
+
+    Notes
+    -----
+    A ``Bidirectional`` layer's ``get_weights()`` holds both directions' arrays: convert
+    each (``weights[:3]``, ``weights[3:]``, the second with
+    ``replace(attributes={"direction": "reverse"})``).
 
     Raises
     ------
@@ -709,8 +728,24 @@ def from_keras(
         disagree (the message gives the expected shape).
     TypeError
         A non-float array, or arrays of different dtypes; ``reset_after`` other than a
-        bool, 0 or 1.
+        bool, 0 or 1; a Keras layer or the list of its weights given for ``kernel``
+        (the message says how to call it).
     """
+    if (
+        recurrent_kernel is None
+        or isinstance(kernel, list | tuple)
+        or hasattr(kernel, "get_weights")
+    ):
+        what = (
+            "a Keras layer" if hasattr(kernel, "get_weights")
+            else f"a {type(kernel).__name__} of {len(kernel)}" if isinstance(kernel, list | tuple)
+            else "no recurrent_kernel"
+        )  # fmt: skip
+        raise RecurrentTypeError(
+            f"from_keras takes the arrays of keras_layer.get_weights() unpacked, got {what}: "
+            f"from_keras(*keras_layer.get_weights(), kind={kind!r}) (a Bidirectional "
+            "layer's six: each direction's three apart)"
+        )
     op = _keras_op(kind)
     reset_after = _reset_after(op, reset_after)
     G, order = _KINDS[op].gates, _KINDS[op].keras
