@@ -781,6 +781,24 @@ def test_a_ctrl_c_while_onnx_is_first_imported_breaks_no_later_session(host):
     assert done.stdout.split() == ["interrupted", "True", "True"], done.stderr[-2000:]
 
 
+def test_the_unraisable_hook_knows_our_callbacks_by_their_frame_too():
+    # Python 3.13's ctypes reports a callback's exception with object None (the hook
+    # matched on the object alone: it let every such Ctrl-C be printed and lost)
+    import types
+
+    from onnx_recurrent.runtime.hosts import native
+
+    code = compile("raise KeyboardInterrupt", "<callback>", "exec")
+    try:
+        exec(code, {"__name__": native.__name__})
+    except KeyboardInterrupt as e:
+        trace = e.__traceback__.tb_next  # the callback's frame first, as ctypes has it
+    unraisable = types.SimpleNamespace(object=None, exc_traceback=trace)
+    assert native._origin(unraisable) == (native.__name__, code)
+    unraisable.object = native._destroy_kernel
+    assert native._origin(unraisable) == (native.__name__, native._destroy_kernel.__code__)
+
+
 def test_a_ctrl_c_escaping_a_kernels_destroy_is_delivered_again():
     """A Ctrl-C landing in a custom kernel's destroy callback (a session dropped while
     it was pending) was printed ("Exception ignored...") and lost: it is delivered

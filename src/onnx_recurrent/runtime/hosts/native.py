@@ -512,40 +512,47 @@ _SLOW = _COMPUTE(_slow)
 _SLOW_MARKED = ctypes.CFUNCTYPE(_p, _p, _p, _p)(_slow_marked)
 
 
-def _unraisable(unraisable: Any) -> None:
+def _unraisable(unraisable: Any) -> Any:
     """``sys.unraisablehook`` while the native nodes are set up: the exception that
     escaped :func:`_slow_marked` (a signal handler's, raised at its first line or in its
     ``finally``, where its ``try`` cannot take it) recorded for the call to raise, not
     printed ("Exception ignored...") and taken for a Ctrl-C (the call stopped, its
     ``done`` word unmarked); a Ctrl-C escaping another of our callbacks (a session
     dropped: ``_destroy_kernel``) delivered again, once the hook has returned, not
-    lost; anything else to the hook there before."""
+    lost; anything else to the hook there before.
+
+    The Ctrl-C comes back as SIGINT tripped by ``PyErr_SetInterruptEx`` run as a pending
+    call: the check at the end of the hook's last call runs it, after the signals'
+    turn, so Python's handler runs at the main thread's next check, past this hook
+    (``signal.raise_signal`` ran it here, where CPython drops its exception).
+    """
     error = unraisable.exc_value
-    if unraisable.object is _slow_marked and error is not None:
+    module, code = _origin(unraisable)
+    if code is _slow_marked.__code__ and error is not None:
         record(error)
-        return
-    if isinstance(error, KeyboardInterrupt) and _ours(unraisable.object):
-        _interrupt_after_hook()
-        return
-    _hook_before(unraisable)
+        return None
+    if isinstance(error, KeyboardInterrupt) and module == __name__:
+        return _ADD_PENDING(_SET_INTERRUPT, signal.SIGINT)  # the hook's last call
+    return _hook_before(unraisable)
 
 
-def _interrupt_after_hook() -> None:
-    """SIGINT as if it came once the running hook has returned: Python's handler, run
-    in the hook (``signal.raise_signal``, ``interrupt_main``: their call's end runs
-    it), raises where CPython drops the exception. ``PyErr_SetInterruptEx`` as a
-    pending call (C, run at this call's end, after the signals' turn) trips the signal
-    for the main thread's next check, past the hook's ``return``."""
-    api = ctypes.pythonapi
-    api.Py_AddPendingCall.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
-    interrupt = ctypes.cast(api.PyErr_SetInterruptEx, ctypes.c_void_p)
-    if api.Py_AddPendingCall(interrupt, int(signal.SIGINT)) != 0:  # its queue full
-        signal.raise_signal(signal.SIGINT)  # (then the hook drops it, as before)
+_ADD_PENDING = ctypes.pythonapi.Py_AddPendingCall
+_ADD_PENDING.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+#: ``int PyErr_SetInterruptEx(int)``, called as a pending call's ``int (*)(void *)``
+_SET_INTERRUPT = ctypes.cast(ctypes.pythonapi.PyErr_SetInterruptEx, ctypes.c_void_p).value
 
 
-def _ours(function: Any) -> bool:
-    """Whether ``function`` is one of this module's (its ctypes callbacks)."""
-    return getattr(function, "__module__", None) == __name__
+def _origin(unraisable: Any) -> tuple[str | None, Any]:
+    """The module and code object of the callback an unraisable exception escaped:
+    ``unraisable.object``'s, or (Python 3.13's ctypes reports None there) its
+    traceback's first frame's."""
+    function = unraisable.object
+    if function is not None:
+        return getattr(function, "__module__", None), getattr(function, "__code__", None)
+    trace = unraisable.exc_traceback
+    if trace is None:
+        return None, None
+    return trace.tb_frame.f_globals.get("__name__"), trace.tb_frame.f_code
 
 
 #: the hook there before :func:`register` installed :func:`_unraisable`
