@@ -159,21 +159,9 @@ def environment_name() -> str:
     return name
 
 
-def asked_for() -> str:
-    """The backend asked for here: :func:`use`'s, else ``ONNX_RECURRENT_BACKEND``'s, else
-    ``"auto"`` (nothing imported: the compiled path of a session's nodes reads it).
-
-    Raises
-    ------
-    ValueError
-        ``ONNX_RECURRENT_BACKEND`` set to another value than a backend's name or "auto".
-    """
-    return _chosen.get() or environment_name()
-
-
 def select(spec: RecSpec, dtype: np.dtype) -> Backend:
     """The backend for one call."""
-    name = asked_for()
+    name = _chosen.get() or environment_name()
     if name == "auto":
         numba = _load("numba")
         if not isinstance(numba, str) and numba.supports(spec, dtype) is None:

@@ -370,12 +370,13 @@ class Kernel:
 
     def _compiled(self, layer) -> bool:
         """Whether compiled code computes ``layer``'s calls: of the node's type, unless
-        NumPy's loops are asked for (``ONNX_RECURRENT_BACKEND``,
-        :func:`~onnx_recurrent.backends.use` as the session is made): the Python path's."""
+        ``ONNX_RECURRENT_BACKEND`` asks for NumPy's loops, which the Python path runs
+        (:func:`~onnx_recurrent.backends.use`, a context of the caller's, reaches the
+        Python path's calls only)."""
         if _ELEMENT_DTYPES[self.element]() != layer.dtype:
             return False
         try:
-            return backends.asked_for() != "numpy"
+            return backends.environment_name() != "numpy"
         except RecurrentError:  # an unknown name: the Python path's call says so
             return False
 
