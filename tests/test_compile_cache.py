@@ -309,8 +309,8 @@ print(triple(2.0))
 def test_a_cache_file_cut_short_compiles_without_it(tmp_path, damage):
     """numba's index file emptied or cut short (a process killed while writing it, a
     full disk): every later process failed with an AssertionError (numba's
-    ``disable_compile`` hiding its EOFError). Now compiled without the cache, with one
-    warning."""
+    ``disable_compile`` hiding its EOFError). Now compiled again and written anew (an
+    index that is not sealed is taken for missing)."""
     (tmp_path / "tiny.py").write_text(TINY)
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
 
@@ -329,7 +329,7 @@ def test_a_cache_file_cut_short_compiles_without_it(tmp_path, damage):
         path.write_bytes({"empty": b"", "cut": data[:20], "garbage": b"\x80\x04junk"}[damage])
     again = run()
     assert again.returncode == 0 and again.stdout.split() == ["6.0"], again.stderr
-    assert "compilation cache failed for triple" in again.stderr
+    assert "Traceback" not in again.stderr
     # written anew: the process after is quiet (every later one warned and compiled)
     after = run()
     assert after.returncode == 0 and after.stdout.split() == ["6.0"], after.stderr
@@ -384,7 +384,6 @@ def test_a_damaged_cache_file_of_a_callee_is_written_anew(tmp_path):
         capture_output=True, text=True, timeout=300, env=env,
     )  # fmt: skip
     assert done.returncode == 0 and done.stdout.split() == ["True"], done.stderr[-2000:]
-    assert "compilation cache failed for sextuple_c" in done.stderr
 
 
 def test_no_memory_to_load_a_kernel_is_a_memory_error_not_a_cache_fault(tmp_path, monkeypatch):
@@ -497,6 +496,27 @@ def test_a_cache_file_damaged_on_disk_is_compiled_again_not_run(tmp_path):
     assert err.count("is damaged (it fails its sha256)") == 1
     out, err = run()  # written anew: loaded, quiet
     assert out == ["6.0", "12.0", "1", "1"] and "damaged" not in err, err
+
+
+def test_a_flipped_bit_in_an_index_or_a_pipe_for_a_data_file_is_compiled_again(tmp_path):
+    """One flipped bit in an index's pickle (a length: 79 of 11320 single flips) made
+    every later process fail with MemoryError, never healed; a named pipe put for a data
+    file hung every later process. The index is sealed too, and both are read as
+    regular files of bounded size, their sha256 checked before anything in them."""
+    (tmp_path / "tiny.py").write_text(TINY)
+    assert _tiny(TINY_RUN, tmp_path).stdout.split() == ["6.0"]
+    cache = tmp_path / "__pycache__"
+    (index,) = cache.glob("tiny.triple-*.nbi")
+    data = bytearray(index.read_bytes())
+    data[-3] ^= 0x10
+    index.write_bytes(bytes(data))
+    done = _tiny(TINY_RUN, tmp_path)
+    assert done.stdout.split() == ["6.0"] and "is damaged (it fails its sha256)" in done.stderr
+    (data_file,) = cache.glob("tiny.triple-*.1.nbc")
+    data_file.unlink()
+    os.mkfifo(data_file)
+    done = _tiny(TINY_RUN, tmp_path)  # (a hang: its timeout)
+    assert done.stdout.split() == ["6.0"], done.stderr
 
 
 def test_an_index_naming_another_kernels_file_is_a_miss(tmp_path):

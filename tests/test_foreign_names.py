@@ -55,6 +55,30 @@ ALLOWED = {
         "numba",
         "test_numba_cache_files_sealed",
     ),
+    ("backends/jit_cache.py", "numba.core.caching.IndexDataCacheFile._load_index"): (
+        "numba",
+        "test_numba_cache_files_sealed",
+    ),
+    ("backends/jit_cache.py", "numba.core.caching.IndexDataCacheFile._save_index"): (
+        "numba",
+        "test_numba_cache_files_sealed",
+    ),
+    ("backends/jit_cache.py", "numba.core.caching.IndexDataCacheFile._index_path"): (
+        "numba",
+        "test_numba_cache_files_sealed",
+    ),
+    ("backends/jit_cache.py", "numba.core.caching.IndexDataCacheFile._source_stamp"): (
+        "numba",
+        "test_numba_cache_files_sealed",
+    ),
+    ("backends/jit_cache.py", "numba.core.caching.IndexDataCacheFile._version"): (
+        "numba",
+        "test_numba_cache_files_sealed",
+    ),
+    ("backends/jit_cache.py", "numba.core.caching.IndexDataCacheFile._cache_path"): (
+        "numba",
+        "test_numba_cache_files_sealed",
+    ),
     ("convert.py", "typing.Any._forward_pre_hooks"): ("torch", "test_torch_weight_hooks"),
     ("convert.py", "typing.Any._forward_hooks"): ("torch", "test_torch_weight_hooks"),
     ("convert.py", "?._tensor_name"): ("torch", "test_torch_weight_hooks"),
@@ -500,7 +524,7 @@ def test_numba_cache_files_sealed(tmp_path):
     from onnx_recurrent.backends import cache_dirs
 
     change = "onnx_recurrent/backends/jit_cache.py's _SealedCacheFile and _seal"
-    for name in ("_save_data", "_load_data"):
+    for name in ("_save_data", "_load_data", "_save_index", "_load_index"):
         assert callable(getattr(IndexDataCacheFile, name, None)), _broken(
             "numba", f"IndexDataCacheFile has no {name}", change
         )
@@ -513,14 +537,27 @@ def test_numba_cache_files_sealed(tmp_path):
         assert isinstance(function._cache._cache_file, IndexDataCacheFile), _broken(
             "numba", f"{type(function).__name__}._cache has no IndexDataCacheFile", change
         )
-        assert isinstance(function._cache._cache_file._index_name, str), _broken(
-            "numba", "IndexDataCacheFile has no _index_name", change
+        files = function._cache._cache_file
+        for name, kind in (("_index_name", str), ("_index_path", str), ("_cache_path", str),
+                           ("_version", str), ("_source_stamp", object)):  # fmt: skip
+            assert isinstance(getattr(files, name, None), kind), _broken(
+                "numba", f"IndexDataCacheFile has no {name} ({kind.__name__})", change
+            )
+        assert files._index_path.startswith(files._cache_path), _broken(
+            "numba", "IndexDataCacheFile's _index_path is not in its _cache_path", change
         )
     jit_cache._seal(dispatcher)
     assert dispatcher(1) == 2
     (data,) = Path(dispatcher.stats.cache_path).glob("*.nbc")
-    assert jit_cache.SEAL in data.read_bytes(), _broken(
+    (index,) = Path(dispatcher.stats.cache_path).glob("*.nbi")
+    assert data.read_bytes().startswith(jit_cache.SEAL), _broken(
         "numba", "IndexDataCacheFile.save does not write through _save_data", change
+    )
+    assert index.read_bytes().startswith(jit_cache.SEAL), _broken(
+        "numba", "IndexDataCacheFile.save does not write through _save_index", change
+    )
+    assert jit_cache.cache_index(dispatcher), _broken(
+        "numba", "IndexDataCacheFile does not read its index through _load_index", change
     )
     damaged = bytearray(data.read_bytes())
     damaged[damaged.index(jit_cache.SEAL) + len(jit_cache.SEAL) + 40] ^= 1

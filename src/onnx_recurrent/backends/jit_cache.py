@@ -46,6 +46,7 @@ from .cache_dirs import (
     first_usable,
     read_regular,
     readable_roots,
+    replacing,
     warn_once,
     writable,
     write_atomic,
@@ -153,20 +154,23 @@ def _cached_compile(make: Callable, func: Callable, options: dict):
         return make(cache=False, **options)(func)
 
 
-#: the head of a data file sealed by :class:`_SealedCacheFile` (its sha256 follows)
-SEAL = b"onnx-recurrent sealed 1\n"
+#: the head of a file sealed by :class:`_SealedCacheFile` (the sha256 of the rest follows)
+SEAL = b"onnx-recurrent sealed 2\n"
 
 
 class _SealedCacheFile(caching.IndexDataCacheFile):
-    """numba's cache files, each data file sealed: its sha256, its function's and its
-    entry's key inside, checked as it loads.
+    """numba's cache files sealed: each file (index and data) the sha256 of its content
+    ahead of it, checked before anything in it is read, and each data file its
+    function's and its entry's key inside.
 
     numba runs the machine code of its data files as it finds them: a bit flipped on
-    disk or a bad copy crashed every later process, or gave a wrong answer. A data
-    file that fails the check, was written for another function or signature (numba's
-    key alone does not tell functions of the same bytecode apart), or is numba's own
-    (unsealed) is taken for missing: the kernel is compiled again and its file
-    written anew.
+    disk or a bad copy crashed every later process, or gave a wrong answer; a flipped
+    length in an index made every later process run out of memory reading it. A file
+    that fails the check, was written for another function or signature (numba's key
+    alone does not tell functions of the same bytecode apart), is not a regular file
+    (a named pipe would block), past :data:`SEED_LIMIT`, or numba's own (unsealed: an
+    older onnx-recurrent's, which reads ours as damaged and writes its own anew) is
+    taken for missing: the kernel is compiled again and its files written anew.
     """
 
     def save(self, key, data):
@@ -179,27 +183,49 @@ class _SealedCacheFile(caching.IndexDataCacheFile):
         *saved, data = entry  # not the function's or the key's: an index naming another's
         return data if saved == [self._index_name, key] else None
 
-    def _save_data(self, name, data):
-        payload = serialize.dumps(data)
-        super()._save_data(name, SEAL + hashlib.sha256(payload).digest() + payload)
+    def _load_index(self):
+        payload = _unsealed(self._index_path)
+        if payload is None:
+            return {}  # missing, damaged, another format: compiled again, written anew
+        version, stamp, overloads = pickle.loads(payload)
+        return overloads if (version, stamp) == (self._version, self._source_stamp) else {}
+
+    def _save_index(self, overloads):
+        _write_sealed(self._index_path, (self._version, self._source_stamp, overloads))
 
     def _load_data(self, name):
-        try:
-            sealed = super()._load_data(name)
-        except (OSError, MemoryError):
-            raise
-        except Exception as e:  # cut short, or not a pickle
-            raise OSError(f"numba's cache file {name} cannot be read: {e}") from e
-        head = len(SEAL) + 32
-        if not (
-            isinstance(sealed, bytes)
-            and sealed.startswith(SEAL)
-            and hashlib.sha256(memoryview(sealed)[head:]).digest() == sealed[len(SEAL) : head]
-        ):
-            if isinstance(sealed, bytes) and sealed.startswith(SEAL):
-                _warn_damaged(name)  # numba's own (unsealed) files are replaced quietly
-            raise OSError(f"numba's cache file {name} fails its check")
-        return pickle.loads(memoryview(sealed)[head:])
+        payload = _unsealed(os.path.join(self._cache_path, name))
+        if payload is None:  # numba's load takes OSError for a file gone: a miss
+            raise OSError(f"numba's cache file {name} is missing or fails its check")
+        return pickle.loads(payload)
+
+    def _save_data(self, name, data):
+        _write_sealed(os.path.join(self._cache_path, name), data)
+
+
+def _write_sealed(path: str, value: Any) -> None:
+    """``value`` pickled as numba pickles it, its sha256 ahead, written whole at
+    ``path`` (:func:`~.cache_dirs.replacing`; OSError where it cannot be)."""
+    payload = serialize.dumps(value)
+    with replacing(path) as f:
+        f.write(SEAL + hashlib.sha256(payload).digest() + payload)
+
+
+def _unsealed(path: str) -> memoryview | None:
+    """The content of the sealed file ``path``; None where it is missing, not a regular
+    file, past :data:`SEED_LIMIT`, unsealed, or fails its sha256 (warned once)."""
+    try:
+        sealed = read_regular(path, SEED_LIMIT)
+    except OSError:
+        return None
+    if sealed is None or len(sealed) > SEED_LIMIT or not sealed.startswith(SEAL):
+        return None
+    head = len(SEAL) + 32
+    payload = memoryview(sealed)[head:]
+    if hashlib.sha256(payload).digest() != sealed[len(SEAL) : head]:
+        _warn_damaged(os.path.basename(path))
+        return None
+    return payload
 
 
 def _seal(function: Dispatcher) -> None:
@@ -402,10 +428,9 @@ def _fresh_data(index: str, stamp: Callable[[str], Any]) -> list[str] | None:
     kernel again)."""
     try:
         expected = stamp(os.path.basename(index).split(".", 1)[0])
-        with open(index, "rb") as f:
-            version = pickle.load(f)
-            found, overloads = pickle.loads(f.read())
-    except Exception:  # missing, cut short, another format: not to be copied
+        payload = _unsealed(index)
+        version, found, overloads = pickle.loads(payload)  # type: ignore[arg-type]
+    except Exception:  # missing, damaged, another format: not to be copied
         return None
     if version != numba.__version__ or found != expected:
         return None
