@@ -325,6 +325,31 @@ def test_import_optional_says_what_to_install(monkeypatch):
     assert import_optional("numpy", "x", "y", find_only=True).name == "numpy"
 
 
+def test_a_timeout_during_an_optional_import_is_the_timeout(tmp_path, monkeypatch):
+    # a SIGALRM handler raising TimeoutError (an OSError) during the import was held to
+    # its end, then caught as the import's failure: "x needs slow_package, which cannot
+    # be imported (TimeoutError: timer)"; the module is whole all the same
+    import signal
+
+    from onnx_recurrent.errors import import_optional
+
+    (tmp_path / "slow_package.py").write_text(
+        "import signal\nsignal.raise_signal(signal.SIGALRM)\nWHOLE = True\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    def timer(signum, frame):
+        raise TimeoutError("timer")
+
+    previous = signal.signal(signal.SIGALRM, timer)
+    try:
+        with pytest.raises(TimeoutError, match=r"^timer$"):
+            import_optional("slow_package", "x", "pip install y")
+    finally:
+        signal.signal(signal.SIGALRM, previous)
+    assert import_optional("slow_package", "x", "pip install y").WHOLE
+
+
 def test_arrays_numpy_cannot_read_are_named():
     # NumPy's own errors came out naming no input ("setting an array element with a
     # sequence"), and a masked array's mask was ignored, silently

@@ -114,17 +114,26 @@ def import_optional(module: str, what: str, install: str, *, find_only: bool = F
                 f"{what} needs {module}, which is not installed: {install}", name=module
             )
         return spec
-    from .threads import import_whole  # (threads imports this module)
+    from .threads import interrupts_held  # (threads imports this module)
 
-    try:
-        return import_whole(module)  # whole or not at all, Ctrl-C or not
-    except (ImportError, OSError) as e:  # OSError: a library it loads is missing
-        name = getattr(e, "name", None)
-        if isinstance(e, ModuleNotFoundError) and name and f"{module}.".startswith(f"{name}."):
-            raise ModuleNotFoundError(
-                f"{what} needs {name}, which is not installed: {install}", name=name
-            ) from None
-        raise ImportError(
-            f"{what} needs {module}, which cannot be imported ({one_line(e)}): {install}",
-            name=module,
-        ) from None
+    # whole or not at all, Ctrl-C or not (threads.import_whole); a held signal's
+    # exception (a timeout's TimeoutError, an OSError) raised past the try, as itself
+    with interrupts_held():
+        try:
+            return importlib.import_module(module)
+        except (ImportError, OSError) as e:  # OSError: a library it loads is missing
+            failed = e
+    raise _import_failed(failed, module, what, install)
+
+
+def _import_failed(e: BaseException, module: str, what: str, install: str) -> ImportError:
+    """The error :func:`import_optional` raises for the import of ``module`` failing."""
+    name = getattr(e, "name", None)
+    if isinstance(e, ModuleNotFoundError) and name and f"{module}.".startswith(f"{name}."):
+        return ModuleNotFoundError(
+            f"{what} needs {name}, which is not installed: {install}", name=name
+        )
+    return ImportError(
+        f"{what} needs {module}, which cannot be imported ({one_line(e)}): {install}",
+        name=module,
+    )
