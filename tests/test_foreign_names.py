@@ -90,7 +90,7 @@ ALLOWED = {
         "python",
         "test_signal_c_module",
     ),
-    ("threads.py", "signal._signal"): (
+    ("held.py", "signal._signal"): (
         "python",
         "test_signal_c_module",
     ),
@@ -642,7 +642,7 @@ def test_signal_c_module():
         assert c_module is not None and callable(getattr(c_module, name, None)), _broken(
             "python",
             f"signal._signal.{name} is gone (our callers fall back to signal.{name}, slower)",
-            "onnx_recurrent/runtime/hosts/onnxruntime.py's _signal, threads.py's _getsignal",
+            "onnx_recurrent/runtime/hosts/onnxruntime.py's _signal, held.py's _getsignal",
         )
 
 

@@ -66,7 +66,7 @@ __version__ = "0.1.0"
 def __getattr__(name: str) -> Any:
     if name not in _LAZY and name not in _SUBMODULES:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from .threads import import_whole  # a Ctrl-C half-way: onnx broken for the process
+    from .held import import_whole  # a Ctrl-C half-way: onnx broken for the process
 
     if name in _LAZY:
         value = getattr(import_whole(f".{_LAZY[name]}", __name__), name)

@@ -114,9 +114,9 @@ def import_optional(module: str, what: str, install: str, *, find_only: bool = F
                 f"{what} needs {module}, which is not installed: {install}", name=module
             )
         return spec
-    from .threads import interrupts_held  # (threads imports this module)
+    from .held import interrupts_held
 
-    # whole or not at all, Ctrl-C or not (threads.import_whole); a held signal's
+    # whole or not at all, Ctrl-C or not (held.import_whole); a held signal's
     # exception (a timeout's TimeoutError, an OSError) raised past the try, as itself
     with interrupts_held():
         try:

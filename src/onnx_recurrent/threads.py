@@ -15,7 +15,7 @@ threads block on a condition (no CPU used). :func:`run` is the one way in:
   signal within :data:`POLL` seconds. A second interrupt while it waits for aborted
   helpers stops the wait (they end on their own; the pool stays consistent, as each
   helper does its own bookkeeping).
-- **Held interrupts.** :func:`interrupts_held` keeps signals with Python handlers (Ctrl-C,
+- **Held interrupts.** :func:`~.held.interrupts_held` keeps signals with Python handlers (Ctrl-C,
   a timeout's SIGALRM) off a stretch that must not
   stop half-way (numba compiling with its lock held, a module being imported) and
   delivers it right after.
@@ -28,7 +28,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import contextvars
-import importlib
 import logging  # noqa: F401 (before COMPILING's fork hook: see there)
 import os
 import re
@@ -41,6 +40,7 @@ from typing import Any, TypeVar
 
 from . import affinity, quota
 from .errors import RecurrentError
+from .held import interrupts_held
 
 T = TypeVar("T")
 
@@ -102,75 +102,6 @@ def at_most(count: int) -> Iterator[None]:
         yield
     finally:
         _limits.most = before
-
-
-@contextlib.contextmanager
-def interrupts_held() -> Iterator[None]:
-    """Hold off every signal that has a Python handler (Ctrl-C's, a timeout's
-    ``SIGALRM``, a ``SIGTERM`` handler that exits...) inside the context, and deliver
-    each that came right after, to the handler there before, in the order they came.
-
-    Inside, Python runs as C code's callbacks (onnxruntime's custom-op API while it
-    makes a session) or must make something whole: a handler's exception raised there
-    escaped a callback, which then gave onnxruntime garbage (a crash), or was taken
-    for onnxruntime refusing the model. Plain onnxruntime calls no Python there: the
-    handlers run once its call returns, as here.
-
-    Only the main thread runs Python's handlers: elsewhere, and for a handler not set
-    from Python (it cannot be restored), this does nothing.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    pending: list[int] = []
-    held: dict[int, Any] = {}
-
-    def hold(signum: int, frame: Any) -> None:
-        pending.append(signum)
-
-    try:
-        for signum in _HANDLED:
-            previous = _getsignal(signum)
-            if callable(previous):
-                held[signum] = previous
-                signal.signal(signum, hold)
-    except (ValueError, OSError):  # not the main interpreter: nothing held
-        _restore(held)
-        held.clear()
-    except BaseException:  # a handler's exception before all were held
-        _restore(held)
-        raise
-    try:
-        yield
-    finally:
-        _restore(held)
-        for signum in dict.fromkeys(pending):
-            signal.raise_signal(signum)  # handled at the next bytecode
-
-
-def import_whole(module: str, package: str | None = None) -> Any:
-    """``importlib.import_module(module, package)`` with the signals held off until it
-    ends (:func:`interrupts_held`): a Ctrl-C half-way through a package's import left
-    its submodules imported around a parent that failed, and every later import of it
-    in the process failed ("partially initialized module 'onnx'": no session could be
-    made again)."""
-    with interrupts_held():
-        return importlib.import_module(module, package)
-
-
-def _restore(held: dict[int, Any]) -> None:
-    for signum, handler in held.items():
-        signal.signal(signum, handler)
-
-
-#: ``signal.getsignal`` without its enum wrapping (0.3 µs a signal: 20 µs for all)
-_getsignal = getattr(getattr(signal, "_signal", signal), "getsignal", signal.getsignal)
-#: the signals a Python handler can be set for
-_HANDLED = tuple(
-    s
-    for s in (signal.valid_signals() if hasattr(signal, "valid_signals") else (signal.SIGINT,))
-    if s not in {getattr(signal, "SIGKILL", None), getattr(signal, "SIGSTOP", None)}
-)
 
 
 def confined_pool_size() -> int:

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable
 import numpy as np
 import onnx
 
-from ..threads import import_whole
+from ..held import import_whole
 from .graph import (
     initializer_tensors,
     is_default_domain,
@@ -117,7 +117,7 @@ def constant_values(model: onnx.ModelProto, names: Iterable[str]) -> dict[str, n
     folded = onnx.helper.make_model(
         graph, opset_imports=model.opset_import, ir_version=model.ir_version
     )
-    # on first use (a second on import), whole: see threads.import_whole
+    # on first use (a second on import), whole: see held.import_whole
     ReferenceEvaluator = import_whole("onnx.reference").ReferenceEvaluator
     from .reference import reference_ops
 

@@ -1,0 +1,84 @@
+"""Signals held off a stretch that must not stop half-way (a module's import, numba
+compiling with its lock held, onnxruntime calling Python back), delivered right after.
+
+Below :mod:`.errors` and :mod:`.threads` (both use it): it imports nothing of the
+package.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import signal
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+
+@contextlib.contextmanager
+def interrupts_held() -> Iterator[None]:
+    """Hold off every signal that has a Python handler (Ctrl-C's, a timeout's
+    ``SIGALRM``, a ``SIGTERM`` handler that exits...) inside the context, and deliver
+    each that came right after, to the handler there before, in the order they came.
+
+    Inside, Python runs as C code's callbacks (onnxruntime's custom-op API while it
+    makes a session) or must make something whole: a handler's exception raised there
+    escaped a callback, which then gave onnxruntime garbage (a crash), or was taken
+    for onnxruntime refusing the model. Plain onnxruntime calls no Python there: the
+    handlers run once its call returns, as here.
+
+    Only the main thread runs Python's handlers: elsewhere, and for a handler not set
+    from Python (it cannot be restored), this does nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pending: list[int] = []
+    held: dict[int, Any] = {}
+
+    def hold(signum: int, frame: Any) -> None:
+        pending.append(signum)
+
+    try:
+        for signum in _HANDLED:
+            previous = _getsignal(signum)
+            if callable(previous):
+                held[signum] = previous
+                signal.signal(signum, hold)
+    except (ValueError, OSError):  # not the main interpreter: nothing held
+        _restore(held)
+        held.clear()
+    except BaseException:  # a handler's exception before all were held
+        _restore(held)
+        raise
+    try:
+        yield
+    finally:
+        _restore(held)
+        for signum in dict.fromkeys(pending):
+            signal.raise_signal(signum)  # handled at the next bytecode
+
+
+def import_whole(module: str, package: str | None = None) -> Any:
+    """``importlib.import_module(module, package)`` with the signals held off until it
+    ends (:func:`interrupts_held`): a Ctrl-C half-way through a package's import left
+    its submodules imported around a parent that failed, and every later import of it
+    in the process failed ("partially initialized module 'onnx'": no session could be
+    made again)."""
+    with interrupts_held():
+        return importlib.import_module(module, package)
+
+
+def _restore(held: dict[int, Any]) -> None:
+    for signum, handler in held.items():
+        signal.signal(signum, handler)
+
+
+#: ``signal.getsignal`` without its enum wrapping (0.3 µs a signal: 20 µs for all)
+_getsignal = getattr(getattr(signal, "_signal", signal), "getsignal", signal.getsignal)
+#: the signals a Python handler can be set for
+_HANDLED = tuple(
+    s
+    for s in (signal.valid_signals() if hasattr(signal, "valid_signals") else (signal.SIGINT,))
+    if s not in {getattr(signal, "SIGKILL", None), getattr(signal, "SIGSTOP", None)}
+)
