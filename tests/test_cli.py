@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -467,6 +468,22 @@ def test_a_cache_file_interrupted_leaves_no_temporary_file(tmp_path, monkeypatch
     monkeypatch.setattr(os, "replace", lambda *a: (_ for _ in ()).throw(OSError("no")))
     assert cache_dirs.write_atomic(target, b"new") is False
     assert [p.name for p in tmp_path.iterdir()] == ["plan.json"]
+
+
+def test_a_file_closed_by_its_text_wrapper_is_still_written(tmp_path):
+    # a TextIOWrapper over the file (vad's rows) closes it first: the unnamed file's
+    # descriptor went with it ("flush of closed file", every vad -o)
+    import io
+
+    from onnx_recurrent.backends import cache_dirs
+
+    target = tmp_path / "rows.csv"
+    with cache_dirs.replacing(target, 0o640) as f, io.TextIOWrapper(f, encoding="utf-8") as text:
+        text.write("file,start\n")
+    assert target.read_text() == "file,start\n" and [p.name for p in tmp_path.iterdir()] == [
+        "rows.csv"
+    ]
+    assert stat.S_IMODE(target.stat().st_mode) == 0o640
 
 
 @pytest.mark.parametrize("name", ["SIGTERM", "SIGHUP", "SIGKILL", "SIGUSR1", "SIGALRM"])

@@ -158,13 +158,17 @@ def replacing(path: str | os.PathLike, mode: int | None = None) -> Iterator[Bina
         if fd is None:
             fd = _named(path, directory, made, ending)
         try:
-            with os.fdopen(fd, "wb") as f:
-                yield f
-                f.flush()
+            try:
+                # the caller's file object on a copy of the descriptor: closing it (a
+                # text wrapper closes what it wraps) leaves ours, which names the file
+                with os.fdopen(os.dup(fd), "wb") as f:
+                    yield f
                 if mode is not None:
                     os.fchmod(fd, mode)
                 if not made:  # named now, for the rename
                     _link(fd, path, directory, made, ending)
+            finally:
+                os.close(fd)
             try:
                 os.replace(made[0], path)
             except OSError as e:  # named by the file meant (a directory there, say)
