@@ -230,6 +230,34 @@ def _gram_model():
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
+def test_session_options_reach_the_workers_as_the_onnxruntime_host_copies_them():
+    # the workers' own list of 15 attributes and 3 entries dropped what the host copies
+    # (session.set_denormal_as_zero, use_per_session_threads...): one list for both now
+    import pickle
+
+    ort = pytest.importorskip("onnxruntime")
+    from onnx_recurrent.runtime.hosts.session_options import readable_settings
+
+    so = ort.SessionOptions()
+    so.add_session_config_entry("session.set_denormal_as_zero", "1")
+    so.add_session_config_entry("session.inter_op.spin_duration_us", "0")
+    so.use_per_session_threads = False
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    record = pickle.loads(pickle.dumps(workers.options_record(so)))
+    carried = workers.session_options(record)
+    assert readable_settings(carried) == readable_settings(so)
+    assert carried.get_session_config_entry("session.set_denormal_as_zero") == "1"
+    assert carried.get_session_config_entry("session.inter_op.spin_duration_us") == "0"
+    assert carried.use_per_session_threads is False
+    assert workers.options_record(None) is None
+    with pytest.raises(TypeError, match=r"sess_options must be an onnxruntime\.SessionOptions"):
+        workers.options_record({"intra_op_num_threads": 1})
+    with_provider = ort.SessionOptions()
+    with_provider.add_provider("CPUExecutionProvider", {})
+    with pytest.raises(RecurrentError, match=r"hold execution providers"):
+        workers.options_record(with_provider)
+
+
 def test_run_refuses_outputs_whose_dims_depend_on_the_data_or_the_batch():
     """The shapes were learnt from the first batch element alone: an output trimmed to
     the longest length in its block was declared (4, 2, 3), and ``y.sum()`` gave 6.95

@@ -684,7 +684,7 @@ class InferenceSession:
         those onnxruntime lets one read (``intra_op_num_threads``,
         ``inter_op_num_threads``, ``graph_optimization_level``,
         ``log_severity_level``... and the configuration entries listed in
-        :data:`~onnx_recurrent.runtime.hosts.onnxruntime.SESSION_CONFIG_KEYS`).
+        :data:`~onnx_recurrent.runtime.hosts.session_options.SESSION_CONFIG_KEYS`).
         ``optimized_model_filepath``: the host writes the model there as loaded,
         recurrent nodes and all, not optimized (onnxruntime would write its custom
         nodes, which only this process can run). What onnxruntime gives no way to read

@@ -16,7 +16,8 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import RecurrentError, RecurrentTypeError, one_line
+from ..errors import RecurrentError, one_line
+from ..runtime.hosts.session_options import check_session_options, readable_settings
 from ..threads import ForkLock
 
 #: what the Dask tools say to run where Dask is missing
@@ -24,31 +25,6 @@ INSTALL_HINT = "pip install dask distributed"
 #: the distribution whose version the workers must have
 _DISTRIBUTION = "onnx-recurrent"
 
-#: onnxruntime ``SessionOptions`` attributes carried to the workers (the object itself
-#: does not pickle)
-_OPTION_ATTRIBUTES = (
-    "enable_cpu_mem_arena",
-    "enable_mem_pattern",
-    "enable_mem_reuse",
-    "enable_profiling",
-    "execution_mode",
-    "execution_order",
-    "graph_optimization_level",
-    "inter_op_num_threads",
-    "intra_op_num_threads",
-    "log_severity_level",
-    "log_verbosity_level",
-    "logid",
-    "optimized_model_filepath",
-    "profile_file_prefix",
-    "use_deterministic_compute",
-)
-#: onnxruntime session configuration entries carried to the workers when set
-_OPTION_ENTRIES = (
-    "session.intra_op.spin_duration_us",
-    "session.intra_op.allow_spinning",
-    "session.inter_op.allow_spinning",
-)
 #: sessions kept per worker process, least recently used dropped first
 MAX_SESSIONS = 4
 #: the sessions kept in this process, by key
@@ -57,30 +33,28 @@ _sessions_lock = ForkLock()
 
 
 def options_record(sess_options: Any) -> tuple | None:
-    """The picklable part of onnxruntime ``SessionOptions``: attributes, config entries."""
+    """The picklable part of onnxruntime ``SessionOptions``: what onnxruntime lets one
+    read back (:func:`onnx_recurrent.runtime.hosts.session_options.readable_settings`:
+    the attributes, the configuration entries set), as the onnxruntime host copies it.
+
+    Raises
+    ------
+    onnx_recurrent.errors.RecurrentTypeError
+        ``sess_options`` is not an ``onnxruntime.SessionOptions`` or None.
+    onnx_recurrent.errors.RecurrentError
+        They hold execution providers, which onnxruntime gives no way to read.
+    """
+    check_session_options(sess_options)
     if sess_options is None:
         return None
-    try:
-        from onnxruntime import SessionOptions
-    except ImportError:  # none can be made: not one
-        SessionOptions = ()
-    if not isinstance(sess_options, SessionOptions):
-        raise RecurrentTypeError(
-            "sess_options must be an onnxruntime.SessionOptions or None, "
-            f"got {type(sess_options).__name__}"
+    has_providers = getattr(sess_options, "has_providers", None)
+    if has_providers is not None and has_providers():
+        raise RecurrentError(
+            "sess_options hold execution providers (add_provider, "
+            "set_provider_selection_policy...), which cannot be read to carry them to "
+            "the workers"
         )
-    attributes = tuple(
-        (name, getattr(sess_options, name))
-        for name in _OPTION_ATTRIBUTES
-        if hasattr(sess_options, name)
-    )
-    entries = []
-    for entry in _OPTION_ENTRIES:
-        try:
-            entries.append((entry, sess_options.get_session_config_entry(entry)))
-        except Exception:  # not set: onnxruntime raises
-            pass
-    return attributes, tuple(entries)
+    return readable_settings(sess_options)
 
 
 def session_options(record: tuple | None) -> Any:

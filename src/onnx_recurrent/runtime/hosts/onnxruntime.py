@@ -50,6 +50,7 @@ from ..graph import (
 )
 from . import native
 from .native import DOMAIN, OP_TYPES
+from .session_options import check_session_options, readable_settings
 
 #: calls expected shorter than this run without the SIGINT watch (3 µs a call): a
 #: Ctrl-C then waits at most for the call's end
@@ -396,63 +397,6 @@ def _custom_node(b, node, types, keys, counter, threads: int = 0) -> onnx.NodePr
 # -- the host -------------------------------------------------------------------------
 
 
-#: onnxruntime's session configuration entries carried from a caller's options to this
-#: host's own (onnxruntime cannot list the entries set, only read one by its key): the
-#: keys of ``onnxruntime_session_options_config_keys.h`` that a CPU session reads, less
-#: those that mirror a ``SessionOptions`` attribute (copied as attributes)
-SESSION_CONFIG_KEYS = (
-    "session.intra_op.spin_duration_us",
-    "session.inter_op.spin_duration_us",
-    "session.intra_op.allow_spinning",
-    "session.inter_op.allow_spinning",
-    "session.intra_op.spin_backoff_max",
-    "session.inter_op.spin_backoff_max",
-    "session.force_spinning_stop",
-    "session.intra_op_thread_affinities",
-    "session.dynamic_block_base",
-    "session.set_denormal_as_zero",
-    "session.disable_prepacking",
-    "session.prepack.enable_parallel",
-    "session.use_env_allocators",
-    "session.use_device_allocator_for_initializers",
-    "session.disable_cpu_ep_fallback",
-    "session.load_model_format",
-    "session.save_model_format",
-    "session.optimized_model_external_initializers_file_name",
-    "session.optimized_model_external_initializers_min_size_in_bytes",
-    "session.save_external_prepacked_constant_initializers",
-    "session.collect_node_memory_stats_to_file",
-    "session.node_partition_config_file",
-    "session.graph_optimizations_loop_level",
-    "session.disable_aot_function_inlining",
-    "session.function_expansion_byte_limit",
-    "session.function_expansion_node_limit",
-    "session.strict_shape_type_inference",
-    "session.allow_released_opsets_only",
-    "session.disable_quant_qdq",
-    "session.disable_double_qdq_remover",
-    "session.disable_qdq_constant_folding",
-    "session.enable_quant_qdq_cleanup",
-    "session.enable_dq_matmulnbits_fusion",
-    "session.qdqisint8allowed",
-    "session.x64quantprecision",
-    "session.qdq_matmulnbits_accuracy_level",
-    "session.qdq_matmulnbits_block_size",
-    "session.kernel_dispatch_policy",
-    "session.record_ep_graph_assignment_info",
-    "optimization.disable_specified_optimizers",
-    "optimization.enable_gelu_approximation",
-    "optimization.enable_cast_chain_elimination",
-    "optimization.minimal_build_optimizations",
-    "optimization.constant_folding_max_output_size_in_bytes",
-    "mlas.disable_kleidiai",
-    "mlas.use_lut_gemm",
-    "ep.context_enable",
-    "ep.context_file_path",
-    "ep.context_embed_mode",
-)
-
-
 def _session_options(sess_options, shared: bool = True):
     """onnxruntime's options for this host: a ``SessionOptions`` of its own, with the
     caller's settings copied in, and onnxruntime-extensions' library registered.
@@ -463,8 +407,8 @@ def _session_options(sess_options, shared: bool = True):
     Copied: every attribute onnxruntime lets one read and write
     (``intra_op_num_threads``, ``graph_optimization_level``, ``log_severity_level``...,
     ``execution_mode`` excepted: the graph runs sequentially) and the configuration
-    entries of :data:`SESSION_CONFIG_KEYS` that are set. ``intra_op_num_threads`` left
-    0 (or no options) becomes :func:`_intra_op_num_threads` where that is not 0.
+    entries set (:func:`.session_options.readable_settings`). ``intra_op_num_threads``
+    left 0 (or no options) becomes :func:`_intra_op_num_threads` where that is not 0.
     ``shared``: the options of the same settings made before (else new ones, for a
     session that adds to them).
 
@@ -479,11 +423,7 @@ def _session_options(sess_options, shared: bool = True):
     import onnxruntime as ort
 
     library = _setup()
-    if sess_options is not None and not isinstance(sess_options, ort.SessionOptions):
-        raise TypeError(
-            "sess_options must be an onnxruntime.SessionOptions or None, "
-            f"got {type(sess_options).__name__}"
-        )
+    check_session_options(sess_options)
     options = ort.SessionOptions()
     if sess_options is None:
         for entry, value in SESSION_CONFIG.items():
@@ -549,18 +489,12 @@ def _copy_options(source: Any, target: Any) -> tuple:
             "its own SessionOptions: pass providers=[...] to the session instead"
         )
     copied = []
-    for name, attribute in sorted(vars(type(target)).items()):
-        if name == OPTIMIZED_MODEL_FILEPATH:  # written by the host itself (write_model)
-            continue
-        if isinstance(attribute, property) and attribute.fset is not None:
-            value = getattr(source, name)
+    attributes, entries = readable_settings(source)
+    for name, value in attributes:
+        if name != OPTIMIZED_MODEL_FILEPATH:  # written by the host itself (write_model)
             setattr(target, name, value)
             copied.append((name, str(value)))
-    for key in SESSION_CONFIG_KEYS:
-        try:
-            value = source.get_session_config_entry(key)
-        except Exception:  # not set: onnxruntime raises
-            continue
+    for key, value in entries:
         target.add_session_config_entry(key, value)
         copied.append((key, value))
     return tuple(copied)
