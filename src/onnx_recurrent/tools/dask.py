@@ -205,8 +205,9 @@ def run(
     host : {"auto", "onnxruntime", "reference"}, default "auto"
         Who runs the graph (see :class:`~onnx_recurrent.InferenceSession`).
     sess_options : onnxruntime.SessionOptions, optional
-        For the onnxruntime host; its attributes (threads, optimisation level,
-        execution mode...) and spin settings are carried to the workers. On
+        For the onnxruntime host; what onnxruntime lets one read back (its
+        attributes: threads, optimisation level...; its configuration entries: spin,
+        denormals...) is carried to the workers, as the host copies it. On
         single-threaded workers, ``intra_op_num_threads = 1`` (and
         ``ONNX_RECURRENT_NUM_THREADS=1`` in the workers' environment) keeps each to
         its core.
@@ -233,7 +234,8 @@ def run(
     ModuleNotFoundError
         ``dask`` is not installed.
     onnx_recurrent.errors.RecurrentError
-        At the call, under a ``distributed`` client
+        ``sess_options`` hold execution providers (they cannot be read back). At the
+        call, under a ``distributed`` client
         (:func:`onnx_recurrent.tools.workers.check_client`): it is closed, or
         workers lack onnx_recurrent or have another version (named). When a block is
         computed (a ``ValueError`` too): an output whose shape is not the declared
