@@ -29,6 +29,18 @@ ALLOWED_TOOL_IMPORTS = {
     "imported on first access by the root's __getattr__ (_SUBMODULES)"
     for name in ("vad", "dask")
 }
+#: the library's imports of a module named at run time (which this test cannot follow),
+#: by module and function called, each with its reason
+DYNAMIC_IMPORTS = {
+    ("onnx_recurrent", "import_whole"): "the lazy attributes, _LAZY and _SUBMODULES "
+    "(read by _imported)",
+    ("onnx_recurrent.backends", "import_module"): "a backend's module, its name one of "
+    "backends.NAMES (numba, numpy)",
+    ("onnx_recurrent.errors", "import_module"): "import_optional: a package of another "
+    "project, named by the caller",
+    ("onnx_recurrent.held", "import_module"): "import_whole: its callers' names (each "
+    "call found where it is made)",
+}
 #: import cycles (sorted members) allowed, each with its reason
 ALLOWED_CYCLES = {
     ("onnx_recurrent.backends.node", "onnx_recurrent.backends.numba_backend"): "lazy: "
@@ -77,7 +89,8 @@ def _imported(module: str, statements: list[ast.stmt], everywhere: bool) -> set[
     """The dotted names that ``statements`` import, made absolute: at module level
     (outside ``if TYPE_CHECKING:``), or ``everywhere`` (function bodies included).
     ``from X import y`` imports ``X.y`` where that is a module, else ``X``;
-    ``importlib.import_module("...")``, the root's lazy attributes (``_LAZY``,
+    ``importlib.import_module("...")`` and ``held.import_whole("...")`` (a relative
+    name made absolute: :func:`_imported_name`), the root's lazy attributes (``_LAZY``,
     ``_SUBMODULES``) and, everywhere, a string that is a submodule's full name (the
     CLI's subcommands; not an old path) count; ``from __future__`` is no import."""
     package = module if MODULES[module].name == "__init__.py" else module.rpartition(".")[0]
@@ -97,8 +110,10 @@ def _imported(module: str, statements: list[ast.stmt], everywhere: bool) -> set[
                 found.add(sub if sub in MODULES or target(sub) in MODULES else source)
         elif isinstance(node, ast.If) and _type_checking(node.test):
             nodes.extend(node.orelse)
-        elif isinstance(node, ast.Call) and _import_module_call(node):
-            found.add(node.args[0].value)
+        elif isinstance(node, ast.Call) and _import_call(node):
+            name = _imported_name(module, package, node)
+            if name is not None:
+                found.add(name)
         elif module == "onnx_recurrent" and isinstance(node, ast.Assign):
             names = {t.id for t in node.targets if isinstance(t, ast.Name)}
             if everywhere and names & {"_LAZY", "_SUBMODULES"}:
@@ -113,16 +128,52 @@ def _imported(module: str, statements: list[ast.stmt], everywhere: bool) -> set[
     return found
 
 
-def _import_module_call(node: ast.Call) -> bool:
+#: the functions that import a module by its name: importlib's, and held's
+_IMPORT_CALLS = ("import_module", "import_whole")
+
+
+def _import_call(node: ast.Call) -> bool:
     func = node.func
     name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
-    return (
-        name == "import_module"
-        and bool(node.args)
-        and isinstance(node.args[0], ast.Constant)
-        and isinstance(node.args[0].value, str)
-        and not node.args[0].value.startswith(".")
-    )
+    return name in _IMPORT_CALLS and bool(node.args)
+
+
+def _imported_name(module: str, package: str, call: ast.Call) -> str | None:
+    """The absolute name an import call (:data:`_IMPORT_CALLS`) imports: its first
+    argument, a constant, made absolute where relative (``".x"`` from the second
+    argument: ``__name__``, ``__package__`` or a constant); None where it is computed
+    at run time (:func:`_dynamic_imports`)."""
+    first = call.args[0]
+    if not (isinstance(first, ast.Constant) and isinstance(first.value, str)):
+        return None
+    name = first.value
+    if not name.startswith("."):
+        return name
+    anchor = call.args[1] if len(call.args) > 1 else None
+    anchor = next((k.value for k in call.keywords if k.arg == "package"), anchor)
+    if isinstance(anchor, ast.Name) and anchor.id in ("__name__", "__package__"):
+        base = module if anchor.id == "__name__" else package
+    elif isinstance(anchor, ast.Constant) and isinstance(anchor.value, str):
+        base = anchor.value
+    else:
+        return None
+    dots = len(name) - len(name.lstrip("."))
+    parts = base.split(".")
+    parts = parts[: len(parts) - dots + 1]
+    return ".".join([*parts, name.lstrip(".")]) if name.lstrip(".") else ".".join(parts)
+
+
+def _dynamic_imports(module: str, tree: ast.Module) -> set[tuple[str, str]]:
+    """``(module, function)`` for each import call in ``tree`` whose module name
+    :func:`_imported_name` cannot tell (an f-string, a variable)."""
+    package = module if MODULES[module].name == "__init__.py" else module.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and _import_call(node):
+            if _imported_name(module, package, node) is None:
+                func = node.func
+                found.add((module, func.attr if isinstance(func, ast.Attribute) else func.id))
+    return found
 
 
 def _imports(module: str, statements: list[ast.stmt], everywhere: bool) -> set[str]:
@@ -191,6 +242,14 @@ def test_the_library_imports_no_tool():
     assert set(ALLOWED_TOOL_IMPORTS) <= {(m, t) for m, ts in graph.items() for t in ts}
     assert any(_is_tool(m) for m in MODULES) and any(not _is_tool(m) for m in MODULES)
     assert "onnx_recurrent.tools.vad.cluster" in graph["onnx_recurrent.tools.vad.detect"]
+    dynamic = {
+        found
+        for m, path in MODULES.items()
+        if not _is_tool(m)
+        for found in _dynamic_imports(m, ast.parse(path.read_text()))
+    }
+    assert dynamic <= set(DYNAMIC_IMPORTS), f"give each a reason: {sorted(dynamic)}"
+    assert set(DYNAMIC_IMPORTS) <= dynamic, f"gone (drop them): {set(DYNAMIC_IMPORTS) - dynamic}"
 
 
 def test_the_tool_finder_finds_lazy_ones(tmp_path, monkeypatch):
@@ -206,14 +265,28 @@ def test_the_tool_finder_finds_lazy_ones(tmp_path, monkeypatch):
         "def g():\n    importlib.import_module('onnx_recurrent.tools.bench')\n"
     )
     (tmp_path / "ops.py").write_text("def h():\n    from . import vad\n")
+    # relative names given to import_module and held.import_whole; one computed
+    (tmp_path / "cells.py").write_text(
+        "import importlib\ndef f():\n    importlib.import_module('.tools.vad', 'onnx_recurrent')\n"
+    )
+    (tmp_path / "scan.py").write_text(
+        "from .held import import_whole\ndef g():\n    import_whole('.tools', __package__)\n"
+        "def h(t):\n    import_whole(f'onnx_recurrent.tools.{t}')\n"
+    )
     monkeypatch.setattr(sys.modules[__name__], "PACKAGE", tmp_path)
     monkeypatch.setattr(sys.modules[__name__], "MODULES", _modules())
     assert _tool_imports(_graph(everywhere=False)) == []
     assert sorted(_tool_imports(_graph(everywhere=True))) == [
+        "onnx_recurrent.cells imports onnx_recurrent.tools.vad",
         "onnx_recurrent.ops imports onnx_recurrent.vad",
+        "onnx_recurrent.scan imports onnx_recurrent.tools",
         "onnx_recurrent.spec imports onnx_recurrent.tools.bench",
         "onnx_recurrent.spec imports onnx_recurrent.tools.vad.audio",
     ]
+    scan = ast.parse((tmp_path / "scan.py").read_text())
+    assert _dynamic_imports("onnx_recurrent.scan", scan) == {
+        ("onnx_recurrent.scan", "import_whole")
+    }
 
 
 def test_nothing_imports_the_old_paths():
