@@ -203,8 +203,15 @@ def test_bad_feeds(host):
     x = np.ones((1, 2, 4), np.float32)
     with pytest.raises(ValueError, match="states are fed by the session"):
         session.step({"x": x, state: np.zeros((1, 1, 8), np.float32)})
-    with pytest.raises(ValueError, match="missing input"):
+    with pytest.raises(
+        ValueError, match=r"^missing input\(s\) \['x'\]; the model's inputs are \['x'\]"
+    ):
         session.step({})
+    with pytest.raises(ValueError, match=r"^unknown input name\(s\) \['y'\]; the model's inputs"):
+        session.step({"x": x, "y": x})
+    # a plain TypeError where InferenceSession.run raised RecurrentTypeError
+    with pytest.raises(orc.RecurrentTypeError, match=r"^feeds must be a dict of input name"):
+        session.step([x])
     with pytest.raises(TypeError, match="float"):
         session.step({"x": x.astype(np.float64)})
     with pytest.raises(ValueError, match="unknown state"):

@@ -2,8 +2,8 @@
 
 Everything here is shared by every operator; what differs between GRU, RNN and LSTM is
 the cell (:class:`CellTraits`: gate count, activation count, states).
-After :func:`check_inputs` the kernels never branch on layout, absent inputs or
-missing ``sequence_lens`` again.
+After :func:`check_weights` (the weights) and :func:`check_call` (a call's inputs)
+the kernels never branch on layout, absent inputs or missing ``sequence_lens`` again.
 """
 
 from __future__ import annotations
@@ -101,7 +101,14 @@ def check_flag(name: str, value: Any) -> bool:
 
 
 def check_bool(name: str, value: Any) -> bool:
-    """A flag argument: a bool, NumPy bool or 0/1 (a string such as 'no' is true)."""
+    """A flag argument: a bool, NumPy bool or 0/1; anything else refused (a string
+    too: ``bool("no")`` is true).
+
+    Raises
+    ------
+    onnx_recurrent.errors.RecurrentTypeError
+        ``value`` is none of those, naming ``name`` and what it got.
+    """
     if isinstance(value, bool | np.bool_) or (
         isinstance(value, int | np.integer) and value in (0, 1)
     ):

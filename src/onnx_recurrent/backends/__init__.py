@@ -167,10 +167,6 @@ def select(spec: RecSpec, dtype: np.dtype) -> Backend:
         if not isinstance(numba, str) and numba.supports(spec, dtype) is None:
             return numba
         return _load("numpy")  # type: ignore[return-value]
-    if name not in NAMES:
-        raise RecurrentError(
-            f"ONNX_RECURRENT_BACKEND must be one of {[*NAMES, 'auto']}, got {name!r}"
-        )
     backend = _load(name)
     if isinstance(backend, str):
         raise RecurrentError(f"backend {name!r} was asked for, but {backend}")

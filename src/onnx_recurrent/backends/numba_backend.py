@@ -478,7 +478,7 @@ def _project(xb, F, I, bias, xw, active, tile):
 
 
 @_inline
-def _check(plan, xb, h, pre, pre_h, hh, project):
+def _check(plan, xb, h, pre, pre_h, hh):
     """Whether the products' operands and the states agree with the plan, once per
     block (:func:`.packed.check`)."""
     rows, I, H = xb.shape[1], xb.shape[2], h.shape[1]
@@ -546,7 +546,7 @@ def _block(plan, sync, calls, first, phase0, xb, h, spare, c, gz, rh, active, Y,
     hh = part(scratch, o, (rows_r, plan.width_r))
     o += rows_r * plan.width_r
     g = part(scratch, o, (plan.width + plan.width_h,))  # one row's scratch (in L1)
-    if not _check(plan, xb, h, pre_b[0], pre_hb[0], hh, project):
+    if not _check(plan, xb, h, pre_b[0], pre_hb[0], hh):
         return False
     if project:
         tile = (plan.rows, plan.span, plan.depth)

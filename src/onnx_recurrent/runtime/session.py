@@ -15,7 +15,7 @@ import stat
 import sys
 import threading
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -213,6 +213,35 @@ def _parse(data: bytes, name: str) -> onnx.ModelProto:
     if not model.HasField("graph"):
         raise _no_graph(f"model {name} is not an ONNX model (it has no graph)")
     return model
+
+
+def check_feed_names(
+    feeds: Mapping[str, Any],
+    names: list[str],
+    optional: Collection[str] = (),
+    accepted: Collection[str] = (),
+    hint: Callable[[list[str]], str] | None = None,
+    note: str = "",
+) -> None:
+    """Refuse ``feeds`` naming an input not in ``names`` (nor in ``accepted``: the
+    initializers a feed may replace), or missing one of ``names`` (those in
+    ``optional`` aside). The messages list ``names`` (and ``note``); ``hint`` adds to
+    the first what it says of the unknown names.
+
+    Raises
+    ------
+    onnx_recurrent.errors.RecurrentError
+        (a ``ValueError``) naming the unknown or missing inputs.
+    """
+    unknown = sorted(set(feeds) - set(names) - set(accepted))
+    if unknown:
+        raise RecurrentError(
+            f"unknown input name(s) {unknown}; the model's inputs are {names}{note}"
+            + (hint(unknown) if hint is not None else "")
+        )
+    missing = [n for n in names if n not in feeds and n not in optional]
+    if missing:
+        raise RecurrentError(f"missing input(s) {missing}; the model's inputs are {names}{note}")
 
 
 def _check_providers_type(providers: Any) -> None:
@@ -1232,17 +1261,9 @@ class InferenceSession:
             )
         known = self._feed_checks
         if feeds.keys() != known.keys():
-            unknown = sorted(set(feeds) - set(known) - set(self._override_checks))
-            if unknown:
-                raise RecurrentError(
-                    f"unknown input name(s) {unknown}; the model's inputs are {list(known)}"
-                    + self._unknown_hint(unknown)
-                )
-            missing = [n for n in known if n not in feeds and n not in self._optional]
-            if missing:
-                raise RecurrentError(
-                    f"missing input(s) {missing}; the model's inputs are {list(known)}"
-                )
+            check_feed_names(
+                feeds, list(known), self._optional, self._override_checks, self._unknown_hint
+            )
 
     def _check_feeds(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
         self._check_names(feeds, "feeds", "array")

@@ -55,6 +55,7 @@ from .session import (
     NodeArg,
     _as_reported,
     _not_picklable,
+    check_feed_names,
     feed_array,
     load_model,
 )
@@ -667,18 +668,8 @@ class StreamingSession:
                 "which this session carries itself, so they are no longer inputs; set "
                 f"a state with session.states (the states are {[s.input for s in self._infos]})"
             )
-        names = [i.name for i in self._inputs]
-        optional = f" ({self._own} optional: the states)" if self._own else ""
-        unknown = sorted(set(feeds) - set(names))
-        if unknown:
-            raise RecurrentError(
-                f"unknown input name(s) {unknown}; the model's inputs are {names}{optional}"
-            )
-        missing = [n for n in names if n not in feeds and n not in self._own]
-        if missing:
-            raise RecurrentError(
-                f"missing input(s) {missing}; the model's inputs are {names}{optional}"
-            )
+        note = f" ({self._own} optional: the states)" if self._own else ""
+        check_feed_names(feeds, [i.name for i in self._inputs], self._own, note=note)
 
     def step(self, feeds: Mapping[str, Any]) -> list[np.ndarray]:
         """Run one chunk and keep the final states for the next one.
@@ -721,7 +712,7 @@ class StreamingSession:
 
     def _step(self, feeds: Mapping[str, Any]) -> list[np.ndarray]:
         if not isinstance(feeds, Mapping):
-            raise TypeError(
+            raise RecurrentTypeError(
                 f"feeds must be a dict of input name to array, got {type(feeds).__name__}"
             )
         self._check_names(feeds)

@@ -27,7 +27,8 @@ loads with ``register_custom_ops_library`` serves it: no compiler at install.
   bit for bit (one LSTM node T=32, N=8, I=H=64 on a 2-core AMD EPYC Zen 5: 0.32 ->
   0.12 ms a call; onnxruntime alone 0.10).
 - ``abort``: a word the compiled loop reads between blocks; set when SIGINT arrives
-  during ``run`` (:func:`interrupt_watch`), so a long node stops within a block.
+  during ``run`` (between :func:`interrupt_watch_start` and :func:`interrupt_watch_end`),
+  so a long node stops within a block.
 
 Facts of onnxruntime's C API (onnxruntime_c_api.h, append-only ``OrtApi``): the
 ``OrtApi*`` to use is the one onnxruntime passes to ``CreateKernelV2`` (the Python
@@ -70,7 +71,7 @@ OP_TYPES = CUSTOM_OPS
 #: the operators' inputs, by position (LSTM's; the others use a prefix)
 INPUTS = max((cell.inputs for cell in CELLS.values()), key=len)  # every operator's: a prefix
 OUTPUTS = max((cell.outputs for cell in CELLS.values()), key=len)  # every operator's: a prefix
-_X, _W, _R, _B, _LENS, _H0, _C0, _P = range(8)
+_X, _LENS, _H0, _C0 = (INPUTS.index(n) for n in ("X", "sequence_lens", "initial_h", "initial_c"))
 
 #: indices in onnxruntime's ``OrtApi`` (onnxruntime_c_api.h; the struct only grows)
 API = {

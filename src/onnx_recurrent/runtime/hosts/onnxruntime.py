@@ -9,7 +9,7 @@ its inputs. float16 and bfloat16 nodes are typed as such (no Cast nodes).
 Faults. A node that fails returns an error status, and ``run`` raises the node's own
 exception (kept by :mod:`.native`), unchanged. A Ctrl-C is kept out of onnxruntime's
 frames: while ``run`` is in onnxruntime, SIGINT sets the word the compiled loops read
-between blocks (:func:`.native.interrupt_watch`), the main thread's SIGINT handler
+between blocks (:func:`.native.interrupt_watch_start`), the main thread's SIGINT handler
 raises only inside a node's Python path and is otherwise remembered, then raised when
 onnxruntime returns.
 """

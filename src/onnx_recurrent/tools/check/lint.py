@@ -135,7 +135,7 @@ def _probe_messages(
 
 
 def _activation_messages(
-    probed: probes.Probed, op: str, bound: list[tuple[str, bool, bool]]
+    probed: probes.Probed, bound: list[tuple[str, bool, bool]]
 ) -> list[tuple[str, str]]:
     names = [b[0] for b in bound]
     if not probed.wrong:
@@ -215,7 +215,7 @@ def _node_findings(
             None if alpha is None else list(alpha),
             None if beta is None else list(beta),
         )
-        found = _activation_messages(probes.probe(peer, form, feature), op, bound)
+        found = _activation_messages(probes.probe(peer, form, feature), bound)
         out.extend(("activations", m, e) for m, e in found)
     return out
 
