@@ -595,3 +595,36 @@ def test_the_entry_points():
     main = getattr(importlib.import_module(script[0]), script[1])
     assert main is importlib.import_module("onnx_recurrent.__main__").main
     assert "onnx_recurrent.tools" in _graph(everywhere=False)["onnx_recurrent.__main__"]
+
+
+def _map_names() -> set[str]:
+    """The ``name.py`` and ``folder/`` words of docs/architecture.md's map (its first
+    code block)."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    block = text.split("```", 2)[1]
+    names = set()
+    for token in re.findall(r"[\w./]+", block):  # runtime/hosts/, bench/models.py, cli.py
+        *folders, last = token.split("/")
+        if last.endswith(".py") or (folders and not last):
+            names |= {f"{f}/" for f in folders if f} | ({last} if last else set())
+    return names
+
+
+def test_the_architecture_map_names_every_module():
+    """docs/architecture.md's map of the folder names each module (its file, or its
+    folder for a package's ``__init__``; the old paths are named as a group) and no
+    file that is not there."""
+    files = {
+        path.relative_to(PACKAGE)
+        for module, path in MODULES.items()
+        if module not in ALIASES and module != "onnx_recurrent"
+    }
+    named = _map_names()
+    missing = sorted(
+        str(f)
+        for f in files
+        if (f.parent.name + "/" if f.name == "__init__.py" else f.name) not in named
+    )
+    assert not missing, f"docs/architecture.md's map does not name {missing}"
+    existing = {f.name for f in files} | {f"{p.name}/" for f in files for p in f.parents}
+    assert named - existing <= {"vad.py"}, sorted(named - existing)  # vad.py: an old path
