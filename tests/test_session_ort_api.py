@@ -217,6 +217,11 @@ def test_options_profiling_and_providers_as_onnxruntimes(tmp_path):
         session.set_providers("CPUExecutionProvider")
     with pytest.raises(TypeError, match=r"providers must be a list .* the string"):
         orc.InferenceSession(model, providers="CPUExecutionProvider")
+    # onnxruntime's own TypeError for a number was taken for its refusal of the model:
+    # host="auto" ran it on the reference host, with a warning; StreamingSession too
+    for make in (orc.InferenceSession, orc.StreamingSession):
+        with pytest.raises(TypeError, match=r"^providers must be a list .* or None, got int 3$"):
+            make(model, providers=3)
 
 
 def test_set_providers_refused_leaves_the_session_as_it_was(monkeypatch):

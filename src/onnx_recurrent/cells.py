@@ -3,7 +3,7 @@
 A cell turns one direction's ONNX weights into :class:`Weights` (``prepare``) and
 advances its states by one step for the ``n`` active rows (``step``), in place:
 
-- ``xw``: ``[n, gates*hidden]``, the input projection ``Xt W^T`` plus the biases the
+- ``xw``: ``[n, gates*hidden + pad]``, the input projection ``Xt W^T`` plus the biases the
   cell folded into it (computed for a whole block of steps by the scan);
 - ``states``: ``(H,)`` or ``(H, C)``, each ``[n, hidden]``, updated in place.
 

@@ -231,9 +231,23 @@ class Layer:
 
     @classmethod
     def from_spec(
-        cls, spec: RecSpec, attributes: Mapping[str, Any], W, R, B=None, P=None
+        cls,
+        spec: RecSpec,
+        attributes: Mapping[str, Any],
+        W: np.ndarray,
+        R: np.ndarray,
+        B: np.ndarray | None = None,
+        P: np.ndarray | None = None,
     ) -> Layer:
-        """A layer of weights already checked against ``spec`` (:func:`check_weights`)."""
+        """A layer of weights already checked against ``spec``, neither checked nor
+        copied again: the functions' path (:mod:`onnx_recurrent.prepared`), which has
+        made ``spec`` (:func:`~onnx_recurrent.spec.make_spec`) and run
+        :func:`~onnx_recurrent.spec.check_weights` on copies of the caller's weights
+        (``W`` ``[num_directions, gates*hidden_size, input_size]``, ``R``
+        ``[num_directions, gates*hidden_size, hidden_size]``, ``B``
+        ``[num_directions, 2*gates*hidden_size]``, ``P`` ``[num_directions,
+        3*hidden_size]``, all of ``spec``'s dtype). Unchecked weights give wrong
+        results or errors from deep inside: use :class:`Layer` itself."""
         layer = cls.__new__(cls)
         layer._set(spec, {k: _copied(v) for k, v in attributes.items()}, W, R, B, P, True)
         return layer

@@ -1,4 +1,6 @@
-"""Running whole ONNX models: OpRun adapters for onnx.reference, and InferenceSession."""
+"""Running whole ONNX models: InferenceSession, StreamingSession
+(:mod:`.streaming`), and onnx.reference operators backed by the layers
+(``reference_ops``)."""
 
 from typing import TYPE_CHECKING, Any
 

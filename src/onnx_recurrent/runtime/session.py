@@ -15,7 +15,7 @@ import stat
 import sys
 import threading
 import warnings
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -249,6 +249,12 @@ def _check_providers_type(providers: Any) -> None:
         raise RecurrentTypeError(
             f"providers must be a list of execution providers, got the string "
             f"{providers!r} (write [{providers!r}])"
+        )
+    if providers is not None and not isinstance(providers, Iterable):
+        # onnxruntime's TypeError, which host="auto" took for a refusal of the model
+        raise RecurrentTypeError(
+            "providers must be a list of execution providers or None, got "
+            f"{type(providers).__name__} {providers!r}"
         )
 
 

@@ -467,6 +467,10 @@ class StreamingSession:
     ValueError
         The model has no recurrent node whose state can be exposed; a model that
         cannot be read (as :class:`InferenceSession` says).
+    TypeError
+        ``model`` is not a path, bytes or ``onnx.ModelProto``; a ``host``,
+        ``sess_options`` or ``providers`` of the wrong type (as
+        :class:`InferenceSession` says).
 
     Examples
     --------
