@@ -16,12 +16,12 @@ from .. import prepared
 from ..cells import CELLS, check_arity
 from ..errors import RecurrentError, RecurrentTypeError
 from ..layers import Layer
-from ..spec import is_bfloat16
 from .folding import constant_values
 from .graph import (
     INPUTS,
     WEIGHTS,
     RecurrentNode,
+    check_element_type,
     check_required_outputs,
     node_attributes,
     recurrent_nodes,
@@ -182,11 +182,7 @@ class BoundNode:
             self._check_stream_batch(X, initial_h, initial_c)
         try:
             dtype = X.dtype
-            if is_bfloat16(dtype) and self.node.version < 22:
-                raise RecurrentTypeError(
-                    f"X: bfloat16 needs {self.op} version 22, "
-                    f"this node is version {self.node.version}"
-                )
+            check_element_type(self.op, self.node.version, dtype)
             layer = self.layer
             if layer is None:
                 given = {w: (weights or {}).get(w) for w in WEIGHTS}

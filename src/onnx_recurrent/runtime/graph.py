@@ -25,8 +25,8 @@ from onnx import TensorProto, numpy_helper
 from onnx.helper import get_attribute_value
 
 from ..cells import CELLS
-from ..errors import RecurrentError, one_line
-from ..spec import check_flag
+from ..errors import RecurrentError, RecurrentTypeError, one_line
+from ..spec import check_flag, is_bfloat16
 
 #: the recurrent operators and their versions (the cells')
 VERSIONS = {name: cell.versions for name, cell in CELLS.items()}
@@ -566,6 +566,21 @@ def check_required_outputs(op: str, version: int, node: onnx.NodeProto) -> None:
                 f"output {position} ({output.name}) is required by {op}-{version}, got "
                 f"{given} (onnx's checker and onnxruntime refuse such a node)"
             )
+
+
+def check_element_type(op: str, version: int, dtype: np.dtype) -> None:
+    """``X``'s element type is one the operator's version takes: bfloat16 from version
+    22 (the earlier schemas list float16, float and double).
+
+    Raises
+    ------
+    onnx_recurrent.errors.RecurrentTypeError
+        bfloat16 for a version before 22, naming both.
+    """
+    if is_bfloat16(dtype) and version < 22:
+        raise RecurrentTypeError(
+            f"X: bfloat16 needs {op} version 22, this node is version {version}"
+        )
 
 
 def overridable_initializers(model: onnx.ModelProto) -> list[str]:

@@ -19,8 +19,8 @@ from onnx.reference.op_run import OpRun
 from .. import ops
 from ..cells import check_arity
 from ..errors import RecurrentError, RecurrentTypeError
-from ..spec import as_array, is_bfloat16
-from .graph import check_required_outputs, node_attributes, node_version
+from ..spec import as_array
+from .graph import check_element_type, check_required_outputs, node_attributes, node_version
 
 
 class RecurrentOp(OpRun):
@@ -71,10 +71,7 @@ class RecurrentOp(OpRun):
                     f"got {lengths}"
                 )
         X = as_array("X", X)  # a tensor that needs grad: named, not torch's bare error
-        if is_bfloat16(X.dtype) and self.since_version < 22:
-            raise RecurrentTypeError(
-                f"X: bfloat16 needs {name} version 22, this node is version {self.since_version}"
-            )
+        check_element_type(name, self.since_version, X.dtype)
         outputs = self.onnx_node.output
         want_Y = len(outputs) > 0 and outputs[0] != ""
         results = type(self).function(X, W, R, *optional, output_sequence=want_Y, **kwargs)
