@@ -106,7 +106,7 @@ def test_dtypes_and_missing_bias():
         ),
         ({"hidden_size": 5}, r"must have shape"),
         ({"activations": ("sigmoid", "swish")}, r"unknown activation 'swish'"),
-        ({"clip": -1.0}, r"clip must be a positive number"),
+        ({"clip": -1.0}, r"clip must be a positive number, or 0 for none"),
         # named as the ONNX operators name it (activation_alpha)
         ({"activations_alpha": [1.0]}, r"activations_alpha has 1 values but activations"),
     ],

@@ -354,6 +354,10 @@ def gru_cell(
     number = isinstance(clip, int | float | np.integer | np.floating)
     if number and not isinstance(clip, bool) and clip == 0:  # a bad clip: gru says so
         clip = None
+    elif number and not isinstance(clip, bool) and clip < 0:  # gru's says "positive"
+        raise RecurrentError(
+            f"clip must be a positive number, or 0 for none (GRUCell-3's default), got {clip}"
+        )
     try:
         _, Y_h = gru(
             X[None],
