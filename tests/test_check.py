@@ -900,3 +900,38 @@ def test_integer_outputs_must_be_equal():
     assert not compare("o", "p", ids, ids.copy(), 1e-4, 1e-3).exceeds
     near = ids + np.array([1e-3, 0])
     assert not compare("o", "p", ids.astype(float), near, 1e-4, 1e-3).exceeds
+
+
+def test_openvino_models_dropped_in_any_order_leave_ctrl_c_working():
+    # each OpenVINO Core's CPU plugin gives the compiling thread an alternate signal
+    # stack and unmaps it when the Core goes: two dropped in the order made left the
+    # main thread's unmapped, and the next Ctrl-C (Python's handler runs on that stack)
+    # killed the process with SIGSEGV, faulthandler silent (the test suite's own
+    # process, once: after a SIGALRM test). One Core per process now.
+    import subprocess
+    import sys
+
+    pytest.importorskip("openvino")
+    code = (
+        "import gc, signal\n"
+        "import onnx\n"
+        "from onnx import TensorProto, helper\n"
+        "from onnx_recurrent.tools.check.peers import openvino_model\n"
+        "def model(op):\n"
+        "    x = helper.make_tensor_value_info('x', TensorProto.FLOAT, [2, 3])\n"
+        "    y = helper.make_tensor_value_info('y', TensorProto.FLOAT, [2, 3])\n"
+        "    graph = helper.make_graph([helper.make_node(op, ['x'], ['y'])], 'g', [x], [y])\n"
+        "    return helper.make_model(graph, opset_imports=[helper.make_opsetid('', 17)])\n"
+        "first, second = openvino_model(model('Relu')), openvino_model(model('Abs'))\n"
+        "del first; gc.collect()\n"
+        "del second; gc.collect()\n"
+        "try:\n"
+        "    signal.raise_signal(signal.SIGINT)\n"
+        "except KeyboardInterrupt:\n"
+        "    print('KeyboardInterrupt')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+    assert done.stdout.split() == ["KeyboardInterrupt"], done.stdout

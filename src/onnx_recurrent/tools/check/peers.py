@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 import onnx
 
+from ...threads import ForkLock
+
 
 def onnxruntime_session(model: onnx.ModelProto, threads: int | None = None) -> Any:
     """An ``onnxruntime.InferenceSession`` on ``model`` (CPU), its errors raised, not
@@ -60,15 +62,35 @@ def reference_evaluator(model: onnx.ModelProto) -> Any:
 
 
 def openvino_model(model: onnx.ModelProto, threads: int | None = None) -> Any:
-    """OpenVINO's compiled ``model`` on the CPU at f32 precision; ``threads``: its
-    ``INFERENCE_NUM_THREADS`` (None: its default)."""
-    import openvino as ov
-
+    """OpenVINO's compiled ``model`` on the CPU at f32 precision (by
+    :func:`openvino_core`); ``threads``: its ``INFERENCE_NUM_THREADS`` (None: its
+    default)."""
     config: dict[str, Any] = {"INFERENCE_PRECISION_HINT": "f32"}
     if threads:
         config["INFERENCE_NUM_THREADS"] = threads
-    core = ov.Core()
+    core = openvino_core()
     return core.compile_model(core.read_model(model.SerializeToString()), "CPU", config)
+
+
+def openvino_core() -> Any:
+    """The process's one ``openvino.Core``, made at first use and kept.
+
+    OpenVINO's CPU plugin (2026.4) gives the thread that compiles a model an alternate
+    signal stack of its own, and unmaps it when its Core goes, restoring the stack
+    there before: Cores dropped in another order than made left the thread's stack
+    unmapped, and the next signal handled on it (a Ctrl-C: Python's handlers run on
+    the alternate stack) killed the process with SIGSEGV, faulthandler silent."""
+    global _core
+    with _core_lock:
+        if _core is None:
+            import openvino as ov
+
+            _core = ov.Core()
+    return _core
+
+
+_core: Any = None
+_core_lock = ForkLock()
 
 
 #: operators on which onnxruntime (1.32) ends the process (``std::terminate``: SIGABRT)
