@@ -17,7 +17,12 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import RecurrentError, one_line
-from ..runtime.hosts.session_options import check_session_options, readable_settings
+from ..runtime.hosts.session_options import (
+    PROVIDERS_HELD,
+    check_session_options,
+    holds_providers,
+    readable_settings,
+)
 from ..threads import ForkLock
 
 #: what the Dask tools say to run where Dask is missing
@@ -47,13 +52,8 @@ def options_record(sess_options: Any) -> tuple | None:
     check_session_options(sess_options)
     if sess_options is None:
         return None
-    has_providers = getattr(sess_options, "has_providers", None)
-    if has_providers is not None and has_providers():
-        raise RecurrentError(
-            "sess_options hold execution providers (add_provider, "
-            "set_provider_selection_policy...), which cannot be read to carry them to "
-            "the workers"
-        )
+    if holds_providers(sess_options):
+        raise RecurrentError(f"{PROVIDERS_HELD}, which cannot be carried to the workers")
     return readable_settings(sess_options)
 
 

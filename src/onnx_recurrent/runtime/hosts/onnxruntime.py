@@ -50,7 +50,12 @@ from ..graph import (
 )
 from . import native
 from .native import DOMAIN, OP_TYPES
-from .session_options import check_session_options, readable_settings
+from .session_options import (
+    PROVIDERS_HELD,
+    check_session_options,
+    holds_providers,
+    readable_settings,
+)
 
 #: calls expected shorter than this run without the SIGINT watch (3 µs a call): a
 #: Ctrl-C then waits at most for the call's end
@@ -481,12 +486,10 @@ _options: dict[tuple, Any] = {}
 def _copy_options(source: Any, target: Any) -> tuple:
     """The caller's settings that onnxruntime lets one read, onto ``target``; what was
     copied, as ``(name, value)`` pairs."""
-    has_providers = getattr(source, "has_providers", None)
-    if has_providers is not None and has_providers():
+    if holds_providers(source):
         raise HostUnavailable(
-            "sess_options hold execution providers (add_provider, "
-            "set_provider_selection_policy...), which onnx-recurrent cannot copy onto "
-            "its own SessionOptions: pass providers=[...] to the session instead"
+            f"{PROVIDERS_HELD}, which onnx-recurrent cannot copy onto its own "
+            "SessionOptions: pass providers=[...] to the session instead"
         )
     copied = []
     attributes, entries = readable_settings(source)

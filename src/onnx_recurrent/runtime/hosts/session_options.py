@@ -93,11 +93,24 @@ def check_session_options(sess_options: Any) -> None:
         )
 
 
+#: what an error says of options that hold execution providers
+PROVIDERS_HELD = (
+    "sess_options hold execution providers (add_provider, set_provider_selection_policy...)"
+)
+
+
+def holds_providers(sess_options: Any) -> bool:
+    """Whether ``sess_options`` hold execution providers, which onnxruntime gives no way
+    to read back (so none to copy)."""
+    has_providers = getattr(sess_options, "has_providers", None)
+    return has_providers is not None and bool(has_providers())
+
+
 def readable_settings(sess_options: Any) -> Settings:
     """The settings of ``sess_options`` (an ``onnxruntime.SessionOptions``) that
     onnxruntime lets one read: every attribute it lets one read and write, with its
     value, and the entries of :data:`SESSION_CONFIG_KEYS` that are set. Execution
-    providers (``add_provider``) cannot be read: see ``sess_options.has_providers()``."""
+    providers (``add_provider``) cannot be read: see :func:`holds_providers`."""
     import onnxruntime
 
     attributes = tuple(
