@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import onnx_recurrent as orc
-from onnx_recurrent.tools.check.peers import openvino_core
+from onnx_recurrent.tools.check.peers import signal_stack_kept
 
 ACTIVATION_PAIRS = [("sigmoid", "tanh"), ("tanh", "relu"), ("relu", "sigmoid")]
 
@@ -57,9 +57,11 @@ def _openvino_gru_cell(X, h, W, R, B, *, hidden_size, activations, clip, lbr):
         linear_before_reset=lbr,
     )
     model = ov.Model([node], params)
-    # the process's one Core (peers.openvino_core: Cores dropped out of order leave an
-    # unmapped signal stack, and the next Ctrl-C kills the process)
-    compiled = openvino_core().compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    # the thread's signal stack kept (OpenVINO's, unmapped when its Core goes, killed
+    # the process at the next Ctrl-C: peers.signal_stack_kept)
+    core = ov.Core()
+    with signal_stack_kept():
+        compiled = core.compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
     return next(iter(compiled([X, h, W, R, B]).values()))
 
 

@@ -8,14 +8,15 @@ trace).
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import importlib.util
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 import onnx
-
-from ...threads import ForkLock
 
 
 def onnxruntime_session(model: onnx.ModelProto, threads: int | None = None) -> Any:
@@ -62,35 +63,65 @@ def reference_evaluator(model: onnx.ModelProto) -> Any:
 
 
 def openvino_model(model: onnx.ModelProto, threads: int | None = None) -> Any:
-    """OpenVINO's compiled ``model`` on the CPU at f32 precision (by
-    :func:`openvino_core`); ``threads``: its ``INFERENCE_NUM_THREADS`` (None: its
-    default)."""
+    """OpenVINO's compiled ``model`` on the CPU at f32 precision; ``threads``: its
+    ``INFERENCE_NUM_THREADS`` (None: its default).
+
+    The calling thread's alternate signal stack is kept (:func:`signal_stack_kept`):
+    OpenVINO's CPU plugin (2026.4) gives the thread that compiles a stack of its own,
+    unmapped when its Core goes and the one before put back: Cores dropped in another
+    order than made left the thread's stack unmapped, and the next signal handled on it
+    (a Ctrl-C: Python's handlers run on that stack) killed the process with SIGSEGV,
+    faulthandler silent. (A Core kept for the process instead hung a forked child's
+    first compile.)"""
+    import openvino as ov
+
     config: dict[str, Any] = {"INFERENCE_PRECISION_HINT": "f32"}
     if threads:
         config["INFERENCE_NUM_THREADS"] = threads
-    core = openvino_core()
-    return core.compile_model(core.read_model(model.SerializeToString()), "CPU", config)
+    core = ov.Core()
+    with signal_stack_kept():
+        return core.compile_model(core.read_model(model.SerializeToString()), "CPU", config)
 
 
-def openvino_core() -> Any:
-    """The process's one ``openvino.Core``, made at first use and kept.
-
-    OpenVINO's CPU plugin (2026.4) gives the thread that compiles a model an alternate
-    signal stack of its own, and unmaps it when its Core goes, restoring the stack
-    there before: Cores dropped in another order than made left the thread's stack
-    unmapped, and the next signal handled on it (a Ctrl-C: Python's handlers run on
-    the alternate stack) killed the process with SIGSEGV, faulthandler silent."""
-    global _core
-    with _core_lock:
-        if _core is None:
-            import openvino as ov
-
-            _core = ov.Core()
-    return _core
+class _stack_t(ctypes.Structure):  # Linux's <signal.h> (macOS's has another order)
+    _fields_ = (
+        ("ss_sp", ctypes.c_void_p),
+        ("ss_flags", ctypes.c_int),
+        ("ss_size", ctypes.c_size_t),
+    )
 
 
-_core: Any = None
-_core_lock = ForkLock()
+def _sigaltstack() -> Any:
+    if not sys.platform.startswith("linux"):  # OpenVINO's stack seen there only
+        return None
+    try:
+        call = ctypes.CDLL(None, use_errno=True).sigaltstack
+    except (OSError, AttributeError):  # no C library to call (Windows): nothing kept
+        return None
+    call.argtypes = (ctypes.POINTER(_stack_t), ctypes.POINTER(_stack_t))
+    call.restype = ctypes.c_int
+    return call
+
+
+_SIGALTSTACK = _sigaltstack()
+
+
+@contextlib.contextmanager
+def signal_stack_kept() -> Iterator[None]:
+    """The calling thread's alternate signal stack (``sigaltstack``) as it was before
+    the block, put back after it, whatever the block set."""
+    if _SIGALTSTACK is None:
+        yield
+        return
+    before = _stack_t()
+    if _SIGALTSTACK(None, ctypes.byref(before)) != 0:
+        yield
+        return
+    try:
+        yield
+    finally:
+        before.ss_flags &= ~1  # SS_ONSTACK: a flag it reports, not one to set
+        _SIGALTSTACK(ctypes.byref(before), None)
 
 
 #: operators on which onnxruntime (1.32) ends the process (``std::terminate``: SIGABRT)
