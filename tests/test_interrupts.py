@@ -831,3 +831,139 @@ def test_a_ctrl_c_escaping_a_kernels_destroy_is_delivered_again():
     done = _python(code)
     assert done.stdout.split() == ["ok"], done.stderr
     assert "Exception ignored" not in done.stderr
+
+
+TORN_WINDOW = textwrap.dedent(
+    """
+    import faulthandler, os, signal, sys
+    faulthandler.dump_traceback_later(150, exit=True)
+    import numpy as np
+    import onnx
+    import onnx_recurrent as orc
+    from onnx_recurrent import interrupts, layers, scan
+    from onnx_recurrent.runtime.hosts import onnxruntime as host
+
+    face = sys.argv[1]
+    rng = np.random.default_rng(0)
+    H = I = 64  # a layer call big enough for the skeleton (watched), not a small one
+    W = (rng.standard_normal((1, 3 * H, I)) * 0.05).astype(np.float32)
+    R = (rng.standard_normal((1, 3 * H, H)) * 0.05).astype(np.float32)
+    X = rng.standard_normal((100, 2, I)).astype(np.float32)
+    lens = np.array([100, 60], np.int32) if face == "layer" else None  # gathered units
+    expected = orc.gru(X, W, R, sequence_lens=lens)
+    if face == "layer":
+        scan.WATCH_MACS = 0  # every call watched
+        layers.ONE_CALL_STEPS = 0  # through the skeleton, not one small compiled call
+        layer = orc.Layer("GRU", W, R)
+        call = lambda: layer(X, sequence_lens=lens)
+    else:
+        host.UNGUARDED_SECONDS = -1.0  # every run watched
+        node = onnx.helper.make_node("GRU", ["X", "W", "R"], ["Y", "Y_h"], hidden_size=H)
+        graph = onnx.helper.make_graph(
+            [node], "g",
+            [onnx.helper.make_tensor_value_info("X", onnx.TensorProto.FLOAT, list(X.shape))],
+            [onnx.helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, None)
+             for n in ("Y", "Y_h")],
+            [onnx.numpy_helper.from_array(W, "W"), onnx.numpy_helper.from_array(R, "R")],
+        )
+        model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 22)])
+        session = orc.InferenceSession(model.SerializeToString(), host="onnxruntime")
+        call = lambda: session.run(None, {"X": X})
+
+    def timer(signum, frame):
+        raise TimeoutError("timer")
+
+    signal.signal(signal.SIGALRM, timer)
+    r, w = os.pipe()
+    os.set_blocking(w, False)
+    signal.set_wakeup_fd(w)  # an event loop's
+    fired = []
+
+    def fire():  # the timer, landing right here
+        if not fired:
+            fired.append(True)
+            signal.raise_signal(signal.SIGALRM)
+
+    real_set_wakeup_fd, real_signal = signal.set_wakeup_fd, signal.signal
+    real_c_signal, real_start = host._signal.signal, interrupts.watch_start
+    interrupts._pipe_ends()  # the watcher made (its lock taken first here)
+
+    class Windows(list):
+        def append(self, item):
+            super().append(item)
+            fire()
+
+    real_lock = interrupts._lock
+
+    class Lock:  # taken just after the wake-up fd was set: the timer lands before it
+        def __enter__(self):
+            fire()
+            return real_lock.__enter__()
+
+        def __exit__(self, *exc_info):
+            return real_lock.__exit__(*exc_info)
+
+    def installing(real):
+        def install(signum, handler):
+            previous = real(signum, handler)
+            if signum == signal.SIGINT and handler is not signal.default_int_handler:
+                fire()
+            return previous
+        return install
+
+    def watch_start(word):
+        previous = real_start(word)
+        fire()
+        return previous
+
+    for where in ("sigint handler", "wake-up fd set", "window recorded", "window opened"):
+        fired.clear()
+        if where == "sigint handler":
+            signal.signal = installing(real_signal)
+            host._signal.signal = installing(real_c_signal)
+        elif where == "wake-up fd set":
+            interrupts._lock = Lock()
+        elif where == "window recorded":
+            interrupts._windows = Windows()
+        else:
+            interrupts.watch_start = watch_start
+        try:
+            call()
+        except TimeoutError:
+            pass
+        else:
+            assert fired, f"{where}: not watched"
+            raise AssertionError(f"{where}: the timer's TimeoutError was swallowed")
+        finally:
+            signal.signal, host._signal.signal = real_signal, real_c_signal
+            interrupts.watch_start, interrupts._lock = real_start, real_lock
+            interrupts._windows = list(interrupts._windows)
+        assert fired, where
+        assert real_set_wakeup_fd(w) == w, f"{where}: the wake-up fd was left on the pipe"
+        assert not interrupts._windows, f"{where}: a window left open"
+        # a handler of ours left in Python's place dropped every later Ctrl-C: put back
+        # by the next call at the latest
+        got = call()
+        np.testing.assert_allclose(got[0], expected[0], atol=1e-5)
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler, where
+        try:
+            signal.raise_signal(signal.SIGINT)
+        except KeyboardInterrupt:
+            pass
+        else:
+            raise AssertionError(f"{where}: Ctrl-C dropped")
+    print("ok")
+    """
+)
+
+
+@pytest.mark.parametrize("face", ["layer", "session"])
+def test_a_timer_as_a_watch_opens_leaves_ctrl_c_and_the_wakeup_fd_working(face):
+    """A timer's handler raising TimeoutError just as a watched call opened its window
+    (the usual ``signal.setitimer`` timeout; probe S: once in 20-480 calls) was taken
+    for "no watcher" (an OSError) and swallowed, or left the wake-up fd on the
+    watcher's pipe (an event loop's signals lost for good), or left a handler of ours
+    on SIGINT (every later Ctrl-C dropped). Now the timeout comes out, and the wake-up
+    fd and Python's handler are back. (In a child: real signals.)"""
+    done = _python(TORN_WINDOW.replace("face = sys.argv[1]", f"face = {face!r}"))
+    assert done.stdout.split() == ["ok"], (done.stdout, done.stderr[-3000:])

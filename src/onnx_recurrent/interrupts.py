@@ -18,6 +18,7 @@ The native nodes (:mod:`.runtime.hosts.native`) and a layer's compiled units
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import select
 import signal
@@ -31,6 +32,13 @@ _lock = threading.Lock()
 _pipe: tuple[int, int, int] | None = None  # (pid, the pipe's write end, its read end)
 #: the words a SIGINT now sets, and the wake-up fd each window replaced (under _lock)
 _windows: list[tuple[np.ndarray, int]] = []
+#: the wake-up fd the last outermost window replaced: put back where a window torn
+#: open by an exception left the pipe's (:func:`watch_start`)
+_outer = -1
+
+
+class Unavailable(RuntimeError):
+    """No watcher can be had: no file descriptor for its pipe, or no thread."""
 
 
 def _libc_read() -> Callable[[int, Any, int], int] | None:
@@ -75,7 +83,8 @@ def _note(data: bytes) -> int:
     if int(signal.SIGINT) in data:
         for word, _ in _windows:
             word[0] = 1
-    return _windows[0][1] if _windows else -1
+    fd = _windows[0][1] if _windows else -1
+    return -1 if _pipe is not None and fd == _pipe[1] else fd
 
 
 def _forward(fd: int, data: bytes) -> None:
@@ -110,7 +119,13 @@ def _watcher(fd: int) -> None:
 
 def _pipe_ends() -> tuple[int, int]:
     """The watcher's pipe (write end, read end), made once per process (a forked
-    child makes its own: the thread does not survive a fork)."""
+    child makes its own: the thread does not survive a fork).
+
+    Raises
+    ------
+    Unavailable
+        No file descriptor for the pipe, or no thread for the watcher.
+    """
     global _pipe, _lock
     pid = os.getpid()
     if _pipe is not None and _pipe[0] != pid:  # a forked child: its parent's lock may
@@ -118,16 +133,21 @@ def _pipe_ends() -> tuple[int, int]:
     with _lock:
         if _pipe is None or _pipe[0] != pid:
             _windows.clear()  # a forked child's copy of its parent's windows
-            r, w = os.pipe()
+            try:
+                r, w = os.pipe()
+            except OSError as e:  # EMFILE: no descriptor left
+                raise Unavailable(f"no pipe for the SIGINT watcher: {e}") from e
             try:
                 os.set_blocking(w, False)
                 os.set_blocking(r, False)
                 threading.Thread(
                     target=_watcher, args=(r,), name="onnx-recurrent-sigint", daemon=True
                 ).start()
-            except BaseException:  # no thread: the pipe is not kept
+            except BaseException as e:  # no thread: the pipe is not kept
                 os.close(r)
                 os.close(w)
+                if isinstance(e, RuntimeError) and not isinstance(e, Unavailable):
+                    raise Unavailable(f"no thread for the SIGINT watcher: {e}") from e
                 raise
             _pipe = (pid, w, r)
         return _pipe[1], _pipe[2]
@@ -138,20 +158,59 @@ def watch_start(word: np.ndarray) -> int:
     here) as well as calling Python's handler later. Returns the wake-up fd it
     replaced, for :func:`watch_end`.
 
+    A handler's exception while the window opens (a timer's ``TimeoutError``) closes
+    it again: the wake-up fd back, the window forgotten. A window left open all the
+    same (a handler raising just as this returned) is mended by the next
+    outermost window: its wake-up fd put back (:data:`_outer`).
+
     Raises
     ------
     ValueError
         Not on the main thread (``signal.set_wakeup_fd``'s own error).
-    OSError, RuntimeError
+    Unavailable
         No file descriptor for the watcher's pipe, or no thread for it (nothing is
         changed then).
     """
+    global _outer
     fd, _ = _pipe_ends()
-    previous = signal.set_wakeup_fd(fd, warn_on_full_buffer=False)
-    with _lock:
-        word[0] = 0
-        _windows.append((word, previous if previous != fd else -1))
+    # the fd replaced is put in ``box`` by C code (list.extend over map): a handler
+    # raising as the call returns (at the bytecode after it) cannot lose it
+    box: list[int] = []
+    try:
+        box.extend(map(functools.partial(signal.set_wakeup_fd, warn_on_full_buffer=False), (fd,)))
+        previous = box[0]
+        with _lock:
+            if previous == fd and not _windows:  # the pipe's, left by a torn window
+                previous = _outer
+            if not _windows:
+                _outer = previous
+            word[0] = 0
+            _windows.append((word, previous))
+    except BaseException:
+        if box:
+            watch_abandon(word, _outer if box[0] == fd and not _windows else box[0])
+        raise
     return previous
+
+
+def watch_abandon(word: np.ndarray, previous: int | None = None) -> None:
+    """A window of :func:`watch_start` that an exception tore (it may or may not have
+    opened) closed again: forgotten, and the wake-up fd it replaced back (``previous``
+    where known; else the window's, or where no window is open and the pipe's is set,
+    the one the outermost window replaced)."""
+    with _lock:
+        mine = [fd for w, fd in _windows if w is word]
+        _windows[:] = [w for w in _windows if w[0] is not word]
+        word[0] = 0
+        others = bool(_windows)
+    if previous is None and mine:
+        previous = mine[0]
+    if previous is None:
+        if others or _pipe is None:
+            return
+        current = signal.set_wakeup_fd(-1)
+        previous = _outer if current == _pipe[1] else current
+    signal.set_wakeup_fd(previous)
 
 
 def watch_end(word: np.ndarray, previous: int) -> bool:
@@ -178,11 +237,28 @@ def watch_end(word: np.ndarray, previous: int) -> bool:
 
 def watchable() -> bool:
     """Whether a SIGINT now is this thread's to watch for: the main thread, with
-    Python's own handler (one that raises KeyboardInterrupt) installed."""
-    return (
-        threading.current_thread() is threading.main_thread()
-        and signal.getsignal(signal.SIGINT) is signal.default_int_handler
-    )
+    Python's own handler (one that raises KeyboardInterrupt) installed. A handler of
+    ours left in its place (an exception tore a window as it opened) is replaced by
+    Python's here: every later Ctrl-C was dropped."""
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    handler = signal.getsignal(signal.SIGINT)
+    if getattr(handler, "onnx_recurrent_window", False):
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        return True
+    return handler is signal.default_int_handler
+
+
+class _Deferring:
+    """SIGINT's handler while a window opens: notes the signal (raised once open)."""
+
+    onnx_recurrent_window = True  # one of ours: watchable() puts Python's back
+
+    def __init__(self, deferred: list[int]) -> None:
+        self.deferred = deferred
+
+    def __call__(self, signum: int, frame: Any) -> None:
+        self.deferred.append(signum)
 
 
 class watching:  # lower case: used as contextlib's managers are
@@ -204,20 +280,23 @@ class watching:  # lower case: used as contextlib's managers are
         if not watchable():
             return False
         deferred: list[int] = []
-        signal.signal(signal.SIGINT, lambda signum, frame: deferred.append(signum))
         try:
+            signal.signal(signal.SIGINT, _Deferring(deferred))
             try:
                 self.previous = watch_start(self.word)
-            except (OSError, RuntimeError):  # unwatched: a Ctrl-C waits for the block's end
+            except Unavailable:  # unwatched: a Ctrl-C waits for the block's end
                 pass
-        finally:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            if deferred:
+                raise KeyboardInterrupt
+        except BaseException:  # that, or another handler's (a timer's TimeoutError)
             try:
                 signal.signal(signal.SIGINT, signal.default_int_handler)
-                if deferred:
-                    raise KeyboardInterrupt
-            except BaseException:
+            finally:
+                if self.previous is None:  # opened, maybe, but not known here
+                    watch_abandon(self.word)
                 self._end()
-                raise
+            raise
         return self.previous is not None
 
     def __exit__(self, *exc_info: object) -> None:

@@ -731,6 +731,13 @@ def interrupt_watch_start() -> int:
     return interrupts.watch_start(ABORT)
 
 
+def interrupt_watch_abandon() -> None:
+    """The window of :func:`interrupt_watch_start` closed after an exception tore it
+    (it may or may not have opened): the wake-up fd it replaced back, :data:`ABORT`
+    clear."""
+    interrupts.watch_abandon(ABORT)
+
+
 def interrupt_watch_end(previous: int) -> bool:
     """The previous wake-up fd back; whether a SIGINT stopped or would stop a node.
     :data:`ABORT` is clear after it, whenever the watcher reads the pipe (a SIGINT

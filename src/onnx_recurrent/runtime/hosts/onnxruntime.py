@@ -34,7 +34,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from ... import threads
+from ... import interrupts, threads
 from ...errors import RecurrentError, RecurrentTypeError, one_line
 from ...threads import interrupts_held
 from ..bound import BoundNode, node_key
@@ -854,24 +854,37 @@ class OnnxruntimeHost:
         :meth:`run`."""
         # a node's error or an interrupt is recorded in ``_state`` during a call and
         # taken from it by the end of that call: it is clear when a call starts
+        main = _get_ident() == threading.main_thread().ident
+        handler = _signal.getsignal(_SIGINT)
+        if main and handler is _on_sigint and not getattr(_state, "guarded", False):
+            # left by a call that an exception tore as its watch opened (no call runs
+            # on this thread now): every later Ctrl-C was dropped
+            _signal.signal(_SIGINT, _signal.default_int_handler)
+            handler = _signal.default_int_handler
         watched = not (
             (nbytes is not None and self._rate * (nbytes or 1) < UNGUARDED_SECONDS)
-            or _get_ident() != threading.main_thread().ident
-            or _signal.getsignal(_SIGINT) is not _signal.default_int_handler
+            or not main
+            or handler is not _signal.default_int_handler
         )  # not a short call (a Ctrl-C waits for its end), and SIGINT ours to watch
         if watched:
             state = _state
             state.error = None
             state.interrupted = False
-            _signal.signal(_SIGINT, _on_sigint)
             try:
+                _signal.signal(_SIGINT, _on_sigint)
                 previous = native.interrupt_watch_start()
-            except (OSError, RuntimeError):  # no fd or thread left for the watcher
+            except interrupts.Unavailable:  # no fd or thread left for the watcher
                 _signal.signal(_SIGINT, _signal.default_int_handler)
                 if state.interrupted:
                     state.interrupted = False
                     raise KeyboardInterrupt from None
                 watched = False
+            except BaseException:  # another handler's exception (a timer's) meanwhile
+                try:
+                    _signal.signal(_SIGINT, _signal.default_int_handler)
+                finally:
+                    native.interrupt_watch_abandon()
+                raise
         if not watched:
             start = _clock()
             for attempt in itertools.count():
@@ -910,8 +923,10 @@ class OnnxruntimeHost:
                 state.interrupted = True
             outputs = None
         finally:
-            aborted = native.interrupt_watch_end(previous)
-            _signal.signal(_SIGINT, _signal.default_int_handler)
+            try:
+                aborted = native.interrupt_watch_end(previous)
+            finally:  # Python's handler back, whatever a handler raised in there
+                _signal.signal(_SIGINT, _signal.default_int_handler)
             error, interrupted = state.error, state.interrupted or aborted
             state.error = None
             state.interrupted = False
