@@ -53,6 +53,8 @@ def spread() -> Iterator[Placement]:
     here = cpu()
     try:
         mask = os.sched_getaffinity(0)
+    except TimeoutError:  # a timer's handler raised here, not the call: the caller's
+        raise
     except (OSError, AttributeError):  # no affinity on this platform
         yield None
         return
@@ -61,6 +63,8 @@ def spread() -> Iterator[Placement]:
         return
     try:
         os.sched_setaffinity(0, {here})
+    except TimeoutError:
+        raise
     except OSError:  # not allowed
         yield mask, mask
         return
@@ -79,6 +83,8 @@ def caller_mask() -> set[int] | None:
     """The calling thread's mask, or None (no affinity here)."""
     try:
         return os.sched_getaffinity(0)
+    except TimeoutError:  # a timer's handler raised here, not the call: the caller's
+        raise
     except (OSError, AttributeError):
         return None
 
@@ -118,5 +124,7 @@ def back(thread_id: int | None, ours: set[int], mask: set[int]) -> None:
     try:
         if os.sched_getaffinity(thread_id) == ours:
             os.sched_setaffinity(thread_id, mask)
+    except TimeoutError:  # a timer's handler raised here, not the call: the caller's
+        raise
     except OSError:  # the thread has ended, or the mask is refused
         pass

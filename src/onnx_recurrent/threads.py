@@ -144,6 +144,8 @@ def _usable_cpus() -> int:
     else ``os.cpu_count()`` where there is no affinity; at least 1."""
     try:
         return max(1, len(os.sched_getaffinity(0)))
+    except TimeoutError:  # a timer's handler raised here, not the call: the caller's
+        raise
     except (AttributeError, OSError):  # no affinity on this platform
         return max(1, os.cpu_count() or 1)
 
