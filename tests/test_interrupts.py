@@ -967,3 +967,50 @@ def test_a_timer_as_a_watch_opens_leaves_ctrl_c_and_the_wakeup_fd_working(face):
     fd and Python's handler are back. (In a child: real signals.)"""
     done = _python(TORN_WINDOW.replace("face = sys.argv[1]", f"face = {face!r}"))
     assert done.stdout.split() == ["ok"], (done.stdout, done.stderr[-3000:])
+
+
+def test_a_timer_during_the_tools_first_import_of_numba_breaks_no_later_call():
+    """The tools' first-use note imported numba on the main thread, unheld: a timer's
+    handler raising there (a ``main()`` run in-process under ``signal.setitimer``)
+    left numba half-imported, and every later call in the process failed ("module
+    'numba' has no attribute 'core'"; probe S, 3 of 3). It is imported as the library
+    loads its backend now: whole, the timeout raised in the wait."""
+    code = textwrap.dedent(
+        """
+        import importlib.abc, signal, sys, threading
+        import numpy as np
+        import onnx_recurrent as orc
+        from onnx_recurrent.tools import arguments
+
+        def timer(signum, frame):
+            raise TimeoutError("timer")
+
+        class Timer(importlib.abc.MetaPathFinder):  # a real SIGALRM, mid-import
+            fired = False
+
+            def find_spec(self, name, path, target=None):
+                if name == "numba.core.typeconv" and not Timer.fired:
+                    Timer.fired = True
+                    signal.pthread_kill(threading.main_thread().ident, signal.SIGALRM)
+                return None
+
+        signal.signal(signal.SIGALRM, timer)
+        sys.meta_path.insert(0, Timer())
+        assert "numba" not in sys.modules
+        try:
+            arguments.note_first_use()
+        except TimeoutError:
+            print("timeout")
+        rng = np.random.default_rng(0)
+        X = rng.standard_normal((5, 2, 3), dtype=np.float32)
+        W = rng.standard_normal((1, 12, 3), dtype=np.float32)
+        R = rng.standard_normal((1, 12, 4), dtype=np.float32)
+        with orc.backends.use("numba"):
+            got = orc.gru(X, W, R)
+        with orc.backends.use("numpy"):
+            want = orc.gru(X, W, R)
+        print(Timer.fired, np.allclose(got[0], want[0], atol=1e-5))
+        """
+    )
+    done = _python(code, timeout=400)
+    assert done.stdout.split() == ["timeout", "True", "True"], done.stderr[-2000:]

@@ -27,6 +27,7 @@ import numpy as np
 import onnx
 from onnx.helper import tensor_dtype_to_np_dtype
 
+from .. import threads
 from ..errors import RecurrentError, one_line
 from ..runtime.files import in_place, output_file
 from ..runtime.hosts import HOSTS
@@ -500,6 +501,12 @@ def recurrent_elements(model: onnx.ModelProto) -> set[int]:
     }
 
 
+def _numba_cache_state() -> tuple[bool, str | None]:
+    from ..backends import jit_cache, numba_backend  # noqa: F401  (decorates the kernels)
+
+    return jit_cache.cache_state()
+
+
 def note_first_use(layers: bool = True, elements: set[int] | None = None) -> None:
     """One line on stderr when the kernels a command runs have no compiled code cached
     yet (first use: compiling takes seconds). ``layers``: the command runs layers
@@ -515,9 +522,9 @@ def note_first_use(layers: bool = True, elements: set[int] | None = None) -> Non
     cached = all(c for c, _ in found)
     where = next((w for _, w in found if w is not None), None)
     if layers:
-        from ..backends import jit_cache, numba_backend  # noqa: F401  (decorates the kernels)
-
-        numba_cached, numba_where = jit_cache.cache_state()
+        # as the library loads its backend: whole, a handler's exception (a Ctrl-C, a
+        # timer's) raised in the wait (numba half-imported failed every later call)
+        numba_cached, numba_where = threads.compiling(_numba_cache_state)
         cached, where = cached and numba_cached, where if where is not None else numba_where
     if cached:
         return
