@@ -1014,3 +1014,29 @@ def test_a_timer_during_the_tools_first_import_of_numba_breaks_no_later_call():
     )
     done = _python(code, timeout=400)
     assert done.stdout.split() == ["timeout", "True", "True"], done.stderr[-2000:]
+
+
+def test_a_held_signal_is_delivered_once_to_the_wakeup_fd_and_the_handler():
+    """A signal that came while held was raised again after: Python's C handler wrote
+    its byte to the wake-up fd twice, and an event loop (asyncio's
+    ``add_signal_handler``) ran its callback twice for one signal (probe S: 20 SIGUSR1
+    sent, 42 callbacks). The handler is called now; one byte, one call. (In a child:
+    the process's wake-up fd and handlers.)"""
+    code = textwrap.dedent(
+        """
+        import os, signal
+        from onnx_recurrent.held import interrupts_held
+
+        calls = []
+        signal.signal(signal.SIGUSR1, lambda signum, frame: calls.append(frame is not None))
+        r, w = os.pipe()
+        os.set_blocking(r, False)
+        os.set_blocking(w, False)
+        signal.set_wakeup_fd(w)
+        with interrupts_held():
+            signal.raise_signal(signal.SIGUSR1)
+            assert not calls
+        print(calls, list(os.read(r, 64)) == [signal.SIGUSR1])
+        """
+    )
+    assert _python(code).stdout.split() == ["[True]", "True"]

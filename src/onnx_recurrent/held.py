@@ -19,7 +19,8 @@ from typing import Any
 def interrupts_held() -> Iterator[None]:
     """Hold off every signal that has a Python handler (Ctrl-C's, a timeout's
     ``SIGALRM``, a ``SIGTERM`` handler that exits...) inside the context, and deliver
-    each that came right after, to the handler there before, in the order they came.
+    each that came right after, to the handler there before (called: the signal's
+    byte went to the wake-up fd when it came), in the order they came.
 
     Inside, Python runs as C code's callbacks (onnxruntime's custom-op API while it
     makes a session) or must make something whole: a handler's exception raised there
@@ -55,8 +56,15 @@ def interrupts_held() -> Iterator[None]:
         yield
     finally:
         _restore(held)
-        for signum in dict.fromkeys(pending):
-            signal.raise_signal(signum)  # handled at the next bytecode
+        if pending:
+            import inspect
+
+            # the handler called, not the signal raised again: Python's C handler
+            # wrote the signal's byte to the wake-up fd when it came (an event loop's
+            # callback ran twice for one signal)
+            frame = inspect.currentframe()
+            for signum in dict.fromkeys(pending):
+                held[signum](signum, frame)
 
 
 def import_whole(module: str, package: str | None = None) -> Any:
