@@ -652,6 +652,8 @@ def tensor_array(tensor: onnx.TensorProto, what: str = "") -> np.ndarray:
         )
     try:
         return numpy_helper.to_array(tensor)
+    except TimeoutError:  # a timer's handler raised here: the caller's, not the data's
+        raise
     except Exception as e:  # numpy's and onnx's errors for data that do not fit
         type_name = onnx.TensorProto.DataType.Name(tensor.data_type)
         raise RecurrentError(

@@ -207,6 +207,8 @@ def _parse(data: bytes, name: str) -> onnx.ModelProto:
         )
     try:
         model = onnx.load_from_string(data)
+    except TimeoutError:  # a timer's handler raised here: the caller's, not the model's
+        raise
     except Exception as e:  # protobuf's DecodeError, and what else its versions raise
         why = one_line(e, typed=False)
         raise RecurrentError(f"model {name} is not an ONNX model ({why})") from None

@@ -327,6 +327,8 @@ def _quiet_onnxruntime() -> None:
         return
     try:
         import onnxruntime
+    except TimeoutError:  # a timer's handler raised here: the caller's
+        raise
     except Exception:  # ImportError, OSError...: the host's own message, if it is needed
         return
 
