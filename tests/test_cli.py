@@ -1136,3 +1136,29 @@ def test_bench_json_naming_a_model_it_reads_is_refused(tmp_path):
         assert done.returncode == 2, (done.stdout, done.stderr)
         assert f"--json {output} is {model}, a model file this run reads" in done.stderr
         assert model.read_bytes() == before
+
+
+def test_a_file_written_whole_leaves_a_c_handler_of_sigterm_alone(tmp_path):
+    # replacing() gave SIGTERM a handler of its own where Python's record said the
+    # default, and set the default back after: a handler set in C over that record
+    # (faulthandler.register(SIGTERM): a dump of the stacks on `kill`) was lost, and a
+    # later SIGTERM killed the process without it (probe S). (In a child: signals.)
+    code = (
+        "import faulthandler, os, signal, sys, time\n"
+        "from onnx_recurrent.backends.cache_dirs import write_atomic\n"
+        "faulthandler.register(signal.SIGTERM, chain=False)\n"
+        "assert write_atomic(sys.argv[1], b'x')\n"
+        "os.kill(os.getpid(), signal.SIGTERM)\n"
+        "time.sleep(0.2)\n"
+        "print('alive')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "out.bin")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+    assert done.stdout.split() == ["alive"]
+    assert "most recent call first" in done.stderr  # faulthandler's dump
+    assert (tmp_path / "out.bin").read_bytes() == b"x"
