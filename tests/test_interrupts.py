@@ -1040,3 +1040,30 @@ def test_a_held_signal_is_delivered_once_to_the_wakeup_fd_and_the_handler():
         """
     )
     assert _python(code).stdout.split() == ["[True]", "True"]
+
+
+def test_holding_signals_leaves_a_handler_set_in_c_over_a_python_one():
+    """``faulthandler.register(SIGUSR1)`` after ``signal.signal(SIGUSR1, h)``: C runs
+    faulthandler's, Python's record still says ``h``. Holding signals (an import, a
+    compile) put ``h`` back in C after: faulthandler's dump was lost (probe S). Such a
+    signal is left alone now. (In a child: the process's handlers.)"""
+    code = textwrap.dedent(
+        """
+        import faulthandler, os, signal, sys, time
+        from onnx_recurrent.held import c_handler, interrupts_held
+
+        calls = []
+        signal.signal(signal.SIGUSR1, lambda signum, frame: calls.append(signum))
+        faulthandler.register(signal.SIGUSR1, chain=False)
+        before = c_handler(signal.SIGUSR1)
+        with interrupts_held():
+            pass
+        print(c_handler(signal.SIGUSR1) == before)
+        os.kill(os.getpid(), signal.SIGUSR1)
+        time.sleep(0.2)
+        print(calls)
+        """
+    )
+    done = _python(code)
+    assert done.stdout.split() == ["True", "[]"], done.stdout
+    assert "most recent call first" in done.stderr  # faulthandler's dump

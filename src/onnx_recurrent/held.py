@@ -8,8 +8,10 @@ package.
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -44,8 +46,15 @@ def interrupts_held() -> Iterator[None]:
         for signum in _HANDLED:
             previous = _getsignal(signum)
             if callable(previous):
+                in_c = _c_action(signum)
                 held[signum] = previous
                 signal.signal(signum, hold)
+                if in_c is not None and _address(in_c) != c_handler(signum):
+                    # a handler set in C over Python's (faulthandler.register's) runs,
+                    # not Python's: left alone (it was replaced by Python's after)
+                    del held[signum]
+                    signal.signal(signum, previous)
+                    _set_c_action(signum, in_c)
     except (ValueError, OSError):  # not the main interpreter: nothing held
         _restore(held)
         held.clear()
@@ -75,6 +84,54 @@ def import_whole(module: str, package: str | None = None) -> Any:
     made again)."""
     with interrupts_held():
         return importlib.import_module(module, package)
+
+
+def _c_action(signum: int) -> Any:
+    """``signum``'s ``struct sigaction`` as C has it (Linux; else None)."""
+    sigaction = _sigaction()
+    if sigaction is None:
+        return None
+    import ctypes
+
+    action = ctypes.create_string_buffer(256)  # larger than any struct sigaction
+    return action if sigaction(signum, None, action) == 0 else None
+
+
+def c_handler(signum: int) -> int | None:
+    """The address of ``signum``'s handler in C (0: the default, 1: ignored), which
+    may differ from Python's record (``signal.getsignal``: a handler set in C over it,
+    ``faulthandler.register``'s); None where it cannot be read (not Linux)."""
+    action = _c_action(signum)
+    return None if action is None else _address(action)
+
+
+def _address(action: Any) -> int:
+    import ctypes
+
+    return ctypes.c_void_p.from_buffer(action).value or 0  # the handler: its first field
+
+
+def _set_c_action(signum: int, action: Any) -> None:
+    sigaction = _sigaction()
+    if sigaction is not None:
+        sigaction(signum, action, None)
+
+
+@functools.cache
+def _sigaction() -> Any:
+    """libc's ``sigaction`` (Linux only: the handler is the struct's first field
+    there); None elsewhere."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    try:
+        call = ctypes.CDLL(None, use_errno=True).sigaction
+    except (OSError, AttributeError):
+        return None
+    call.argtypes = (ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
+    call.restype = ctypes.c_int
+    return call
 
 
 def _restore(held: dict[int, Any]) -> None:

@@ -8,7 +8,6 @@ no one else can write it.
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import os
 import signal
@@ -19,7 +18,9 @@ import threading
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
-from typing import Any, BinaryIO
+from typing import BinaryIO
+
+from ..held import c_handler
 
 
 class CompileCacheWarning(RuntimeWarning):
@@ -254,7 +255,7 @@ def _removed_when_ended(made: list[str]) -> Iterator[list[int]]:
 
         for signum in ENDING_SIGNALS:
             try:
-                if signal.getsignal(signum) is signal.SIG_DFL and _default_in_c(signum):
+                if signal.getsignal(signum) is signal.SIG_DFL and c_handler(signum) in (None, 0):
                     signal.signal(signum, ended)
                     ours.append(signum)
             except (ValueError, OSError):  # not the main interpreter
@@ -264,34 +265,6 @@ def _removed_when_ended(made: list[str]) -> Iterator[list[int]]:
     finally:
         for signum in ours:
             signal.signal(signum, signal.SIG_DFL)
-
-
-def _default_in_c(signum: int) -> bool:
-    """Whether ``signum``'s handler in C is the default too: one set in C over Python's
-    record (``faulthandler.register``'s) is not to be replaced (set back to the
-    default after the block, it was lost). Read on Linux (``sigaction``); elsewhere
-    taken as Python's record says."""
-    if _SIGACTION is None:
-        return True
-    action = ctypes.create_string_buffer(256)  # a struct sigaction, its handler first
-    if _SIGACTION(signum, None, action) != 0:
-        return True
-    return not ctypes.c_void_p.from_buffer(action).value  # SIG_DFL is 0
-
-
-def _sigaction() -> Any:
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        call = ctypes.CDLL(None, use_errno=True).sigaction
-    except (OSError, AttributeError):
-        return None
-    call.argtypes = (ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
-    call.restype = ctypes.c_int
-    return call
-
-
-_SIGACTION = _sigaction()
 
 
 def write_atomic(path: str | os.PathLike, data: bytes) -> bool:
