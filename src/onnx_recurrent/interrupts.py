@@ -187,8 +187,10 @@ def watch_start(word: np.ndarray) -> int:
             word[0] = 0
             _windows.append((word, previous))
     except BaseException:
-        if box:
-            watch_abandon(word, _outer if box[0] == fd and not _windows else box[0])
+        if box:  # the fd was replaced: the window's (corrected) record, else box's
+            recorded = any(w is word for w, _ in _windows)
+            lost = box[0] == fd and not _windows  # the pipe's, left by a torn window
+            watch_abandon(word, None if recorded else _outer if lost else box[0])
         raise
     return previous
 
