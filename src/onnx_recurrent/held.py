@@ -117,21 +117,27 @@ def _set_c_action(signum: int, action: Any) -> None:
         sigaction(signum, action, None)
 
 
-@functools.cache
-def _sigaction() -> Any:
-    """libc's ``sigaction`` (Linux only: the handler is the struct's first field
-    there); None elsewhere."""
+def linux_libc(name: str, argtypes: tuple, restype: Any) -> Any:
+    """The C library's function ``name`` (ctypes, ``errno`` kept) on Linux, whose
+    structs these callers lay out (``sigaction``'s handler first, ``stack_t``); None
+    elsewhere or where there is none."""
     if not sys.platform.startswith("linux"):
         return None
     import ctypes
 
     try:
-        call = ctypes.CDLL(None, use_errno=True).sigaction
+        call = getattr(ctypes.CDLL(None, use_errno=True), name)
     except (OSError, AttributeError):
         return None
-    call.argtypes = (ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
-    call.restype = ctypes.c_int
+    call.argtypes, call.restype = argtypes, restype
     return call
+
+
+@functools.cache
+def _sigaction() -> Any:
+    import ctypes
+
+    return linux_libc("sigaction", (ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p), ctypes.c_int)
 
 
 def _restore(held: dict[int, Any]) -> None:

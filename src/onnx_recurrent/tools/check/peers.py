@@ -11,12 +11,13 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import importlib.util
-import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 import onnx
+
+from ...held import linux_libc
 
 
 def onnxruntime_session(model: onnx.ModelProto, threads: int | None = None) -> Any:
@@ -91,19 +92,10 @@ class _stack_t(ctypes.Structure):  # Linux's <signal.h> (macOS's has another ord
     )
 
 
-def _sigaltstack() -> Any:
-    if not sys.platform.startswith("linux"):  # OpenVINO's stack seen there only
-        return None
-    try:
-        call = ctypes.CDLL(None, use_errno=True).sigaltstack
-    except (OSError, AttributeError):  # no C library to call (Windows): nothing kept
-        return None
-    call.argtypes = (ctypes.POINTER(_stack_t), ctypes.POINTER(_stack_t))
-    call.restype = ctypes.c_int
-    return call
-
-
-_SIGALTSTACK = _sigaltstack()
+#: libc's ``sigaltstack`` (Linux, where OpenVINO's stack was seen; else None)
+_SIGALTSTACK = linux_libc(
+    "sigaltstack", (ctypes.POINTER(_stack_t), ctypes.POINTER(_stack_t)), ctypes.c_int
+)
 
 
 @contextlib.contextmanager
